@@ -1,0 +1,391 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * phaseprof's engine: on-CPU samples, off-CPU time and syscalls of the target
+ * processes, aggregated in maps keyed by (window, tgid, tid|nr, phase, stacks).
+ * User space drains one window parity while the programs write the other.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "phaseprof.h"
+
+#define EFAULT 14
+#define EEXIST 17
+#define PROT_EXEC 0x4
+#define NR_MMAP 9
+#define NR_MPROTECT 10
+#define NR_EXECVE 59
+#define NR_EXIT 60
+#define NR_EXIT_GROUP 231
+#define NR_EXECVEAT 322
+#define TASK_DEAD 0x80
+
+/* Set by user space between open and load. */
+const volatile bool syscall_stacks = true;
+const volatile bool follow_children = false;
+const volatile bool notify_exec = false;
+
+/* Flipped by user space at every drain; see struct cpu_key. */
+__u32 window = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u32); /* enum target_state */
+} target_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct cpu_key);
+	__type(value, __u64); /* samples */
+} cpu_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct offcpu_key);
+	__type(value, __u64); /* ns */
+} offcpu_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct offcpu_start);
+} offcpu_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct syscall_key);
+	__type(value, struct syscall_value);
+} syscall_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct syscall_start);
+} syscall_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} target_events SEC(".maps");
+
+static __always_inline void count_drop(enum drop_reason reason)
+{
+	__u32 key = reason;
+	__u64 *v = bpf_map_lookup_elem(&drops, &key);
+	if (v)
+		*v += 1; /* per-CPU: no atomics needed */
+}
+
+static __always_inline bool is_active(__u32 tgid)
+{
+	__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
+	return state && *state == TARGET_ACTIVE;
+}
+
+/* The phase the current thread is in. Phases arrive with uprobes (next step). */
+static __always_inline __u32 current_phase(void)
+{
+	return PHASE_NONE;
+}
+
+/* A stack id, or a negative errno. -EFAULT means "no such stack" (a kernel
+ * stack of a thread in user mode), anything else is a drop. */
+static __always_inline __s32 stack_id(void *ctx, __u64 flags, enum drop_reason reason)
+{
+	long id = bpf_get_stackid(ctx, &stacks, flags);
+	if (id < 0 && id != -EFAULT)
+		count_drop(reason);
+	return id;
+}
+
+/* Adds `delta` to the u64 under `key`, creating it if needed. */
+static __always_inline void add_u64(void *map, void *key, __u64 delta, enum drop_reason reason)
+{
+	__u64 *v = bpf_map_lookup_elem(map, key);
+	if (v) {
+		__sync_fetch_and_add(v, delta);
+		return;
+	}
+	long err = bpf_map_update_elem(map, key, &delta, BPF_NOEXIST);
+	if (!err)
+		return;
+	if (err == -EEXIST) { /* another CPU created it meanwhile */
+		v = bpf_map_lookup_elem(map, key);
+		if (v) {
+			__sync_fetch_and_add(v, delta);
+			return;
+		}
+	}
+	count_drop(reason);
+}
+
+static __always_inline void add_syscall(struct syscall_key *key, __u64 count, __u64 ns)
+{
+	struct syscall_value *v = bpf_map_lookup_elem(&syscall_counts, key);
+	if (!v) {
+		struct syscall_value init = {};
+		long err = bpf_map_update_elem(&syscall_counts, key, &init, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			count_drop(DROP_SYSCALL_KEY);
+			return;
+		}
+		v = bpf_map_lookup_elem(&syscall_counts, key);
+		if (!v) {
+			count_drop(DROP_SYSCALL_KEY);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->count, count);
+	__sync_fetch_and_add(&v->total_ns, ns);
+}
+
+static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid)
+{
+	struct target_event *e = bpf_ringbuf_reserve(&target_events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(DROP_EVENT_RINGBUF);
+		return;
+	}
+	e->kind = kind;
+	e->pid = pid;
+	e->ppid = ppid;
+	e->pad = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* ---- on-CPU ------------------------------------------------------------ */
+
+SEC("perf_event")
+int perf_event__sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!tgid || !is_active(tgid))
+		return 0;
+	struct cpu_key key = {
+		.tgid = tgid,
+		.tid = (__u32)id,
+		.phase = current_phase(),
+		.user_stack_id = stack_id(ctx, BPF_F_USER_STACK, DROP_USER_STACK),
+		.kernel_stack_id = stack_id(ctx, 0, DROP_KERNEL_STACK),
+		.window = window,
+	};
+	add_u64(&cpu_counts, &key, 1, DROP_CPU_KEY);
+	return 0;
+}
+
+/* ---- off-CPU ----------------------------------------------------------- */
+
+/* Older kernels name the task state `state`, newer ones `__state`. */
+struct task_struct___o {
+	volatile long int state;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u64 task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___o *)t, state);
+}
+
+static __always_inline void on_switch(void *ctx, struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
+	/* A dying thread's last switch-out is never followed by a switch-in. */
+	if (is_active(prev_tgid) && !(task_state(prev) & TASK_DEAD)) {
+		__u32 prev_tid = BPF_CORE_READ(prev, pid);
+		/* prev is current here, so the stacks are prev's. */
+		struct offcpu_start start = {
+			.ts = now,
+			.tgid = prev_tgid,
+			.phase = current_phase(),
+			.user_stack_id = stack_id(ctx, BPF_F_USER_STACK, DROP_USER_STACK),
+			.kernel_stack_id = stack_id(ctx, 0, DROP_KERNEL_STACK),
+		};
+		if (bpf_map_update_elem(&offcpu_starts, &prev_tid, &start, BPF_ANY))
+			count_drop(DROP_OFFCPU_START);
+	}
+
+	__u32 next_tid = BPF_CORE_READ(next, pid);
+	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &next_tid);
+	if (!start)
+		return;
+	struct offcpu_key key = {
+		.tgid = start->tgid,
+		.tid = next_tid,
+		.phase = start->phase,
+		.user_stack_id = start->user_stack_id,
+		.kernel_stack_id = start->kernel_stack_id,
+		.window = window,
+	};
+	__u64 delta = now - start->ts;
+	bpf_map_delete_elem(&offcpu_starts, &next_tid);
+	add_u64(&offcpu_counts, &key, delta, DROP_OFFCPU_KEY);
+}
+
+/* Twins: tp_btf where BTF-typed tracepoints load, raw_tp otherwise. User space
+ * picks one with a load probe and disables the other. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(tp_btf__sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(ctx, prev, next);
+	return 0;
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(raw_tp__sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(ctx, prev, next);
+	return 0;
+}
+
+/* ---- syscalls ---------------------------------------------------------- */
+
+SEC("raw_tp/sys_enter")
+int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
+	if (!state)
+		return 0;
+	__u32 nr = ctx->args[1];
+	if (*state != TARGET_ACTIVE) {
+		/* `record -- CMD`: counting starts with the command's own execve. */
+		if (nr != NR_EXECVE && nr != NR_EXECVEAT)
+			return 0;
+		*state = TARGET_ACTIVE;
+	}
+
+	struct syscall_key key = {
+		.tgid = tgid,
+		.phase = current_phase(),
+		.nr = nr,
+		.user_stack_id = syscall_stacks ? stack_id(ctx, BPF_F_USER_STACK, DROP_USER_STACK) : -1,
+		.window = window,
+	};
+	/* These never return: count them now, with no latency. */
+	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
+		add_syscall(&key, 1, 0);
+		return 0;
+	}
+	struct syscall_start start = {
+		.ts = bpf_ktime_get_ns(),
+		.nr = nr,
+		.phase = key.phase,
+		.user_stack_id = key.user_stack_id,
+	};
+	if (nr == NR_MMAP || nr == NR_MPROTECT) {
+		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+		start.maps_exec = (BPF_CORE_READ(regs, dx) & PROT_EXEC) != 0;
+	}
+	if (bpf_map_update_elem(&syscall_starts, &tid, &start, BPF_ANY))
+		count_drop(DROP_SYSCALL_START);
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!is_active(tgid))
+		return 0;
+	struct syscall_start *start = bpf_map_lookup_elem(&syscall_starts, &tid);
+	if (!start) {
+		count_drop(INFO_SYSCALL_EXIT_UNMATCHED);
+		return 0;
+	}
+	struct syscall_key key = {
+		.tgid = tgid,
+		.phase = start->phase,
+		.nr = start->nr,
+		.user_stack_id = start->user_stack_id,
+		.window = window,
+	};
+	__u64 delta = bpf_ktime_get_ns() - start->ts;
+	bool maps_exec = start->maps_exec && (long)ctx->args[1] >= 0;
+	bpf_map_delete_elem(&syscall_starts, &tid);
+	add_syscall(&key, 1, delta);
+	if (maps_exec)
+		emit(TEV_MMAP, tgid, 0);
+	return 0;
+}
+
+/* ---- process lifecycle ------------------------------------------------- */
+
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(raw_tp__sched_process_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (!follow_children)
+		return 0;
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	/* New threads share the parent's tgid and are covered already. */
+	if (ctgid == ptgid || !is_active(ptgid))
+		return 0;
+	__u32 state = TARGET_ACTIVE;
+	if (bpf_map_update_elem(&target_pids, &ctgid, &state, BPF_ANY)) {
+		count_drop(DROP_TARGET_FULL);
+		return 0;
+	}
+	emit(TEV_FORK, ctgid, ptgid);
+	return 0;
+}
+
+SEC("raw_tp/sched_process_exec")
+int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (notify_exec || is_active(tgid))
+		emit(TEV_EXEC, tgid, 0);
+	return 0;
+}
+
+SEC("raw_tp/sched_process_exit")
+int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!bpf_map_lookup_elem(&target_pids, &tgid))
+		return 0;
+	bpf_map_delete_elem(&syscall_starts, &tid);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	/* signal->live reaches 0 when the last thread of the group exits. */
+	if (BPF_CORE_READ(task, signal, live.counter) == 0)
+		emit(TEV_EXIT, tgid, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Never used by the programs: these make the skeleton generate Rust types for
+ * records that only travel through the ring buffer or index arrays. */
+struct target_event _target_event = {};
+enum drop_reason _drop_reason = DROP_MAX;
+enum target_event_kind _target_event_kind = TEV_EXEC;
+enum target_state _target_state = TARGET_ACTIVE;

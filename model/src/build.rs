@@ -1,0 +1,142 @@
+//! Incremental construction of a [`Profile`]: interning of frames and stacks and summing of
+//! samples that share a key, so windows drained one after another fold into one profile.
+use std::collections::HashMap;
+
+use crate::profile::*;
+
+/// Builds a [`Profile`] from samples added in any order and any number of windows.
+#[derive(Default)]
+pub struct ProfileBuilder {
+    profile: Profile,
+    frame_index: HashMap<Frame, u32>,
+    stack_index: HashMap<Vec<u32>, u32>,
+    cpu_index: HashMap<(u32, u32, u32, u32), usize>,
+    offcpu_index: HashMap<(u32, u32, u32, u32), usize>,
+    syscall_index: HashMap<(u32, u32, u32, Option<u32>), usize>,
+}
+
+impl ProfileBuilder {
+    pub fn new(meta: Meta, phases: Vec<String>) -> Self {
+        let mut phases = phases;
+        if phases.first().map(String::as_str) != Some(PHASE_NONE_NAME) {
+            phases.insert(0, PHASE_NONE_NAME.to_string());
+        }
+        ProfileBuilder {
+            profile: Profile {
+                meta,
+                phases,
+                ..Profile::default()
+            },
+            ..ProfileBuilder::default()
+        }
+    }
+
+    pub fn meta_mut(&mut self) -> &mut Meta {
+        &mut self.profile.meta
+    }
+
+    pub fn lost_mut(&mut self) -> &mut Lost {
+        &mut self.profile.lost
+    }
+
+    pub fn intern_frame(&mut self, frame: Frame) -> u32 {
+        if let Some(&i) = self.frame_index.get(&frame) {
+            return i;
+        }
+        let i = self.profile.frames.len() as u32;
+        self.profile.frames.push(frame.clone());
+        self.frame_index.insert(frame, i);
+        i
+    }
+
+    /// Interns a stack given as frame indices, leaf first.
+    pub fn intern_stack(&mut self, frames: Vec<u32>) -> u32 {
+        if let Some(&i) = self.stack_index.get(&frames) {
+            return i;
+        }
+        let i = self.profile.stacks.len() as u32;
+        self.profile.stacks.push(Stack { frames: frames.clone() });
+        self.stack_index.insert(frames, i);
+        i
+    }
+
+    pub fn add_cpu(&mut self, pid: u32, tid: u32, phase: u32, stack: u32, count: u64) {
+        let samples = &mut self.profile.cpu;
+        let i = *self.cpu_index.entry((pid, tid, phase, stack)).or_insert_with(|| {
+            samples.push(CpuSample { pid, tid, phase, stack, count: 0 });
+            samples.len() - 1
+        });
+        samples[i].count += count;
+    }
+
+    pub fn add_offcpu(&mut self, pid: u32, tid: u32, phase: u32, stack: u32, ns: u64) {
+        let samples = &mut self.profile.offcpu;
+        let i = *self.offcpu_index.entry((pid, tid, phase, stack)).or_insert_with(|| {
+            samples.push(OffCpuSample { pid, tid, phase, stack, ns: 0 });
+            samples.len() - 1
+        });
+        samples[i].ns += ns;
+    }
+
+    pub fn add_syscall(&mut self, pid: u32, phase: u32, nr: u32, stack: Option<u32>, count: u64, total_ns: u64) {
+        let samples = &mut self.profile.syscalls;
+        let i = *self.syscall_index.entry((pid, phase, nr, stack)).or_insert_with(|| {
+            samples.push(SyscallSample {
+                pid,
+                phase,
+                nr,
+                name: crate::syscall_name(nr),
+                stack,
+                count: 0,
+                total_ns: 0,
+            });
+            samples.len() - 1
+        });
+        samples[i].count += count;
+        samples[i].total_ns += total_ns;
+    }
+
+    /// A copy of the profile so far (the builder keeps accumulating).
+    pub fn snapshot(&self) -> Profile {
+        self.profile.clone()
+    }
+
+    pub fn finish(self) -> Profile {
+        self.profile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(name: &str) -> Frame {
+        Frame {
+            function: name.into(),
+            module: "m".into(),
+            kind: FrameKind::User,
+            inlined: false,
+        }
+    }
+
+    // Checks that equal frames, stacks and sample keys fold together across windows.
+    #[test]
+    fn samples_with_equal_keys_are_summed() {
+        let mut b = ProfileBuilder::new(Meta::default(), vec![]);
+        let (a, c) = (b.intern_frame(frame("a")), b.intern_frame(frame("c")));
+        assert_eq!(b.intern_frame(frame("a")), a);
+        let s1 = b.intern_stack(vec![c, a]);
+        assert_eq!(b.intern_stack(vec![c, a]), s1);
+        b.add_cpu(1, 2, 0, s1, 3);
+        b.add_cpu(1, 2, 0, s1, 4);
+        b.add_syscall(1, 0, 1, None, 5, 50);
+        b.add_syscall(1, 0, 1, None, 2, 20);
+        let p = b.finish();
+        assert_eq!(p.phases, vec!["(none)"]);
+        assert_eq!(p.cpu.len(), 1);
+        assert_eq!(p.cpu[0].count, 7);
+        assert_eq!(p.syscalls[0].count, 7);
+        assert_eq!(p.syscalls[0].total_ns, 70);
+        assert_eq!(p.syscalls[0].name, "write");
+    }
+}

@@ -1,0 +1,118 @@
+//! The `.phaseprof` file: a magic line, a format version, then the profile as gzip-compressed
+//! JSON. See `FORMAT.md` for the layout and the compatibility rules.
+use std::io::{Read, Write};
+
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+use crate::profile::Profile;
+
+/// The first bytes of every `.phaseprof` file.
+pub const MAGIC: &[u8; 10] = b"PHASEPROF\n";
+/// The newest format version this build reads and the one it writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("not a .phaseprof file (it does not start with the PHASEPROF magic)")]
+    NotAProfile,
+    #[error(
+        "this file has .phaseprof format version {found}, but this phaseprof reads versions up to \
+         {supported}: upgrade phaseprof to read it"
+    )]
+    FutureVersion { found: u32, supported: u32 },
+    #[error("the file is truncated or corrupt: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Writes `profile` in the current format version.
+pub fn write_profile(profile: &Profile, mut out: impl Write) -> Result<(), FormatError> {
+    out.write_all(MAGIC)?;
+    out.write_all(&FORMAT_VERSION.to_le_bytes())?;
+    let mut gz = GzEncoder::new(out, Compression::default());
+    serde_json::to_writer(&mut gz, profile).map_err(|e| FormatError::Corrupt(e.to_string()))?;
+    gz.finish()?.flush()?;
+    Ok(())
+}
+
+/// Reads a profile of any format version up to [`FORMAT_VERSION`].
+pub fn read_profile(mut input: impl Read) -> Result<Profile, FormatError> {
+    let mut magic = [0u8; 10];
+    input.read_exact(&mut magic).map_err(|_| FormatError::NotAProfile)?;
+    if &magic != MAGIC {
+        return Err(FormatError::NotAProfile);
+    }
+    let mut version = [0u8; 4];
+    input
+        .read_exact(&mut version)
+        .map_err(|_| FormatError::Corrupt("no format version after the magic".into()))?;
+    let found = u32::from_le_bytes(version);
+    if found > FORMAT_VERSION || found == 0 {
+        return Err(FormatError::FutureVersion {
+            found,
+            supported: FORMAT_VERSION,
+        });
+    }
+    serde_json::from_reader(GzDecoder::new(input)).map_err(|e| FormatError::Corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::*;
+
+    fn sample_profile() -> Profile {
+        let mut b = crate::ProfileBuilder::new(
+            Meta {
+                pids: vec![42],
+                comm: "validator".into(),
+                events: vec![EventKind::Cpu, EventKind::Syscall],
+                ..Meta::default()
+            },
+            vec![],
+        );
+        let f = b.intern_frame(Frame {
+            function: "main".into(),
+            module: "validator".into(),
+            kind: FrameKind::User,
+            inlined: false,
+        });
+        let s = b.intern_stack(vec![f]);
+        b.add_cpu(42, 42, 0, s, 9);
+        b.add_syscall(42, 0, 1, Some(s), 3, 300);
+        b.finish()
+    }
+
+    // Checks that a written profile reads back identical.
+    #[test]
+    fn round_trip() {
+        let p = sample_profile();
+        let mut buf = Vec::new();
+        write_profile(&p, &mut buf).unwrap();
+        assert_eq!(read_profile(&buf[..]).unwrap(), p);
+    }
+
+    // Checks that a file from a newer phaseprof fails with a message naming both versions.
+    #[test]
+    fn future_version_is_refused_clearly() {
+        let mut buf = Vec::new();
+        write_profile(&sample_profile(), &mut buf).unwrap();
+        buf[10..14].copy_from_slice(&7u32.to_le_bytes());
+        let err = read_profile(&buf[..]).unwrap_err();
+        assert!(matches!(err, FormatError::FutureVersion { found: 7, supported: 1 }));
+        assert!(err.to_string().contains("version 7"), "{err}");
+    }
+
+    // Checks that other files and truncated profiles are refused, not misread.
+    #[test]
+    fn garbage_and_truncation_are_refused() {
+        assert!(matches!(read_profile(&b"hello world, not a profile"[..]), Err(FormatError::NotAProfile)));
+        let mut buf = Vec::new();
+        write_profile(&sample_profile(), &mut buf).unwrap();
+        buf.truncate(buf.len() / 2);
+        assert!(matches!(read_profile(&buf[..]), Err(FormatError::Corrupt(_))));
+    }
+}

@@ -1,0 +1,43 @@
+//! phaseprof's profile data model and its `.phaseprof` file format.
+//!
+//! A [`Profile`] holds interned frames and stacks, samples per event kind (each carrying the
+//! phase it was recorded in), target metadata and what the kernel side lost. Everything a report,
+//! an export or a diff shows is derived from it; see `FORMAT.md` for the on-disk layout.
+
+pub mod build;
+pub mod format;
+pub mod profile;
+pub mod summary;
+mod syscall_names;
+
+pub use build::ProfileBuilder;
+pub use format::{read_profile, write_profile, FormatError, FORMAT_VERSION};
+pub use profile::*;
+pub use summary::Summary;
+
+/// The name of x86_64 syscall `nr`, or `syscall_<nr>` for numbers this build does not know.
+pub fn syscall_name(nr: u32) -> String {
+    match syscall_names::X86_64.get(nr as usize) {
+        Some(name) if !name.is_empty() => (*name).to_string(),
+        _ => format!("syscall_{nr}"),
+    }
+}
+
+/// The x86_64 number of syscall `name`, if this build knows it.
+pub fn syscall_nr(name: &str) -> Option<u32> {
+    syscall_names::X86_64.iter().position(|n| *n == name).map(|i| i as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the syscall table both ways for well-known numbers and the fallback.
+    #[test]
+    fn syscall_names_round_trip() {
+        assert_eq!(syscall_name(1), "write");
+        assert_eq!(syscall_name(231), "exit_group");
+        assert_eq!(syscall_nr("write"), Some(1));
+        assert_eq!(syscall_name(9999), "syscall_9999");
+    }
+}

@@ -1,0 +1,295 @@
+//! The profile itself: metadata, interned frames and stacks, samples per event kind.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Phase index 0: events on a thread that was in no probed phase.
+pub const PHASE_NONE: u32 = 0;
+/// The display name of [`PHASE_NONE`].
+pub const PHASE_NONE_NAME: &str = "(none)";
+
+/// The kinds of events phaseprof records.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    Cpu,
+    Offcpu,
+    Syscall,
+    Alloc,
+    Pagefault,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 5] = [
+        EventKind::Cpu,
+        EventKind::Offcpu,
+        EventKind::Syscall,
+        EventKind::Alloc,
+        EventKind::Pagefault,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Cpu => "cpu",
+            EventKind::Offcpu => "offcpu",
+            EventKind::Syscall => "syscall",
+            EventKind::Alloc => "alloc",
+            EventKind::Pagefault => "pagefault",
+        }
+    }
+
+    /// What one unit of a stack's value means for this kind.
+    pub fn unit(self) -> &'static str {
+        match self {
+            EventKind::Cpu => "samples",
+            EventKind::Offcpu => "nanoseconds",
+            EventKind::Syscall => "calls",
+            EventKind::Alloc => "bytes",
+            EventKind::Pagefault => "faults",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a frame's code lives.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    User,
+    Kernel,
+    /// Not code: a label phaseprof adds, such as the syscall a stack ended in.
+    Synthetic,
+}
+
+/// One symbolized frame. Frames are interned: samples refer to them by index.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// Demangled function name, or `module+0xoffset` when it could not be symbolized.
+    pub function: String,
+    /// File name of the ELF object (`libc.so.6`, `validator-sim`), or `[kernel]`.
+    pub module: String,
+    pub kind: FrameKind,
+    /// True for a function inlined into the frame below it (same machine address).
+    #[serde(default)]
+    pub inlined: bool,
+}
+
+/// A call stack as frame indices, leaf first (as pprof orders them).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Stack {
+    pub frames: Vec<u32>,
+}
+
+/// Metadata about what was recorded.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Meta {
+    /// Processes recorded (tgids), in the order they became targets.
+    pub pids: Vec<u32>,
+    /// `comm` of the first target.
+    pub comm: String,
+    /// Executable path of the first target.
+    pub exe: String,
+    /// GNU build id of that executable, hex.
+    pub build_id: Option<String>,
+    /// The command phaseprof started (`record -- CMD`), empty when attaching.
+    #[serde(default)]
+    pub command: Vec<String>,
+    pub host: String,
+    /// `uname -r` of the recording machine.
+    pub kernel: String,
+    pub arch: String,
+    /// Wall-clock start and end of the recording, ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
+    pub events: Vec<EventKind>,
+    /// cpu-clock sampling frequency.
+    pub frequency_hz: u64,
+    /// Whether syscall samples carry user stacks.
+    pub syscall_stacks: bool,
+    /// Thread names seen, by tid.
+    #[serde(default)]
+    pub threads: BTreeMap<u32, String>,
+    /// Everything else worth knowing (version of phaseprof, sched_switch flavour …).
+    #[serde(default)]
+    pub notes: BTreeMap<String, String>,
+}
+
+/// On-CPU samples of one (thread, phase, stack).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct CpuSample {
+    pub pid: u32,
+    pub tid: u32,
+    pub phase: u32,
+    pub stack: u32,
+    pub count: u64,
+}
+
+/// Off-CPU time of one (thread, phase, stack at switch-out).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct OffCpuSample {
+    pub pid: u32,
+    pub tid: u32,
+    pub phase: u32,
+    pub stack: u32,
+    pub ns: u64,
+}
+
+/// Syscalls of one (process, phase, syscall, user stack).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SyscallSample {
+    pub pid: u32,
+    pub phase: u32,
+    pub nr: u32,
+    pub name: String,
+    /// None when syscall stacks were off or the stack was lost.
+    pub stack: Option<u32>,
+    pub count: u64,
+    pub total_ns: u64,
+}
+
+/// What the kernel side had to drop, by reason, plus informational counters that are not losses.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Lost {
+    /// Events that were not recorded at all (a counter map full, a ring buffer full …).
+    pub events: u64,
+    /// Events recorded without (part of) their stack.
+    pub stacks: u64,
+    /// Every drop counter by its name, zero ones included.
+    pub by_reason: BTreeMap<String, u64>,
+    /// Syscalls already in flight when recording started: their exits are seen, their entries
+    /// are not, so they are not counted. Not a loss.
+    #[serde(default)]
+    pub syscalls_in_flight_at_start: u64,
+}
+
+impl Lost {
+    pub fn is_empty(&self) -> bool {
+        self.events == 0 && self.stacks == 0
+    }
+}
+
+/// A recorded profile. See the crate docs and `FORMAT.md`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Profile {
+    pub meta: Meta,
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Stack>,
+    /// Phase names by index; index 0 is always `(none)`.
+    pub phases: Vec<String>,
+    pub cpu: Vec<CpuSample>,
+    pub offcpu: Vec<OffCpuSample>,
+    pub syscalls: Vec<SyscallSample>,
+    pub lost: Lost,
+}
+
+/// A stack with a value, for one event kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Weighted {
+    /// Frame indices, leaf first.
+    pub frames: Vec<u32>,
+    /// A synthetic leaf to show above `frames` (the syscall name for syscall stacks).
+    pub leaf_label: Option<String>,
+    pub phase: u32,
+    pub value: u64,
+}
+
+impl Profile {
+    pub fn duration_ns(&self) -> u64 {
+        self.meta.end_unix_ns.saturating_sub(self.meta.start_unix_ns)
+    }
+
+    pub fn phase_name(&self, phase: u32) -> &str {
+        self.phases.get(phase as usize).map(String::as_str).unwrap_or(PHASE_NONE_NAME)
+    }
+
+    /// The index of phase `name`, if the profile has it.
+    pub fn phase_index(&self, name: &str) -> Option<u32> {
+        if name == PHASE_NONE_NAME {
+            return Some(PHASE_NONE);
+        }
+        self.phases.iter().position(|p| p == name).map(|i| i as u32)
+    }
+
+    pub fn recorded(&self, kind: EventKind) -> bool {
+        self.meta.events.contains(&kind)
+    }
+
+    fn stack_frames(&self, stack: u32) -> Vec<u32> {
+        self.stacks.get(stack as usize).map(|s| s.frames.clone()).unwrap_or_default()
+    }
+
+    /// Every stack of `kind` with its value, optionally only those recorded in `phase`.
+    pub fn weighted_stacks(&self, kind: EventKind, phase: Option<u32>) -> Vec<Weighted> {
+        let keep = |p: u32| phase.is_none_or(|want| want == p);
+        match kind {
+            EventKind::Cpu => self
+                .cpu
+                .iter()
+                .filter(|s| keep(s.phase))
+                .map(|s| Weighted {
+                    frames: self.stack_frames(s.stack),
+                    leaf_label: None,
+                    phase: s.phase,
+                    value: s.count,
+                })
+                .collect(),
+            EventKind::Offcpu => self
+                .offcpu
+                .iter()
+                .filter(|s| keep(s.phase))
+                .map(|s| Weighted {
+                    frames: self.stack_frames(s.stack),
+                    leaf_label: None,
+                    phase: s.phase,
+                    value: s.ns,
+                })
+                .collect(),
+            EventKind::Syscall => self
+                .syscalls
+                .iter()
+                .filter(|s| keep(s.phase))
+                .map(|s| Weighted {
+                    frames: s.stack.map(|st| self.stack_frames(st)).unwrap_or_default(),
+                    leaf_label: Some(format!("syscall:{}", s.name)),
+                    phase: s.phase,
+                    value: s.count,
+                })
+                .collect(),
+            EventKind::Alloc | EventKind::Pagefault => Vec::new(),
+        }
+    }
+
+    /// Frame names of a weighted stack, root first, with its synthetic leaf last.
+    pub fn names_root_first(&self, w: &Weighted) -> Vec<String> {
+        let mut names: Vec<String> = w
+            .frames
+            .iter()
+            .rev()
+            .map(|&f| self.frames.get(f as usize).map(display_name).unwrap_or_else(|| "[bad frame]".into()))
+            .collect();
+        if let Some(label) = &w.leaf_label {
+            names.push(label.clone());
+        }
+        if names.is_empty() {
+            names.push("[no stack]".into());
+        }
+        names
+    }
+}
+
+/// How a frame is shown: kernel frames carry perf's `_[k]` suffix so flamegraph tools colour them.
+pub fn display_name(frame: &Frame) -> String {
+    match frame.kind {
+        FrameKind::Kernel => format!("{}_[k]", frame.function),
+        FrameKind::User | FrameKind::Synthetic => frame.function.clone(),
+    }
+}

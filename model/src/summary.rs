@@ -1,0 +1,160 @@
+//! The `report --json` object, exactly as PRODUCT.md specifies it.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::profile::*;
+
+/// Syscalls that flush data to a file or socket: the built-in `flush_syscalls` cost.
+pub const FLUSH_SYSCALLS: &[&str] = &[
+    "write",
+    "writev",
+    "pwrite64",
+    "pwritev",
+    "pwritev2",
+    "sendto",
+    "sendmsg",
+    "sendmmsg",
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "msync",
+];
+
+#[derive(Serialize, Debug)]
+pub struct Summary {
+    pub version: u32,
+    pub target: Target,
+    pub duration_ns: u64,
+    pub events: BTreeMap<String, serde_json::Value>,
+    pub costs: BTreeMap<String, u64>,
+    pub phases: Vec<serde_json::Value>,
+    pub lost: LostSummary,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Target {
+    pub pids: Vec<u32>,
+    pub comm: String,
+    pub exe: String,
+    pub build_id: Option<String>,
+    pub command: Vec<String>,
+    pub host: String,
+    pub kernel: String,
+}
+
+#[derive(Serialize, Debug)]
+pub struct LostSummary {
+    pub events: u64,
+    pub stacks: u64,
+    pub by_reason: BTreeMap<String, u64>,
+    pub syscalls_in_flight_at_start: u64,
+}
+
+#[derive(Serialize, Debug, Default, Clone, Copy)]
+pub struct CountNs {
+    pub count: u64,
+    pub total_ns: u64,
+}
+
+impl Summary {
+    pub fn of(profile: &Profile) -> Summary {
+        let mut events = BTreeMap::new();
+        let mut costs = BTreeMap::new();
+        let m = &profile.meta;
+        if profile.recorded(EventKind::Cpu) {
+            let samples: u64 = profile.cpu.iter().map(|s| s.count).sum();
+            events.insert(
+                "cpu".into(),
+                serde_json::json!({"samples": samples, "frequency_hz": m.frequency_hz}),
+            );
+        }
+        if profile.recorded(EventKind::Offcpu) {
+            let total: u64 = profile.offcpu.iter().map(|s| s.ns).sum();
+            events.insert("offcpu".into(), serde_json::json!({"total_ns": total}));
+        }
+        if profile.recorded(EventKind::Syscall) {
+            let by_name = syscalls_by_name(profile);
+            let count = by_name.values().map(|c| c.count).sum::<u64>();
+            let total_ns = by_name.values().map(|c| c.total_ns).sum::<u64>();
+            let flushes = FLUSH_SYSCALLS
+                .iter()
+                .filter_map(|n| by_name.get(*n))
+                .map(|c| c.count)
+                .sum();
+            costs.insert("flush_syscalls".into(), flushes);
+            events.insert(
+                "syscall".into(),
+                serde_json::json!({"count": count, "total_ns": total_ns, "by_name": by_name}),
+            );
+        }
+        Summary {
+            version: 1,
+            target: Target {
+                pids: m.pids.clone(),
+                comm: m.comm.clone(),
+                exe: m.exe.clone(),
+                build_id: m.build_id.clone(),
+                command: m.command.clone(),
+                host: m.host.clone(),
+                kernel: m.kernel.clone(),
+            },
+            duration_ns: profile.duration_ns(),
+            events,
+            costs,
+            phases: Vec::new(),
+            lost: LostSummary {
+                events: profile.lost.events,
+                stacks: profile.lost.stacks,
+                by_reason: profile.lost.by_reason.clone(),
+                syscalls_in_flight_at_start: profile.lost.syscalls_in_flight_at_start,
+            },
+        }
+    }
+}
+
+/// Syscall count and time by name, over all phases and stacks.
+pub fn syscalls_by_name(profile: &Profile) -> BTreeMap<String, CountNs> {
+    let mut by_name: BTreeMap<String, CountNs> = BTreeMap::new();
+    for s in &profile.syscalls {
+        let e = by_name.entry(s.name.clone()).or_default();
+        e.count += s.count;
+        e.total_ns += s.total_ns;
+    }
+    by_name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the JSON shape PRODUCT.md promises: members present, flush cost from write+fsync.
+    #[test]
+    fn json_has_the_contract_members() {
+        let mut b = crate::ProfileBuilder::new(
+            Meta {
+                pids: vec![7],
+                events: vec![EventKind::Cpu, EventKind::Offcpu, EventKind::Syscall],
+                frequency_hz: 99,
+                start_unix_ns: 10,
+                end_unix_ns: 110,
+                ..Meta::default()
+            },
+            vec![],
+        );
+        b.add_syscall(7, 0, 1, None, 4, 400); // write
+        b.add_syscall(7, 0, 74, None, 1, 100); // fsync
+        b.add_syscall(7, 0, 0, None, 2, 10); // read
+        let json = serde_json::to_value(Summary::of(&b.finish())).unwrap();
+        assert_eq!(json["version"], 1);
+        assert_eq!(json["duration_ns"], 100);
+        assert_eq!(json["events"]["syscall"]["count"], 7);
+        assert_eq!(json["events"]["syscall"]["by_name"]["write"]["count"], 4);
+        assert_eq!(json["events"]["cpu"]["frequency_hz"], 99);
+        assert_eq!(json["events"]["offcpu"]["total_ns"], 0);
+        assert!(json["events"].get("alloc").is_none());
+        assert_eq!(json["costs"]["flush_syscalls"], 5);
+        assert_eq!(json["phases"], serde_json::json!([]));
+        assert_eq!(json["lost"]["events"], 0);
+    }
+}

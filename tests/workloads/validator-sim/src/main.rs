@@ -1,0 +1,156 @@
+//! validator-sim: blocks of `propose` / `replay` / `finalize` with known costs.
+//!
+//! Every cost is set by a flag and the truth is printed as one JSON line on stdout at the end
+//! (that print is itself exactly one `write(2)`, counted in `write_syscalls`).
+//!
+//! ```text
+//! validator-sim [--blocks N] [--threads N] [--burn-ms MS] [--clone-bytes B]
+//!               [--flushes N] [--sleep-ms MS] [--wait-stdin] [--flush-to PATH]
+//! ```
+//! Per block: `propose` burns `--burn-ms` of CPU in `validator_sim::work::burn_cpu`;
+//! `replay` clones a `Vec<u8>` of `--clone-bytes`; `finalize` does `--flushes` BufWriter flushes
+//! (each exactly one `write(2)`) and sleeps `--sleep-ms`. With `--threads 1` (the default) the main
+//! thread does the work itself, so no thread waits in `join` and off-CPU time is the sleep alone.
+
+mod phases;
+mod work;
+
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub blocks: u64,
+    pub threads: u64,
+    pub burn_ms: u64,
+    pub clone_bytes: u64,
+    pub flushes: u64,
+    pub sleep_ms: u64,
+    pub wait_stdin: bool,
+    pub flush_to: String,
+}
+
+/// What actually happened, summed over threads.
+#[derive(Default)]
+pub struct Truth {
+    pub propose_calls: AtomicU64,
+    pub replay_calls: AtomicU64,
+    pub finalize_calls: AtomicU64,
+    pub flushes: AtomicU64,
+    pub clone_bytes: AtomicU64,
+    pub burn_cpu_ns: AtomicU64,
+    pub slept_ns: AtomicU64,
+}
+
+fn parse_args() -> Result<Config, String> {
+    let mut c = Config {
+        blocks: 20,
+        threads: 1,
+        burn_ms: 0,
+        clone_bytes: 0,
+        flushes: 0,
+        sleep_ms: 0,
+        wait_stdin: false,
+        flush_to: "/dev/null".into(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut num = |name: &str| -> Result<u64, String> {
+            let v = args.next().ok_or(format!("{name} needs a value"))?;
+            v.parse().map_err(|_| format!("{name}: `{v}` is not a number"))
+        };
+        match a.as_str() {
+            "--blocks" => c.blocks = num("--blocks")?,
+            "--threads" => c.threads = num("--threads")?.max(1),
+            "--burn-ms" => c.burn_ms = num("--burn-ms")?,
+            "--clone-bytes" => c.clone_bytes = num("--clone-bytes")?,
+            "--flushes" => c.flushes = num("--flushes")?,
+            "--sleep-ms" => c.sleep_ms = num("--sleep-ms")?,
+            "--wait-stdin" => c.wait_stdin = true,
+            "--flush-to" => c.flush_to = args.next().ok_or("--flush-to needs a path")?,
+            "-h" | "--help" => {
+                return Err("usage: validator-sim [--blocks N] [--threads N] [--burn-ms MS] \
+                     [--clone-bytes B] [--flushes N] [--sleep-ms MS] [--wait-stdin] [--flush-to PATH]"
+                    .into())
+            }
+            other => return Err(format!("unknown flag `{other}`")),
+        }
+    }
+    Ok(c)
+}
+
+fn run_thread(config: &Config, truth: &Truth) {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&config.flush_to)
+        .unwrap_or_else(|e| panic!("open {}: {e}", config.flush_to));
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
+    let source = vec![7u8; config.clone_bytes as usize];
+    for block in 0..config.blocks {
+        phases::propose(config, truth, block);
+        phases::replay(config, truth, &source);
+        phases::finalize(config, truth, &mut out, block);
+    }
+}
+
+fn main() {
+    let config = match parse_args() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("validator-sim: {e}");
+            std::process::exit(2);
+        }
+    };
+    if config.wait_stdin {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).expect("read stdin");
+    }
+    let truth = Arc::new(Truth::default());
+    let start = std::time::Instant::now();
+    if config.threads == 1 {
+        run_thread(&config, &truth);
+    } else {
+        let handles: Vec<_> = (0..config.threads)
+            .map(|i| {
+                let (c, t) = (config.clone(), truth.clone());
+                std::thread::Builder::new()
+                    .name(format!("validator-{i}"))
+                    .spawn(move || run_thread(&c, &t))
+                    .expect("spawn")
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("worker panicked");
+        }
+    }
+    let elapsed = start.elapsed().as_nanos();
+    let g = |a: &AtomicU64| a.load(Ordering::SeqCst);
+    let flushes = g(&truth.flushes);
+    let json = format!(
+        concat!(
+            "{{\"pid\":{},\"blocks\":{},\"threads\":{},",
+            "\"calls\":{{\"propose\":{},\"replay\":{},\"finalize\":{}}},",
+            "\"flushes\":{},\"write_syscalls\":{},\"clone_bytes\":{},",
+            "\"burn_fn\":\"validator_sim::work::burn_cpu\",\"burn_cpu_ns\":{},",
+            "\"sleep_requested_ns\":{},\"slept_ns\":{},\"elapsed_ns\":{}}}\n"
+        ),
+        std::process::id(),
+        config.blocks,
+        config.threads,
+        g(&truth.propose_calls),
+        g(&truth.replay_calls),
+        g(&truth.finalize_calls),
+        flushes,
+        flushes + 1, // + this very print
+        g(&truth.clone_bytes),
+        g(&truth.burn_cpu_ns),
+        config.sleep_ms * 1_000_000 * config.blocks * config.threads,
+        g(&truth.slept_ns),
+        elapsed,
+    );
+    // One write(2): the whole line goes out in a single call.
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(json.as_bytes()).expect("write truth");
+    stdout.flush().expect("flush truth");
+}
