@@ -1,1 +1,16 @@
+//! phaseprof: records CPU, off-CPU and syscalls of live processes with BPF and attributes them
+//! to phases. Recording (`engine`, `record`) is separate from processing (`window` →
+//! `aggregate` → model), so the processing is tested from fixtures without root.
 
+pub mod aggregate;
+pub mod cli;
+pub mod engine;
+pub mod export;
+pub mod pprof;
+pub mod preflight;
+pub mod procmaps;
+pub mod record;
+pub mod report;
+pub mod symbolize;
+pub mod targets;
+pub mod window;

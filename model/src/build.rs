@@ -49,6 +49,10 @@ impl ProfileBuilder {
         i
     }
 
+    pub fn frame(&self, index: u32) -> Option<&Frame> {
+        self.profile.frames.get(index as usize)
+    }
+
     /// Interns a stack given as frame indices, leaf first.
     pub fn intern_stack(&mut self, frames: Vec<u32>) -> u32 {
         if let Some(&i) = self.stack_index.get(&frames) {

@@ -1,0 +1,255 @@
+//! Folds raw windows into a [`Profile`]: symbolizes new addresses (batched, cached across
+//! windows) and sums samples with equal keys.
+use std::collections::{HashMap, HashSet};
+
+use phaseprof_model::{Frame, Meta, Profile, ProfileBuilder};
+
+use crate::window::RawWindow;
+
+/// Turns addresses into frames. Implemented over blazesym for live recording and by hand in
+/// tests.
+pub trait Symbolize {
+    /// For each address of process `pid`, its frames innermost first (inlined callees before the
+    /// function that contains them). Addresses are already adjusted to point into the call
+    /// instruction for return addresses.
+    fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>>;
+    /// The same for kernel addresses.
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>>;
+}
+
+/// Kernel frames that belong to phaseprof's probe, not to the target.
+fn is_probe_frame(f: &Frame) -> bool {
+    f.kind == phaseprof_model::FrameKind::Kernel
+        && (f.function.starts_with("bpf_prog_")
+            || f.function.starts_with("bpf_trace_run")
+            || f.function.starts_with("__bpf_trace_")
+            || f.function.starts_with("bpf_get_stack"))
+}
+
+/// Accumulates windows into one profile.
+pub struct Aggregator {
+    builder: ProfileBuilder,
+    user_frames: HashMap<(u32, u64), Vec<u32>>,
+    kernel_frames: HashMap<u64, Vec<u32>>,
+}
+
+/// Return addresses point after the call; symbolize the call itself (as perf does), except for
+/// the leaf, which is the exact instruction pointer.
+fn lookup_addr(i: usize, addr: u64) -> u64 {
+    if i == 0 {
+        addr
+    } else {
+        addr.saturating_sub(1)
+    }
+}
+
+impl Aggregator {
+    pub fn new(meta: Meta, phases: Vec<String>) -> Self {
+        Aggregator {
+            builder: ProfileBuilder::new(meta, phases),
+            user_frames: HashMap::new(),
+            kernel_frames: HashMap::new(),
+        }
+    }
+
+    pub fn builder_mut(&mut self) -> &mut ProfileBuilder {
+        &mut self.builder
+    }
+
+    pub fn add_window(&mut self, w: &RawWindow, sym: &mut dyn Symbolize) {
+        self.symbolize_new(w, sym);
+        for s in &w.cpu {
+            let stack = self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref());
+            self.builder.add_cpu(s.pid, s.tid, s.phase, stack, s.count);
+        }
+        for s in &w.offcpu {
+            let stack = self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref());
+            self.builder.add_offcpu(s.pid, s.tid, s.phase, stack, s.ns);
+        }
+        for s in &w.syscalls {
+            let stack = s.user.as_deref().map(|u| self.stack(s.pid, Some(u), None));
+            self.builder.add_syscall(s.pid, s.phase, s.nr, stack, s.count, s.total_ns);
+        }
+    }
+
+    /// Symbolizes, in one batch per process and one for the kernel, every address of `w` not
+    /// seen before.
+    fn symbolize_new(&mut self, w: &RawWindow, sym: &mut dyn Symbolize) {
+        let mut user: HashMap<u32, HashSet<u64>> = HashMap::new();
+        let mut kernel: HashSet<u64> = HashSet::new();
+        let mut note_user = |pid: u32, addrs: &Option<Vec<u64>>, cache: &HashMap<(u32, u64), Vec<u32>>| {
+            for (i, &a) in addrs.iter().flatten().enumerate() {
+                let a = lookup_addr(i, a);
+                if !cache.contains_key(&(pid, a)) {
+                    user.entry(pid).or_default().insert(a);
+                }
+            }
+        };
+        for s in &w.cpu {
+            note_user(s.pid, &s.user, &self.user_frames);
+        }
+        for s in &w.offcpu {
+            note_user(s.pid, &s.user, &self.user_frames);
+        }
+        for s in &w.syscalls {
+            note_user(s.pid, &s.user, &self.user_frames);
+        }
+        let kernel_addrs = w.cpu.iter().map(|s| &s.kernel).chain(w.offcpu.iter().map(|s| &s.kernel));
+        for addrs in kernel_addrs {
+            for (i, &a) in addrs.iter().flatten().enumerate() {
+                let a = lookup_addr(i, a);
+                if !self.kernel_frames.contains_key(&a) {
+                    kernel.insert(a);
+                }
+            }
+        }
+        for (pid, addrs) in user {
+            let addrs: Vec<u64> = addrs.into_iter().collect();
+            let frames = sym.user(pid, &addrs);
+            for (a, fs) in addrs.into_iter().zip(frames) {
+                let ids = fs.into_iter().map(|f| self.builder.intern_frame(f)).collect();
+                self.user_frames.insert((pid, a), ids);
+            }
+        }
+        let kernel: Vec<u64> = kernel.into_iter().collect();
+        if !kernel.is_empty() {
+            let frames = sym.kernel(&kernel);
+            for (a, fs) in kernel.into_iter().zip(frames) {
+                let ids = fs.into_iter().map(|f| self.builder.intern_frame(f)).collect();
+                self.kernel_frames.insert(a, ids);
+            }
+        }
+    }
+
+    /// Interns the combined stack, leaf first: kernel frames, then user frames. The probe's own
+    /// frames (the BPF program and the tracepoint glue that ran it) are left out.
+    fn stack(&mut self, pid: u32, user: Option<&[u64]>, kernel: Option<&[u64]>) -> u32 {
+        let mut frames = Vec::new();
+        let profile_frames = &self.builder;
+        for (i, &a) in kernel.unwrap_or_default().iter().enumerate() {
+            let ids = &self.kernel_frames[&lookup_addr(i, a)];
+            if frames.is_empty() && ids.iter().all(|&f| profile_frames.frame(f).is_some_and(is_probe_frame)) {
+                continue;
+            }
+            frames.extend_from_slice(ids);
+        }
+        for (i, &a) in user.unwrap_or_default().iter().enumerate() {
+            frames.extend_from_slice(&self.user_frames[&(pid, lookup_addr(i, a))]);
+        }
+        self.builder.intern_stack(frames)
+    }
+
+    pub fn snapshot(&self) -> Profile {
+        self.builder.snapshot()
+    }
+
+    pub fn finish(self) -> Profile {
+        self.builder.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::*;
+    use phaseprof_model::{EventKind, FrameKind};
+
+    /// Names each address after itself, and counts how often it was asked.
+    #[derive(Default)]
+    struct FakeSymbolizer {
+        user_calls: usize,
+        asked: Vec<u64>,
+    }
+
+    fn frame(name: String, kind: FrameKind, inlined: bool) -> Frame {
+        Frame {
+            function: name,
+            module: "fake".into(),
+            kind,
+            inlined,
+        }
+    }
+
+    impl Symbolize for FakeSymbolizer {
+        fn user(&mut self, _pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>> {
+            self.user_calls += 1;
+            self.asked.extend_from_slice(addrs);
+            addrs
+                .iter()
+                .map(|a| {
+                    if *a == 0x2000 {
+                        // 0x2000 is `inner` inlined into `outer`.
+                        vec![
+                            frame("inner".into(), FrameKind::User, true),
+                            frame("outer".into(), FrameKind::User, false),
+                        ]
+                    } else {
+                        vec![frame(format!("u{a:x}"), FrameKind::User, false)]
+                    }
+                })
+                .collect()
+        }
+        fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>> {
+            // 0xbf00 is the probe's own BPF program, which must not show in stacks.
+            addrs
+                .iter()
+                .map(|&a| match a {
+                    0xbf00 => vec![frame("bpf_prog_123_x".into(), FrameKind::Kernel, false)],
+                    _ => vec![frame(format!("k{a:x}"), FrameKind::Kernel, false)],
+                })
+                .collect()
+        }
+    }
+
+    fn window() -> RawWindow {
+        RawWindow {
+            cpu: vec![RawCpu {
+                pid: 1,
+                tid: 1,
+                phase: 0,
+                user: Some(vec![0x1000, 0x2001, 0x3001]),
+                kernel: Some(vec![0xbf00, 0xff00]),
+                count: 3,
+            }],
+            offcpu: vec![],
+            syscalls: vec![RawSyscall {
+                pid: 1,
+                phase: 0,
+                nr: 1,
+                user: Some(vec![0x1000]),
+                count: 2,
+                total_ns: 20,
+            }],
+        }
+    }
+
+    // Checks stack assembly from a recorded-style window: kernel frames before user frames,
+    // return addresses adjusted, inlined frames expanded, probe frames dropped, and no address
+    // symbolized twice.
+    #[test]
+    fn windows_fold_into_one_profile_with_cached_symbols() {
+        let meta = Meta {
+            events: vec![EventKind::Cpu, EventKind::Syscall],
+            ..Meta::default()
+        };
+        let mut agg = Aggregator::new(meta, vec![]);
+        let mut sym = FakeSymbolizer::default();
+        agg.add_window(&window(), &mut sym);
+        agg.add_window(&window(), &mut sym);
+        let p = agg.finish();
+        assert_eq!(sym.user_calls, 1, "second window must hit the cache");
+        let mut asked = sym.asked.clone();
+        asked.sort();
+        assert_eq!(asked, vec![0x1000, 0x2000, 0x3000]);
+        assert_eq!(p.cpu.len(), 1);
+        assert_eq!(p.cpu[0].count, 6);
+        let names: Vec<&str> = p.stacks[p.cpu[0].stack as usize]
+            .frames
+            .iter()
+            .map(|&f| p.frames[f as usize].function.as_str())
+            .collect();
+        assert_eq!(names, vec!["kfeff", "u1000", "inner", "outer", "u3000"]);
+        assert_eq!(p.syscalls[0].count, 4);
+        assert_eq!(p.syscalls[0].total_ns, 40);
+    }
+}

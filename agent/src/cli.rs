@@ -1,0 +1,275 @@
+//! The command line (clap types only); each subcommand converts into its options struct.
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use phaseprof_model::{read_profile, EventKind, Profile};
+
+use crate::engine::EngineConfig;
+use crate::export::{export, ExportFormat, ExportOptions};
+use crate::record::{record, RecordOptions, StopReason};
+use crate::report::{write_report, ReportOptions};
+use crate::targets::TargetSpec;
+
+#[derive(Parser, Debug)]
+#[command(name = "phaseprof", version, about = "eBPF profiler that attributes every cost to the phase the thread was in")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Record processes (by pid, by name, or a command started with every probe in place).
+    Record(RecordArgs),
+    /// Print a profile's tables, or its JSON summary.
+    Report(ReportArgs),
+    /// Write a profile's stacks as folded text, pprof or an SVG flamegraph.
+    Export(ExportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Process to record, with all its threads (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Record processes whose comm or command line matches, including ones that start later.
+    #[arg(long, value_name = "REGEX")]
+    pub name: Option<String>,
+    /// Stop after this long (e.g. 30s, 500ms, 2m). Default: until the command exits or Ctrl-C.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Event kinds, comma separated: cpu, offcpu, syscall.
+    #[arg(long, default_value = "cpu,offcpu,syscall", value_delimiter = ',')]
+    pub events: Vec<String>,
+    /// cpu-clock sampling frequency in Hz.
+    #[arg(long, default_value_t = 99)]
+    pub freq: u64,
+    /// Capture a user stack for every syscall (counts are exact either way).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub syscall_stacks: bool,
+    /// How often kernel maps are drained into the profile.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Entries of the kernel stack map (distinct stacks).
+    #[arg(long, default_value_t = 16384)]
+    pub stack_entries: u32,
+    /// Output file.
+    #[arg(short, long, value_name = "OUT.phaseprof")]
+    pub output: PathBuf,
+    /// Print attach time and target changes.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Command to start and record until it exits.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    pub file: PathBuf,
+    /// Print the JSON summary instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Only this event kind (cpu, offcpu, syscall).
+    #[arg(long)]
+    pub event: Option<String>,
+    /// Only stacks recorded in this phase.
+    #[arg(long)]
+    pub phase: Option<String>,
+    /// Rows per table.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FormatArg {
+    Folded,
+    Pprof,
+    Svg,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    pub file: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: FormatArg,
+    /// Event kind to export.
+    #[arg(long, default_value = "cpu")]
+    pub event: String,
+    /// Only stacks recorded in this phase.
+    #[arg(long)]
+    pub phase: Option<String>,
+    /// Output file (`-` for stdout).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// Parses `30s`, `500ms`, `2m`, `1h` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 30s, 500ms or 2m"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" => v / 1e6,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_event(s: &str) -> Result<EventKind> {
+    EventKind::parse(s.trim()).ok_or_else(|| anyhow!("unknown event kind `{s}` (known: cpu, offcpu, syscall, alloc, pagefault)"))
+}
+
+fn load(path: &PathBuf) -> Result<Profile> {
+    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    read_profile(std::io::BufReader::new(f)).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn phase_of(profile: &Profile, name: Option<&String>) -> Result<Option<u32>> {
+    let Some(name) = name else { return Ok(None) };
+    match profile.phase_index(name) {
+        Some(i) => Ok(Some(i)),
+        None => bail!("the profile has no phase `{name}`; its phases are: {}", profile.phases.join(", ")),
+    }
+}
+
+impl RecordArgs {
+    pub fn into_options(self) -> Result<RecordOptions> {
+        let given = [!self.pids.is_empty(), self.name.is_some(), !self.command.is_empty()];
+        if given.iter().filter(|&&g| g).count() != 1 {
+            bail!("name exactly one target: --pid PID (repeatable), --name REGEX, or -- CMD [ARGS...]");
+        }
+        let target = if !self.pids.is_empty() {
+            TargetSpec::Pids(self.pids)
+        } else if let Some(re) = self.name {
+            TargetSpec::Name(regex::Regex::new(&re).with_context(|| format!("--name: invalid regex `{re}`"))?)
+        } else {
+            TargetSpec::Command(self.command)
+        };
+        let mut events = Vec::new();
+        for e in &self.events {
+            let k = parse_event(e)?;
+            if matches!(k, EventKind::Alloc | EventKind::Pagefault) {
+                bail!("--events {k} is not available in this version (cpu, offcpu and syscall are)");
+            }
+            if !events.contains(&k) {
+                events.push(k);
+            }
+        }
+        if self.freq == 0 || self.freq > 10_000 {
+            bail!("--freq must be between 1 and 10000 Hz");
+        }
+        Ok(RecordOptions {
+            target,
+            duration: self.duration,
+            engine: EngineConfig {
+                events,
+                freq_hz: self.freq,
+                syscall_stacks: self.syscall_stacks,
+                stack_entries: self.stack_entries,
+                ..EngineConfig::default()
+            },
+            output: self.output,
+            window: self.window,
+            verbose: self.verbose,
+        })
+    }
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Record(args) => {
+            let opts = args.into_options()?;
+            let interrupted = Arc::new(AtomicBool::new(false));
+            let flag = interrupted.clone();
+            ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+                .context("installing the Ctrl-C handler")?;
+            let rec = record(&opts, interrupted)?;
+            let p = &rec.profile;
+            let samples: u64 = p.cpu.iter().map(|s| s.count).sum();
+            let syscalls: u64 = p.syscalls.iter().map(|s| s.count).sum();
+            let offcpu: u64 = p.offcpu.iter().map(|s| s.ns).sum();
+            let why = match rec.stop {
+                StopReason::Duration => "duration reached".to_string(),
+                StopReason::Interrupted => "interrupted".to_string(),
+                StopReason::CommandExited(s) => format!("command exited with status {s}"),
+                StopReason::TargetsExited => "every target exited".to_string(),
+            };
+            eprintln!(
+                "phaseprof: {why}; wrote {}: {samples} cpu samples, {} off-cpu, {syscalls} syscalls, lost {} events / {} stacks",
+                opts.output.display(),
+                crate::report::fmt_ns(offcpu),
+                p.lost.events,
+                p.lost.stacks
+            );
+            Ok(0)
+        }
+        Command::Report(args) => {
+            let profile = load(&args.file)?;
+            let opts = ReportOptions {
+                json: args.json,
+                event: args.event.as_deref().map(parse_event).transpose()?,
+                phase: phase_of(&profile, args.phase.as_ref())?,
+                top: args.top,
+            };
+            write_report(&profile, &opts, std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Export(args) => {
+            let profile = load(&args.file)?;
+            let opts = ExportOptions {
+                format: match args.format {
+                    FormatArg::Folded => ExportFormat::Folded,
+                    FormatArg::Pprof => ExportFormat::Pprof,
+                    FormatArg::Svg => ExportFormat::Svg,
+                },
+                event: parse_event(&args.event)?,
+                phase: phase_of(&profile, args.phase.as_ref())?,
+            };
+            if args.output.as_os_str() == "-" {
+                export(&profile, &opts, std::io::stdout().lock())?;
+            } else {
+                let f = std::fs::File::create(&args.output)
+                    .with_context(|| format!("cannot write {}", args.output.display()))?;
+                export(&profile, &opts, std::io::BufWriter::new(f))?;
+            }
+            Ok(0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks duration parsing of the units users type, and a clear error otherwise.
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("3 parsecs").unwrap_err().contains("unknown unit"));
+    }
+
+    // Checks that record refuses zero or two targets with one clear message.
+    #[test]
+    fn exactly_one_target() {
+        let cli = Cli::try_parse_from(["phaseprof", "record", "-o", "x", "--pid", "1", "--name", "a"]).unwrap();
+        let Command::Record(args) = cli.command else { panic!() };
+        assert!(args.into_options().unwrap_err().to_string().contains("exactly one target"));
+        let cli = Cli::try_parse_from(["phaseprof", "record", "-o", "x", "--", "gzip", "-c"]).unwrap();
+        let Command::Record(args) = cli.command else { panic!() };
+        let opts = args.into_options().unwrap();
+        assert!(matches!(opts.target, TargetSpec::Command(ref c) if c == &["gzip", "-c"]));
+    }
+}

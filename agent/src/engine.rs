@@ -1,0 +1,432 @@
+//! The BPF lifecycle: open → configure → load (with a load probe for the sched_switch flavour)
+//! → attach; then windows drained from the kernel maps; then detach.
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
+use phaseprof_bpf::types;
+use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkel, PhaseprofSkelBuilder};
+use phaseprof_model::{EventKind, Lost};
+
+use crate::window::{RawCpu, RawOffCpu, RawSyscall, RawWindow};
+
+/// How to configure the programs before loading them.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub events: Vec<EventKind>,
+    pub freq_hz: u64,
+    pub syscall_stacks: bool,
+    /// Make children forked by a target targets too (`record -- CMD`, like `strace -f`).
+    pub follow_children: bool,
+    /// Report every exec on the host (needed to find processes by name).
+    pub notify_exec: bool,
+    pub stack_entries: u32,
+    pub key_entries: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            events: vec![EventKind::Cpu, EventKind::Offcpu, EventKind::Syscall],
+            freq_hz: 99,
+            syscall_stacks: true,
+            follow_children: false,
+            notify_exec: false,
+            stack_entries: 16384,
+            key_entries: 65536,
+        }
+    }
+}
+
+/// A process event from the kernel (decoded `struct target_event`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetEvent {
+    Exec { pid: u32, comm: String },
+    Exit { pid: u32 },
+    Fork { pid: u32, parent: u32 },
+    MapsChanged { pid: u32 },
+}
+
+/// Which sched_switch program the load probe picked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SwitchFlavour {
+    TpBtf,
+    RawTp,
+}
+
+pub struct Engine<'obj> {
+    skel: PhaseprofSkel<'obj>,
+    links: Vec<Link>,
+    ring: RingBuffer<'static>,
+    events: Receiver<TargetEvent>,
+    stack_cache: HashMap<i32, Vec<u64>>,
+    pub flavour: SwitchFlavour,
+    pub cpus: usize,
+}
+
+/// Reads a plain-old-data record of the shared header from map bytes.
+fn pod<T: Copy>(bytes: &[u8]) -> T {
+    assert_eq!(bytes.len(), std::mem::size_of::<T>(), "map record size differs from the header");
+    // SAFETY: the size matches and T is a `#[repr(C)]` integer-only record generated from the
+    // BPF object's BTF, for which every bit pattern is valid; read_unaligned needs no alignment.
+    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
+}
+
+fn online_cpus() -> Result<Vec<usize>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .context("reading /sys/devices/system/cpu/online")?;
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<usize>()?..=b.parse::<usize>()?),
+            None => cpus.push(part.parse()?),
+        }
+    }
+    Ok(cpus)
+}
+
+/// `struct perf_event_attr` up to PERF_ATTR_SIZE_VER5; the kernel accepts any known size.
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_freq: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved: u16,
+}
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_ATTR_FLAG_FREQ: u64 = 1 << 10;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+
+/// Opens a cpu-clock sampling event on `cpu` for every process.
+fn open_cpu_clock(cpu: usize, freq_hz: u64) -> Result<OwnedFd> {
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_CPU_CLOCK,
+        sample_freq: freq_hz,
+        flags: PERF_ATTR_FLAG_FREQ,
+        ..Default::default()
+    };
+    // SAFETY: attr is a valid, fully initialized perf_event_attr of the size it declares.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            -1i32,
+            cpu as i32,
+            -1i32,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        bail!("perf_event_open(cpu-clock, cpu {cpu}) failed: {err}");
+    }
+    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn open_skel<'obj>(
+    cfg: &EngineConfig,
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    flavour: SwitchFlavour,
+) -> Result<OpenPhaseprofSkel<'obj>> {
+    let mut open = PhaseprofSkelBuilder::default().open(storage).context("opening the BPF object")?;
+    let rodata = open.maps.rodata_data.as_deref_mut().context("BPF object has no rodata")?;
+    rodata.syscall_stacks = cfg.syscall_stacks;
+    rodata.follow_children = cfg.follow_children;
+    rodata.notify_exec = cfg.notify_exec;
+    open.maps.stacks.set_max_entries(cfg.stack_entries)?;
+    for map in [&mut open.maps.cpu_counts, &mut open.maps.offcpu_counts, &mut open.maps.syscall_counts] {
+        map.set_max_entries(cfg.key_entries)?;
+    }
+    let has = |k| cfg.events.contains(&k);
+    open.progs.perf_event__sample.set_autoload(has(EventKind::Cpu));
+    open.progs.tp_btf__sched_switch.set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::TpBtf);
+    open.progs.raw_tp__sched_switch.set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::RawTp);
+    // sys_enter also starts counting for `record -- CMD` at its execve, so it loads whenever
+    // syscalls are recorded; sched_process_exec covers the other case.
+    open.progs.raw_tp__sys_enter.set_autoload(has(EventKind::Syscall));
+    open.progs.raw_tp__sys_exit.set_autoload(has(EventKind::Syscall));
+    Ok(open)
+}
+
+impl<'obj> Engine<'obj> {
+    /// Opens, configures and loads the programs. Tries the tp_btf flavour of sched_switch first
+    /// and falls back to raw_tp when it does not load (the load is the probe).
+    pub fn load(
+        cfg: &EngineConfig,
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        fallback_storage: &'obj mut MaybeUninit<OpenObject>,
+    ) -> Result<Engine<'obj>> {
+        let (skel, flavour) = match open_skel(cfg, storage, SwitchFlavour::TpBtf)?.load() {
+            Ok(skel) => (skel, SwitchFlavour::TpBtf),
+            Err(btf_err) => {
+                let skel = open_skel(cfg, fallback_storage, SwitchFlavour::RawTp)?
+                    .load()
+                    .with_context(|| format!("loading the BPF programs (tp_btf flavour failed too: {btf_err})"))?;
+                (skel, SwitchFlavour::RawTp)
+            }
+        };
+        let (tx, rx) = channel();
+        let handle = MapHandle::try_from(&skel.maps.target_events)?;
+        let mut builder = RingBufferBuilder::new();
+        builder.add(&handle, move |data: &[u8]| {
+            if data.len() >= std::mem::size_of::<types::target_event>() {
+                let e: types::target_event = pod(&data[..std::mem::size_of::<types::target_event>()]);
+                let comm: Vec<u8> = e.comm.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+                let ev = match types::target_event_kind(e.kind) {
+                    types::target_event_kind::TEV_EXEC => TargetEvent::Exec {
+                        pid: e.pid,
+                        comm: String::from_utf8_lossy(&comm).into_owned(),
+                    },
+                    types::target_event_kind::TEV_EXIT => TargetEvent::Exit { pid: e.pid },
+                    types::target_event_kind::TEV_FORK => TargetEvent::Fork { pid: e.pid, parent: e.ppid },
+                    _ => TargetEvent::MapsChanged { pid: e.pid },
+                };
+                let _ = tx.send(ev);
+            }
+            0
+        })?;
+        let ring = builder.build()?;
+        Ok(Engine {
+            skel,
+            links: Vec::new(),
+            ring,
+            events: rx,
+            stack_cache: HashMap::new(),
+            flavour,
+            cpus: 0,
+        })
+    }
+
+    /// Attaches every loaded program; cpu sampling gets one perf event per online CPU.
+    pub fn attach(&mut self, cfg: &EngineConfig) -> Result<()> {
+        let progs = &self.skel.progs;
+        let has = |k| cfg.events.contains(&k);
+        if has(EventKind::Cpu) {
+            let cpus = online_cpus()?;
+            self.cpus = cpus.len();
+            for cpu in cpus {
+                let fd = open_cpu_clock(cpu, cfg.freq_hz)?;
+                // The link owns the fd from here on and closes it on detach.
+                let link = progs
+                    .perf_event__sample
+                    .attach_perf_event(fd.into_raw_fd())
+                    .with_context(|| format!("attaching the cpu sampler on cpu {cpu}"))?;
+                self.links.push(link);
+            }
+        }
+        let mut attach = |prog: &libbpf_rs::ProgramMut<'_>, what: &str| -> Result<()> {
+            let link = prog.attach().with_context(|| format!("attaching {what}"))?;
+            self.links.push(link);
+            Ok(())
+        };
+        if has(EventKind::Offcpu) {
+            match self.flavour {
+                SwitchFlavour::TpBtf => attach(&progs.tp_btf__sched_switch, "tp_btf/sched_switch")?,
+                SwitchFlavour::RawTp => attach(&progs.raw_tp__sched_switch, "raw_tp/sched_switch")?,
+            }
+        }
+        if has(EventKind::Syscall) {
+            attach(&progs.raw_tp__sys_enter, "raw_tp/sys_enter")?;
+            attach(&progs.raw_tp__sys_exit, "raw_tp/sys_exit")?;
+        }
+        attach(&progs.raw_tp__sched_process_fork, "raw_tp/sched_process_fork")?;
+        attach(&progs.raw_tp__sched_process_exec, "raw_tp/sched_process_exec")?;
+        attach(&progs.raw_tp__sched_process_exit, "raw_tp/sched_process_exit")?;
+        Ok(())
+    }
+
+    /// Detaches every program: the targets run exactly as before from here on.
+    pub fn detach(&mut self) {
+        self.links.clear();
+    }
+
+    fn set_target(&self, pid: u32, state: types::target_state) -> Result<()> {
+        self.skel
+            .maps
+            .target_pids
+            .update(&pid.to_ne_bytes(), &state.0.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("adding pid {pid} to the targets"))
+    }
+
+    /// Records `pid` (all its threads, present and future) from now on.
+    pub fn add_target(&self, pid: u32) -> Result<()> {
+        self.set_target(pid, types::target_state::TARGET_ACTIVE)
+    }
+
+    /// Registers a forked, not yet exec'd `record -- CMD` child: counting starts at its execve.
+    pub fn arm_target(&self, pid: u32) -> Result<()> {
+        self.set_target(pid, types::target_state::TARGET_ARMED)
+    }
+
+    pub fn remove_target(&self, pid: u32) {
+        let _ = self.skel.maps.target_pids.delete(&pid.to_ne_bytes());
+    }
+
+    /// Process events that arrived since the last call, waiting at most `timeout` for the first.
+    pub fn poll_events(&self, timeout: Duration) -> Vec<TargetEvent> {
+        let _ = self.ring.poll(timeout);
+        self.events.try_iter().collect()
+    }
+
+    fn window_ptr(&mut self) -> *mut u32 {
+        let bss = self.skel.maps.bss_data.as_deref_mut().expect("BPF object has a .bss");
+        &mut bss.window
+    }
+
+    /// Drains one window. While attached: flips the window parity, gives programs that read
+    /// the old parity time to finish, then takes every old-parity key (nothing writes them any
+    /// more, so nothing is lost between read and delete). After `detach`, `everything` drains
+    /// both parities.
+    pub fn drain(&mut self, everything: bool) -> Result<RawWindow> {
+        let ptr = self.window_ptr();
+        // SAFETY: ptr points into the .bss mmap of the loaded object, which lives as long as
+        // self.skel; volatile because BPF programs read it concurrently.
+        let old = unsafe { std::ptr::read_volatile(ptr) };
+        if !everything {
+            // SAFETY: as above.
+            unsafe { std::ptr::write_volatile(ptr, old ^ 1) };
+            // A program runs for microseconds without sleeping; 2 ms covers any that read the
+            // old parity just before the flip.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let take = |w: u32| everything || w == old;
+        let mut raw = RawWindow::default();
+
+        let maps = &self.skel.maps;
+        let mut cpu = Vec::new();
+        for key in maps.cpu_counts.keys().collect::<Vec<_>>() {
+            let k: types::cpu_key = pod(&key);
+            if take(k.window) {
+                if let Some(v) = maps.cpu_counts.lookup_and_delete(&key)? {
+                    cpu.push((k, pod::<u64>(&v)));
+                }
+            }
+        }
+        let mut offcpu = Vec::new();
+        for key in maps.offcpu_counts.keys().collect::<Vec<_>>() {
+            let k: types::offcpu_key = pod(&key);
+            if take(k.window) {
+                if let Some(v) = maps.offcpu_counts.lookup_and_delete(&key)? {
+                    offcpu.push((k, pod::<u64>(&v)));
+                }
+            }
+        }
+        let mut syscalls = Vec::new();
+        for key in maps.syscall_counts.keys().collect::<Vec<_>>() {
+            let k: types::syscall_key = pod(&key);
+            if take(k.window) {
+                if let Some(v) = maps.syscall_counts.lookup_and_delete(&key)? {
+                    syscalls.push((k, pod::<types::syscall_value>(&v)));
+                }
+            }
+        }
+        for (k, count) in cpu {
+            raw.cpu.push(RawCpu {
+                pid: k.tgid,
+                tid: k.tid,
+                phase: k.phase,
+                user: self.stack(k.user_stack_id),
+                kernel: self.stack(k.kernel_stack_id),
+                count,
+            });
+        }
+        for (k, ns) in offcpu {
+            raw.offcpu.push(RawOffCpu {
+                pid: k.tgid,
+                tid: k.tid,
+                phase: k.phase,
+                user: self.stack(k.user_stack_id),
+                kernel: self.stack(k.kernel_stack_id),
+                ns,
+            });
+        }
+        for (k, v) in syscalls {
+            raw.syscalls.push(RawSyscall {
+                pid: k.tgid,
+                phase: k.phase,
+                nr: k.nr,
+                user: self.stack(k.user_stack_id),
+                count: v.count,
+                total_ns: v.total_ns,
+            });
+        }
+        Ok(raw)
+    }
+
+    /// The addresses of stack `id`, leaf first. Ids stay valid (the stack map is never
+    /// cleared while recording), so each is read from the kernel once.
+    fn stack(&mut self, id: i32) -> Option<Vec<u64>> {
+        if id < 0 {
+            return None;
+        }
+        if let Some(s) = self.stack_cache.get(&id) {
+            return Some(s.clone());
+        }
+        let bytes = self.skel.maps.stacks.lookup(&id.to_ne_bytes(), MapFlags::ANY).ok()??;
+        let addrs: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .take_while(|&a| a != 0)
+            .collect();
+        self.stack_cache.insert(id, addrs.clone());
+        Some(addrs)
+    }
+
+    /// Everything the kernel side dropped so far, summed over CPUs.
+    pub fn lost(&self) -> Result<Lost> {
+        let mut lost = Lost::default();
+        for i in 0..types::drop_reason::DROP_MAX.0 {
+            let per_cpu = self.skel.maps.drops.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?;
+            let n: u64 = per_cpu.unwrap_or_default().iter().map(|v| pod::<u64>(v)).sum();
+            let reason = types::drop_reason(i);
+            let name = match reason {
+                types::drop_reason::DROP_USER_STACK => "user_stack",
+                types::drop_reason::DROP_KERNEL_STACK => "kernel_stack",
+                types::drop_reason::DROP_CPU_KEY => "cpu_counts_full",
+                types::drop_reason::DROP_OFFCPU_KEY => "offcpu_counts_full",
+                types::drop_reason::DROP_OFFCPU_START => "offcpu_starts_full",
+                types::drop_reason::DROP_SYSCALL_KEY => "syscall_counts_full",
+                types::drop_reason::DROP_SYSCALL_START => "syscall_starts_full",
+                types::drop_reason::DROP_TARGET_FULL => "target_pids_full",
+                types::drop_reason::DROP_EVENT_RINGBUF => "event_ringbuf_full",
+                types::drop_reason::INFO_SYSCALL_EXIT_UNMATCHED => {
+                    lost.syscalls_in_flight_at_start = n;
+                    continue;
+                }
+                _ => "unknown",
+            };
+            match reason {
+                types::drop_reason::DROP_USER_STACK | types::drop_reason::DROP_KERNEL_STACK => lost.stacks += n,
+                _ => lost.events += n,
+            }
+            lost.by_reason.insert(name.to_string(), n);
+        }
+        Ok(lost)
+    }
+}

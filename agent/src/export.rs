@@ -1,0 +1,39 @@
+//! `phaseprof export`: folded stacks, pprof, or an SVG flamegraph of one event kind.
+use std::io::Write;
+
+use anyhow::Result;
+use phaseprof_flamegraphs::{write_folded, write_svg, Selection};
+use phaseprof_model::{EventKind, Profile};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ExportFormat {
+    Folded,
+    Pprof,
+    Svg,
+}
+
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    pub format: ExportFormat,
+    pub event: EventKind,
+    pub phase: Option<u32>,
+}
+
+pub fn export(profile: &Profile, opts: &ExportOptions, mut out: impl Write) -> Result<()> {
+    let sel = Selection {
+        kind: opts.event,
+        phase: opts.phase,
+    };
+    match opts.format {
+        ExportFormat::Folded => write_folded(profile, &sel, &mut out)?,
+        ExportFormat::Svg => write_svg(profile, &sel, &mut out)?,
+        ExportFormat::Pprof => {
+            if !profile.recorded(opts.event) {
+                anyhow::bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(opts.event));
+            }
+            crate::pprof::write_pprof(profile, opts.event, opts.phase, &mut out)?
+        }
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! `phaseprof report`: human tables (top functions per event kind, syscalls by name) and the
+//! JSON summary of PRODUCT.md.
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+
+use phaseprof_model::summary::syscalls_by_name;
+use phaseprof_model::{display_name, EventKind, Profile, Summary};
+
+/// Options of `report`, independent of the CLI.
+#[derive(Clone, Debug, Default)]
+pub struct ReportOptions {
+    pub json: bool,
+    /// Only this event kind.
+    pub event: Option<EventKind>,
+    /// Only stacks recorded in this phase.
+    pub phase: Option<u32>,
+    pub top: usize,
+}
+
+/// Self and inclusive value of one function.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FunctionCost {
+    pub name: String,
+    pub self_value: u64,
+    pub total_value: u64,
+}
+
+/// Functions of `kind` ranked by self value, with inclusive values; and the grand total.
+pub fn top_functions(profile: &Profile, kind: EventKind, phase: Option<u32>) -> (Vec<FunctionCost>, u64) {
+    let mut costs: HashMap<String, FunctionCost> = HashMap::new();
+    let mut grand = 0;
+    for w in profile.weighted_stacks(kind, phase) {
+        grand += w.value;
+        let names: Vec<String> = w
+            .frames
+            .iter()
+            .filter_map(|&f| profile.frames.get(f as usize))
+            .map(display_name)
+            .collect();
+        if let Some(leaf) = names.first() {
+            let e = costs.entry(leaf.clone()).or_insert_with(|| FunctionCost {
+                name: leaf.clone(),
+                ..Default::default()
+            });
+            e.self_value += w.value;
+        }
+        let unique: HashSet<&String> = names.iter().collect();
+        for n in unique {
+            let e = costs.entry(n.clone()).or_insert_with(|| FunctionCost {
+                name: n.clone(),
+                ..Default::default()
+            });
+            e.total_value += w.value;
+        }
+    }
+    let mut v: Vec<FunctionCost> = costs.into_values().collect();
+    v.sort_by(|a, b| {
+        b.self_value
+            .cmp(&a.self_value)
+            .then(b.total_value.cmp(&a.total_value))
+            .then(a.name.cmp(&b.name))
+    });
+    (v, grand)
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+pub fn fmt_ns(ns: u64) -> String {
+    let ns = ns as f64;
+    if ns >= 1e9 {
+        format!("{:.3} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.3} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn fmt_value(kind: EventKind, v: u64) -> String {
+    match kind {
+        EventKind::Offcpu => fmt_ns(v),
+        _ => v.to_string(),
+    }
+}
+
+pub fn write_report(profile: &Profile, opts: &ReportOptions, mut out: impl Write) -> std::io::Result<()> {
+    if opts.json {
+        let summary = Summary::of(profile);
+        serde_json::to_writer_pretty(&mut out, &summary)?;
+        return writeln!(out);
+    }
+    let m = &profile.meta;
+    writeln!(
+        out,
+        "{} (pids {:?}) on {} ({}), {}",
+        if m.exe.is_empty() { &m.comm } else { &m.exe },
+        m.pids,
+        m.host,
+        m.kernel,
+        fmt_ns(profile.duration_ns())
+    )?;
+    if let Some(id) = &m.build_id {
+        writeln!(out, "build id {id}")?;
+    }
+    let l = &profile.lost;
+    writeln!(
+        out,
+        "lost: {} events, {} stacks{}",
+        l.events,
+        l.stacks,
+        if l.is_empty() { " (complete profile)" } else { " (PARTIAL profile: see lost.by_reason in --json)" }
+    )?;
+    if let Some(p) = opts.phase {
+        writeln!(out, "phase: {} only", profile.phase_name(p))?;
+    }
+    let top = if opts.top == 0 { 20 } else { opts.top };
+    for kind in [EventKind::Cpu, EventKind::Offcpu, EventKind::Syscall] {
+        if !profile.recorded(kind) || opts.event.is_some_and(|e| e != kind) {
+            continue;
+        }
+        let (funcs, grand) = top_functions(profile, kind, opts.phase);
+        writeln!(out)?;
+        match kind {
+            EventKind::Cpu => writeln!(out, "== cpu: {grand} samples at {} Hz ==", m.frequency_hz)?,
+            EventKind::Offcpu => writeln!(out, "== off-cpu: {} ==", fmt_ns(grand))?,
+            _ => writeln!(out, "== syscalls: {grand} calls ==")?,
+        }
+        writeln!(out, "{:>7} {:>7} {:>12} {:>12}  function", "self%", "total%", "self", "total")?;
+        for f in funcs.iter().take(top) {
+            writeln!(
+                out,
+                "{:>6.2}% {:>6.2}% {:>12} {:>12}  {}",
+                pct(f.self_value, grand),
+                pct(f.total_value, grand),
+                fmt_value(kind, f.self_value),
+                fmt_value(kind, f.total_value),
+                f.name
+            )?;
+        }
+        if kind == EventKind::Syscall {
+            write_syscall_table(profile, opts.phase, &mut out)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_syscall_table(profile: &Profile, phase: Option<u32>, mut out: impl Write) -> std::io::Result<()> {
+    let by_name = match phase {
+        None => syscalls_by_name(profile),
+        Some(p) => {
+            let mut only = profile.clone();
+            only.syscalls.retain(|s| s.phase == p);
+            syscalls_by_name(&only)
+        }
+    };
+    let mut rows: Vec<_> = by_name.into_iter().collect::<BTreeMap<_, _>>().into_iter().collect();
+    rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(&b.0)));
+    writeln!(out)?;
+    writeln!(out, "{:<20} {:>10} {:>14} {:>12}", "syscall", "count", "total", "mean")?;
+    for (name, c) in rows {
+        writeln!(
+            out,
+            "{:<20} {:>10} {:>14} {:>12}",
+            name,
+            c.count,
+            fmt_ns(c.total_ns),
+            fmt_ns(c.total_ns.checked_div(c.count).unwrap_or(0))
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use phaseprof_model::*;
+
+    // Checks self/inclusive attribution: recursion counted once per stack, leaf is self.
+    #[test]
+    fn top_functions_self_and_total() {
+        let mut b = ProfileBuilder::new(
+            Meta {
+                events: vec![EventKind::Cpu],
+                ..Meta::default()
+            },
+            vec![],
+        );
+        let mut f = |n: &str| {
+            b.intern_frame(Frame {
+                function: n.into(),
+                module: "m".into(),
+                kind: FrameKind::User,
+                inlined: false,
+            })
+        };
+        let (main, rec, burn) = (f("main"), f("rec"), f("burn"));
+        let s1 = b.intern_stack(vec![burn, rec, rec, main]);
+        let s2 = b.intern_stack(vec![main]);
+        b.add_cpu(1, 1, 0, s1, 9);
+        b.add_cpu(1, 1, 0, s2, 1);
+        let (top, grand) = top_functions(&b.finish(), EventKind::Cpu, None);
+        assert_eq!(grand, 10);
+        assert_eq!(top[0], FunctionCost { name: "burn".into(), self_value: 9, total_value: 9 });
+        let rec = top.iter().find(|f| f.name == "rec").unwrap();
+        assert_eq!(rec.total_value, 9);
+        let main = top.iter().find(|f| f.name == "main").unwrap();
+        assert_eq!((main.self_value, main.total_value), (1, 10));
+    }
+}

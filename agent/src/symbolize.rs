@@ -1,0 +1,159 @@
+//! Live symbolization with blazesym: user addresses through the cached mappings of each process
+//! (so symbols survive the target's exit), kernel addresses through kallsyms.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
+use blazesym::MaybeDefault;
+use phaseprof_model::{Frame, FrameKind};
+
+use crate::aggregate::Symbolize;
+use crate::procmaps::{ProcMaps, Vma};
+
+pub struct BlazeSymbolizer {
+    symbolizer: Symbolizer,
+    maps: ProcMaps,
+    /// Per file and file offset: symbolized once, whatever process it came from.
+    by_file: HashMap<(PathBuf, u64), Vec<Frame>>,
+}
+
+impl Default for BlazeSymbolizer {
+    fn default() -> Self {
+        BlazeSymbolizer {
+            symbolizer: Symbolizer::builder()
+                .enable_inlined_fns(true)
+                .enable_code_info(false)
+                .enable_demangling(true)
+                .build(),
+            maps: ProcMaps::default(),
+            by_file: HashMap::new(),
+        }
+    }
+}
+
+fn module_name(path: &str) -> String {
+    Path::new(path.trim_end_matches(" (deleted)"))
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
+}
+
+fn unknown(module: &str, offset: u64, kind: FrameKind) -> Vec<Frame> {
+    vec![Frame {
+        function: format!("{module}+{offset:#x}"),
+        module: module.to_string(),
+        kind,
+        inlined: false,
+    }]
+}
+
+/// A symbol with its inlined callees, innermost first.
+fn frames_of(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
+    let mut frames: Vec<Frame> = sym
+        .inlined
+        .iter()
+        .rev()
+        .map(|f| Frame {
+            function: f.name.to_string(),
+            module: module.to_string(),
+            kind,
+            inlined: true,
+        })
+        .collect();
+    frames.push(Frame {
+        function: sym.name.to_string(),
+        module: module.to_string(),
+        kind,
+        inlined: false,
+    });
+    frames
+}
+
+impl BlazeSymbolizer {
+    /// Reads (again) the mappings of `pid`. Call when a target appears, execs or maps code.
+    pub fn track(&mut self, pid: u32) {
+        self.maps.refresh(pid);
+    }
+
+    fn symbolize_file(&mut self, pid: u32, vma: &Vma, offsets: &[u64]) {
+        let path = ProcMaps::open_path(pid, vma);
+        let module = module_name(&vma.path);
+        let todo: Vec<u64> = offsets
+            .iter()
+            .copied()
+            .filter(|o| !self.by_file.contains_key(&(path.clone(), *o)))
+            .collect();
+        if todo.is_empty() {
+            return;
+        }
+        let src = Source::Elf(Elf::new(&path));
+        let results = self.symbolizer.symbolize(&src, Input::FileOffset(&todo));
+        for (i, off) in todo.iter().enumerate() {
+            let frames = match results.as_ref().ok().and_then(|r| r.get(i)) {
+                Some(Symbolized::Sym(sym)) => frames_of(sym, &module, FrameKind::User),
+                _ => unknown(&module, *off, FrameKind::User),
+            };
+            self.by_file.insert((path.clone(), *off), frames);
+        }
+    }
+}
+
+impl Symbolize for BlazeSymbolizer {
+    fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>> {
+        if addrs.iter().any(|&a| self.maps.find(pid, a).is_none()) {
+            // Code mapped since we last looked (dlopen, a JIT): look again while it is alive.
+            self.maps.refresh(pid);
+        }
+        // Group by mapping so each file is symbolized in one batch.
+        let mut per_vma: HashMap<(u64, u64), (Vma, Vec<u64>)> = HashMap::new();
+        for &a in addrs {
+            if let Some(vma) = self.maps.find(pid, a) {
+                if vma.is_file() {
+                    let off = a - vma.start + vma.offset;
+                    per_vma
+                        .entry((vma.start, vma.end))
+                        .or_insert_with(|| (vma.clone(), Vec::new()))
+                        .1
+                        .push(off);
+                }
+            }
+        }
+        for (vma, offsets) in per_vma.values() {
+            self.symbolize_file(pid, vma, offsets);
+        }
+        addrs
+            .iter()
+            .map(|&a| match self.maps.find(pid, a) {
+                Some(vma) if vma.is_file() => {
+                    let off = a - vma.start + vma.offset;
+                    let path = ProcMaps::open_path(pid, vma);
+                    self.by_file
+                        .get(&(path, off))
+                        .cloned()
+                        .unwrap_or_else(|| unknown(&module_name(&vma.path), off, FrameKind::User))
+                }
+                Some(vma) => unknown(&vma.path, a - vma.start, FrameKind::User),
+                None => unknown("[unknown]", a, FrameKind::User),
+            })
+            .collect()
+    }
+
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>> {
+        let src = Source::Kernel(Kernel {
+            kallsyms: MaybeDefault::Default,
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Default::default()
+        });
+        let results = self.symbolizer.symbolize(&src, Input::AbsAddr(addrs));
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| match results.as_ref().ok().and_then(|r| r.get(i)) {
+                Some(Symbolized::Sym(sym)) => frames_of(sym, "[kernel]", FrameKind::Kernel),
+                _ => unknown("[kernel]", a, FrameKind::Kernel),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,212 @@
+//! Finding, describing and starting the processes to record.
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use regex::Regex;
+
+/// What to record, as the user named it.
+#[derive(Clone, Debug)]
+pub enum TargetSpec {
+    Pids(Vec<u32>),
+    Name(Regex),
+    Command(Vec<String>),
+}
+
+/// Facts about a target process for the profile's metadata.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub comm: String,
+    pub exe: String,
+    pub build_id: Option<String>,
+}
+
+pub fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+pub fn read_comm(pid: u32, tid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
+pub fn build_id_hex(path: &Path) -> Option<String> {
+    let id = blazesym::helper::read_elf_build_id(&path).ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+pub fn describe(pid: u32) -> Result<ProcessInfo> {
+    if !process_exists(pid) {
+        bail!("no process with pid {pid} (nothing in /proc/{pid})");
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    Ok(ProcessInfo {
+        pid,
+        comm: read_comm(pid, pid).unwrap_or_default(),
+        build_id: build_id_hex(Path::new(&format!("/proc/{pid}/exe"))),
+        exe: exe.to_string_lossy().into_owned(),
+    })
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// True when `pid`'s comm or command line matches (never phaseprof itself).
+pub fn matches_name(pid: u32, re: &Regex) -> bool {
+    if pid == std::process::id() {
+        return false;
+    }
+    let comm = read_comm(pid, pid).unwrap_or_default();
+    re.is_match(&comm) || re.is_match(&cmdline(pid))
+}
+
+/// Every running process matching `re`.
+pub fn scan_name(re: &Regex) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&pid| matches_name(pid, re))
+        .collect();
+    pids.sort();
+    pids
+}
+
+/// Finds `program` like execvp would, so a missing command is reported before anything starts.
+pub fn resolve_command(program: &str) -> Result<PathBuf> {
+    let is_exec = |p: &Path| {
+        p.is_file() && std::fs::metadata(p).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0).unwrap_or(false)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        if is_exec(&p) {
+            return Ok(p);
+        }
+        bail!("command not found: `{program}` is not an executable file");
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join(program);
+        if is_exec(&p) {
+            return Ok(p);
+        }
+    }
+    bail!("command not found: `{program}` is not in PATH")
+}
+
+/// A child forked for `record -- CMD` and held before its execve until every probe is attached.
+pub struct HeldChild {
+    pub pid: u32,
+    release_fd: i32,
+}
+
+impl HeldChild {
+    /// Forks a child that waits on a pipe, then execs `argv` (argv[0] already resolved).
+    pub fn spawn(path: &Path, argv: &[String]) -> Result<HeldChild> {
+        let c_path = CString::new(path.as_os_str().as_bytes()).context("command path contains NUL")?;
+        let c_args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .context("command argument contains NUL")?;
+        let mut c_argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+        c_argv.push(std::ptr::null());
+        let mut fds = [0i32; 2];
+        // SAFETY: fds is a valid array of two ints for pipe2 to fill.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            bail!("pipe2: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: fork in a multithreaded process; the child only calls async-signal-safe
+        // functions (read, close, execv, _exit) on memory prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            bail!("fork: {}", std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: child side, see above; all pointers stay valid (copied address space).
+            unsafe {
+                libc::close(fds[1]);
+                let mut b = 0u8;
+                let n = libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+                if n != 1 {
+                    libc::_exit(126); // phaseprof went away before releasing us
+                }
+                libc::close(fds[0]);
+                libc::execv(c_path.as_ptr(), c_argv.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        // SAFETY: closing our copy of the read end, which we own.
+        unsafe { libc::close(fds[0]) };
+        Ok(HeldChild {
+            pid: pid as u32,
+            release_fd: fds[1],
+        })
+    }
+
+    /// Lets the child exec.
+    pub fn release(self) -> Result<()> {
+        let b = 1u8;
+        // SAFETY: release_fd is the pipe's write end, owned by us; one byte from a valid buffer.
+        let n = unsafe { libc::write(self.release_fd, (&b as *const u8).cast(), 1) };
+        // SAFETY: closing the fd we own, once.
+        unsafe { libc::close(self.release_fd) };
+        if n != 1 {
+            bail!("could not release the command: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Non-blocking check of a child we started: Some(exit status) once it has ended.
+pub fn child_exited(pid: u32) -> Option<i32> {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child with a valid status pointer.
+    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    if r == pid as i32 {
+        if libc::WIFEXITED(status) {
+            return Some(libc::WEXITSTATUS(status));
+        }
+        if libc::WIFSIGNALED(status) {
+            return Some(128 + libc::WTERMSIG(status));
+        }
+    }
+    if r < 0 {
+        return Some(-1);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that command resolution finds programs in PATH and rejects missing ones by name.
+    #[test]
+    fn resolves_commands_like_execvp() {
+        assert!(resolve_command("sh").unwrap().ends_with("sh"));
+        let err = resolve_command("no-such-command-phaseprof").unwrap_err();
+        assert!(err.to_string().contains("command not found: `no-such-command-phaseprof`"));
+        assert!(resolve_command("/nonexistent/x").is_err());
+    }
+
+    // Checks that a pid that does not exist is reported with the pid in the message.
+    #[test]
+    fn unknown_pid_is_reported() {
+        let err = describe(u32::MAX - 1).unwrap_err();
+        assert!(err.to_string().contains("no process with pid"), "{err}");
+    }
+}
