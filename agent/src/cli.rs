@@ -54,7 +54,7 @@ pub struct RecordArgs {
     /// How often kernel maps are drained into the profile.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub window: Duration,
-    /// Entries of the kernel stack map (distinct stacks).
+    /// Distinct stacks the kernel side can hold (preallocated, ~1 KiB each).
     #[arg(long, default_value_t = 16384)]
     pub stack_entries: u32,
     /// Output file.

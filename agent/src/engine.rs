@@ -64,7 +64,7 @@ pub struct Engine<'obj> {
     links: Vec<Link>,
     ring: RingBuffer<'static>,
     events: Receiver<TargetEvent>,
-    stack_cache: HashMap<i32, Vec<u64>>,
+    stack_cache: HashMap<u64, Vec<u64>>,
     pub flavour: SwitchFlavour,
     pub cpus: usize,
 }
@@ -351,8 +351,8 @@ impl<'obj> Engine<'obj> {
                 pid: k.tgid,
                 tid: k.tid,
                 phase: k.phase,
-                user: self.stack(k.user_stack_id),
-                kernel: self.stack(k.kernel_stack_id),
+                user: self.stack(k.user_stack),
+                kernel: self.stack(k.kernel_stack),
                 count,
             });
         }
@@ -361,8 +361,8 @@ impl<'obj> Engine<'obj> {
                 pid: k.tgid,
                 tid: k.tid,
                 phase: k.phase,
-                user: self.stack(k.user_stack_id),
-                kernel: self.stack(k.kernel_stack_id),
+                user: self.stack(k.user_stack),
+                kernel: self.stack(k.kernel_stack),
                 ns,
             });
         }
@@ -371,7 +371,7 @@ impl<'obj> Engine<'obj> {
                 pid: k.tgid,
                 phase: k.phase,
                 nr: k.nr,
-                user: self.stack(k.user_stack_id),
+                user: self.stack(k.user_stack),
                 count: v.count,
                 total_ns: v.total_ns,
             });
@@ -379,21 +379,19 @@ impl<'obj> Engine<'obj> {
         Ok(raw)
     }
 
-    /// The addresses of stack `id`, leaf first. Ids stay valid (the stack map is never
-    /// cleared while recording), so each is read from the kernel once.
-    fn stack(&mut self, id: i32) -> Option<Vec<u64>> {
-        if id < 0 {
+    /// The addresses of stack `id` (its hash), leaf first. A stack's entry never changes once
+    /// stored, so each is read from the kernel once.
+    fn stack(&mut self, id: u64) -> Option<Vec<u64>> {
+        if id == 0 {
             return None;
         }
         if let Some(s) = self.stack_cache.get(&id) {
             return Some(s.clone());
         }
         let bytes = self.skel.maps.stacks.lookup(&id.to_ne_bytes(), MapFlags::ANY).ok()??;
-        let addrs: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-            .take_while(|&a| a != 0)
-            .collect();
+        let st: types::stack_trace = pod(&bytes);
+        let len = (st.len as usize).min(st.ips.len());
+        let addrs = st.ips[..len].to_vec();
         self.stack_cache.insert(id, addrs.clone());
         Some(addrs)
     }

@@ -97,17 +97,6 @@ fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted:
     let mut fallback_storage = MaybeUninit::uninit();
     let mut engine = Engine::load(&engine_cfg, &mut storage, &mut fallback_storage)?;
     engine.attach(&engine_cfg)?;
-    let attach_time = t0.elapsed();
-    if opts.verbose {
-        eprintln!(
-            "phaseprof: probes attached in {:.1} ms (sched_switch via {:?}, {} cpus sampled at {} Hz)",
-            attach_time.as_secs_f64() * 1e3,
-            engine.flavour,
-            engine.cpus,
-            engine_cfg.freq_hz
-        );
-    }
-
     let mut sym = BlazeSymbolizer::default();
     let mut meta = Meta {
         host: read_trimmed("/proc/sys/kernel/hostname"),
@@ -120,13 +109,20 @@ fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted:
     };
     meta.notes.insert("phaseprof_version".into(), env!("CARGO_PKG_VERSION").into());
     meta.notes.insert("sched_switch".into(), format!("{:?}", engine.flavour));
-    meta.notes.insert("attach_ms".into(), format!("{:.1}", attach_time.as_secs_f64() * 1e3));
 
     let mut live: BTreeSet<u32> = BTreeSet::new();
     let mut child: Option<u32> = None;
     let add = |pid: u32, engine: &Engine, sym: &mut BlazeSymbolizer, meta: &mut Meta, live: &mut BTreeSet<u32>| -> Result<()> {
         engine.add_target(pid)?;
         sym.track(pid);
+        if meta.pids.is_empty() {
+            // The first target names the profile (unless it is already gone again).
+            if let Ok(info) = targets::describe(pid) {
+                meta.comm = info.comm;
+                meta.exe = info.exe;
+                meta.build_id = info.build_id;
+            }
+        }
         if !meta.pids.contains(&pid) {
             meta.pids.push(pid);
         }
@@ -143,6 +139,9 @@ fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted:
         }
         TargetSpec::Name(re) => {
             for pid in targets::scan_name(re) {
+                if opts.verbose {
+                    eprintln!("phaseprof: pid {pid} matches /{re}/: recording it");
+                }
                 add(pid, &engine, &mut sym, &mut meta, &mut live)?;
             }
             if live.is_empty() {
@@ -163,14 +162,19 @@ fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted:
             held.release()?;
         }
     }
-    if let Some(&first) = meta.pids.first() {
-        if child.is_none() {
-            let info = targets::describe(first)?;
-            meta.comm = info.comm;
-            meta.exe = info.exe;
-            meta.build_id = info.build_id;
-        }
+    // Targets are in the map now: from this line on, nothing they do is missed.
+    let attach_time = t0.elapsed();
+    if opts.verbose {
+        eprintln!(
+            "phaseprof: probes attached in {:.1} ms (sched_switch via {:?}, {} cpus sampled at {} Hz)",
+            attach_time.as_secs_f64() * 1e3,
+            engine.flavour,
+            engine.cpus,
+            engine_cfg.freq_hz
+        );
     }
+
+    meta.notes.insert("attach_ms".into(), format!("{:.1}", attach_time.as_secs_f64() * 1e3));
 
     let mut agg = Aggregator::new(meta, vec![]);
     let mut seen_tids: HashSet<u32> = HashSet::new();

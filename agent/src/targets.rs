@@ -145,6 +145,12 @@ impl HeldChild {
                     libc::_exit(126); // phaseprof went away before releasing us
                 }
                 libc::close(fds[0]);
+                // Ignored signals survive exec; start the command with the defaults a shell
+                // would give it (Rust ignores SIGPIPE), as std's Command does.
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
                 libc::execv(c_path.as_ptr(), c_argv.as_ptr());
                 libc::_exit(127);
             }

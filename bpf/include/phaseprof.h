@@ -50,18 +50,18 @@ struct cpu_key {
 	__u32 tgid;
 	__u32 tid;
 	__u32 phase;
-	__s32 user_stack_id;   /* < 0: no user stack (see stack_status) */
-	__s32 kernel_stack_id; /* < 0: no kernel stack */
 	__u32 window;
+	__u64 user_stack;      /* stack hash (key of `stacks`); 0: none */
+	__u64 kernel_stack;
 };
 
 struct offcpu_key {
 	__u32 tgid;
 	__u32 tid;
 	__u32 phase;
-	__s32 user_stack_id;
-	__s32 kernel_stack_id;
 	__u32 window;
+	__u64 user_stack;
+	__u64 kernel_stack;
 };
 
 /* Per-thread state from switch-out to switch-in. */
@@ -69,17 +69,16 @@ struct offcpu_start {
 	__u64 ts;
 	__u32 tgid;
 	__u32 phase;
-	__s32 user_stack_id;
-	__s32 kernel_stack_id;
+	__u64 user_stack;
+	__u64 kernel_stack;
 };
 
 struct syscall_key {
 	__u32 tgid;
 	__u32 phase;
 	__u32 nr;
-	__s32 user_stack_id;   /* -1 when stack capture is off */
 	__u32 window;
-	__u32 pad;
+	__u64 user_stack;      /* 0 when stack capture is off */
 };
 
 struct syscall_value {
@@ -92,8 +91,29 @@ struct syscall_start {
 	__u64 ts;
 	__u32 nr;
 	__u32 phase;
-	__s32 user_stack_id;
+	__u64 user_stack;
 	__u32 maps_exec;       /* an mmap/mprotect with PROT_EXEC: VMAs change */
+	__u32 pad;
+};
+
+/*
+ * A stack, stored once under a 64-bit hash of its addresses. (A STACK_TRACE map keys stacks
+ * by a hash truncated to its bucket count and refuses colliding stacks: with a few hundred
+ * stacks in 16k buckets a collision is likely, and every one would be a lost stack.)
+ */
+struct stack_trace {
+	__u32 len;             /* frames in ips */
+	__u32 pad;
+	__u64 ips[MAX_STACK_DEPTH];
+};
+
+/* Per-CPU scratch slots for building a stack_trace, one per program context that can
+ * interrupt another on the same CPU (a cpu-clock sample can fire inside a syscall probe). */
+enum stack_slot {
+	SLOT_SAMPLE = 0,
+	SLOT_SWITCH,
+	SLOT_SYSCALL,
+	SLOT_MAX,
 };
 
 enum target_event_kind {

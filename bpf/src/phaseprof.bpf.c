@@ -15,6 +15,10 @@
 #define PROT_EXEC 0x4
 #define NR_MMAP 9
 #define NR_MPROTECT 10
+#define NR_CLONE 56
+#define NR_FORK 57
+#define NR_VFORK 58
+#define NR_CLONE3 435
 #define NR_EXECVE 59
 #define NR_EXIT 60
 #define NR_EXIT_GROUP 231
@@ -44,11 +48,20 @@ struct {
 } drops SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+	/* Preallocated: stacks are stored from the cpu-clock interrupt, where an allocating
+	 * (BPF_F_NO_PREALLOC) map can fail with -ENOMEM and lose the stack. */
+	__type(key, __u64); /* hash of the addresses */
+	__type(value, struct stack_trace);
 } stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLOT_MAX);
+	__type(key, __u32);
+	__type(value, struct stack_trace);
+} stack_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -110,14 +123,40 @@ static __always_inline __u32 current_phase(void)
 	return PHASE_NONE;
 }
 
-/* A stack id, or a negative errno. -EFAULT means "no such stack" (a kernel
- * stack of a thread in user mode), anything else is a drop. */
-static __always_inline __s32 stack_id(void *ctx, __u64 flags, enum drop_reason reason)
+/*
+ * Stores the current stack (user with BPF_F_USER_STACK, else kernel) under the hash of its
+ * addresses and returns the hash; 0 when there is no stack (-EFAULT: a kernel stack of a
+ * thread in user mode) or it could not be stored (counted as a drop).
+ */
+static __always_inline __u64 stack_id(void *ctx, __u64 flags, enum stack_slot slot, enum drop_reason reason)
 {
-	long id = bpf_get_stackid(ctx, &stacks, flags);
-	if (id < 0 && id != -EFAULT)
+	__u32 key = slot;
+	struct stack_trace *st = bpf_map_lookup_elem(&stack_scratch, &key);
+	if (!st)
+		return 0;
+	long n = bpf_get_stack(ctx, st->ips, sizeof(st->ips), flags);
+	if (n <= 0) {
+		if (n < 0 && n != -EFAULT)
+			count_drop(reason);
+		return 0;
+	}
+	__u32 len = n / sizeof(__u64);
+	st->len = len;
+	st->pad = 0;
+	/* FNV-1a over the addresses, kernel and user stacks kept apart by the seed. */
+	__u64 h = flags & BPF_F_USER_STACK ? 0xcbf29ce484222325ULL : 0x84222325cbf29ce4ULL;
+	for (__u32 i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= len)
+			break;
+		h = (h ^ st->ips[i]) * 0x100000001b3ULL;
+	}
+	h = h ? h : 1;
+	long err = bpf_map_update_elem(&stacks, &h, st, BPF_NOEXIST);
+	if (err && err != -EEXIST) {
 		count_drop(reason);
-	return id;
+		return 0;
+	}
+	return h;
 }
 
 /* Adds `delta` to the u64 under `key`, creating it if needed. */
@@ -189,9 +228,9 @@ int perf_event__sample(struct bpf_perf_event_data *ctx)
 		.tgid = tgid,
 		.tid = (__u32)id,
 		.phase = current_phase(),
-		.user_stack_id = stack_id(ctx, BPF_F_USER_STACK, DROP_USER_STACK),
-		.kernel_stack_id = stack_id(ctx, 0, DROP_KERNEL_STACK),
 		.window = window,
+		.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SAMPLE, DROP_USER_STACK),
+		.kernel_stack = stack_id(ctx, 0, SLOT_SAMPLE, DROP_KERNEL_STACK),
 	};
 	add_u64(&cpu_counts, &key, 1, DROP_CPU_KEY);
 	return 0;
@@ -223,8 +262,8 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 			.ts = now,
 			.tgid = prev_tgid,
 			.phase = current_phase(),
-			.user_stack_id = stack_id(ctx, BPF_F_USER_STACK, DROP_USER_STACK),
-			.kernel_stack_id = stack_id(ctx, 0, DROP_KERNEL_STACK),
+			.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SWITCH, DROP_USER_STACK),
+			.kernel_stack = stack_id(ctx, 0, SLOT_SWITCH, DROP_KERNEL_STACK),
 		};
 		if (bpf_map_update_elem(&offcpu_starts, &prev_tid, &start, BPF_ANY))
 			count_drop(DROP_OFFCPU_START);
@@ -238,9 +277,9 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 		.tgid = start->tgid,
 		.tid = next_tid,
 		.phase = start->phase,
-		.user_stack_id = start->user_stack_id,
-		.kernel_stack_id = start->kernel_stack_id,
 		.window = window,
+		.user_stack = start->user_stack,
+		.kernel_stack = start->kernel_stack,
 	};
 	__u64 delta = now - start->ts;
 	bpf_map_delete_elem(&offcpu_starts, &next_tid);
@@ -285,8 +324,8 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		.tgid = tgid,
 		.phase = current_phase(),
 		.nr = nr,
-		.user_stack_id = syscall_stacks ? stack_id(ctx, BPF_F_USER_STACK, DROP_USER_STACK) : -1,
 		.window = window,
+		.user_stack = syscall_stacks ? stack_id(ctx, BPF_F_USER_STACK, SLOT_SYSCALL, DROP_USER_STACK) : 0,
 	};
 	/* These never return: count them now, with no latency. */
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
@@ -297,7 +336,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		.ts = bpf_ktime_get_ns(),
 		.nr = nr,
 		.phase = key.phase,
-		.user_stack_id = key.user_stack_id,
+		.user_stack = key.user_stack,
 	};
 	if (nr == NR_MMAP || nr == NR_MPROTECT) {
 		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
@@ -317,15 +356,20 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	struct syscall_start *start = bpf_map_lookup_elem(&syscall_starts, &tid);
 	if (!start) {
-		count_drop(INFO_SYSCALL_EXIT_UNMATCHED);
+		/* A new thread's first event is its own return from clone (the parent's clone is
+		 * counted); anything else began before we attached. */
+		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+		long nr = BPF_CORE_READ(regs, orig_ax);
+		if (!((nr == NR_CLONE || nr == NR_CLONE3 || nr == NR_FORK || nr == NR_VFORK) && ctx->args[1] == 0))
+			count_drop(INFO_SYSCALL_EXIT_UNMATCHED);
 		return 0;
 	}
 	struct syscall_key key = {
 		.tgid = tgid,
 		.phase = start->phase,
 		.nr = start->nr,
-		.user_stack_id = start->user_stack_id,
 		.window = window,
+		.user_stack = start->user_stack,
 	};
 	__u64 delta = bpf_ktime_get_ns() - start->ts;
 	bool maps_exec = start->maps_exec && (long)ctx->args[1] >= 0;

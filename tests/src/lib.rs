@@ -1,1 +1,100 @@
+//! Shared helpers for phaseprof's end-to-end tests and benchmarks: locating the built binary,
+//! building the workloads with their own flags, and running phaseprof against them.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// The `phaseprof` binary under test: `$PHASEPROF_BIN`, else the workspace's release build.
+pub fn phaseprof_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PHASEPROF_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = root().join("target/release/phaseprof");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release --workspace` first (the README's test command does)",
+        p.display()
+    );
+    p
+}
+
+/// Builds a Rust workload under `tests/workloads/<name>` once per process (each workload is its
+/// own workspace with its own `.cargo/config.toml` flags) and returns its binary.
+pub fn rust_workload(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    let dir = root().join("tests/workloads").join(name);
+    let bin = dir.join("target/release").join(name);
+    let mut built = BUILT.get_or_init(|| Mutex::new(Vec::new())).lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--release", "--quiet"])
+            .current_dir(&dir)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .status()
+            .expect("running cargo for the workload");
+        assert!(status.success(), "building workload {name} failed");
+        built.push(name.to_string());
+    }
+    bin
+}
+
+/// True when running as root; BPF tests need it. (On our machines they always run as root.)
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Serializes tests that load BPF or measure time, so they do not disturb each other.
+pub fn bpf_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs phaseprof with `args`, returning its output (stdout holds the workload's output).
+pub fn phaseprof(args: &[&str]) -> Output {
+    Command::new(phaseprof_bin()).args(args).output().expect("running phaseprof")
+}
+
+/// Runs phaseprof and panics with its stderr unless it succeeded.
+pub fn phaseprof_ok(args: &[&str]) -> Output {
+    let out = phaseprof(args);
+    assert!(
+        out.status.success(),
+        "phaseprof {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `phaseprof report FILE --json`, parsed.
+pub fn report_json(file: &Path) -> serde_json::Value {
+    let out = phaseprof_ok(&["report", file.to_str().unwrap(), "--json"]);
+    serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+}
+
+/// The last JSON line a workload printed (its ground truth).
+pub fn truth_from(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    let line = text.lines().rev().find(|l| l.starts_with('{')).expect("workload printed its truth");
+    serde_json::from_str(line).expect("truth is JSON")
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("phaseprof-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Relative difference |a-b|/b.
+pub fn rel_diff(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The main job: profile the bundled validator-sim, print its report and write its flamegraph.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+cargo build --release --workspace
+(cd tests/workloads/validator-sim && cargo build --release --quiet)
+out=${OUT:-target/demo}
+mkdir -p "$out"
+./target/release/phaseprof record -v -o "$out/validator-sim.phaseprof" -- \
+  tests/workloads/validator-sim/target/release/validator-sim \
+  --blocks 40 --threads 4 --burn-ms 25 --clone-bytes 1048576 --flushes 16 --sleep-ms 10
+./target/release/phaseprof report "$out/validator-sim.phaseprof"
+for kind in cpu offcpu syscall; do
+  ./target/release/phaseprof export "$out/validator-sim.phaseprof" --format svg --event "$kind" \
+    -o "$out/validator-sim.$kind.svg"
+done
+./target/release/phaseprof export "$out/validator-sim.phaseprof" --format pprof -o "$out/validator-sim.cpu.pb.gz"
+echo "flamegraphs: $out/validator-sim.{cpu,offcpu,syscall}.svg  pprof: $out/validator-sim.cpu.pb.gz"

@@ -1,0 +1,218 @@
+//! Counts and times against the workloads' ground truth and strace.
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use phaseprof_e2e::*;
+
+use crate::require_root;
+
+fn write_count(report: &serde_json::Value) -> u64 {
+    report["events"]["syscall"]["by_name"]["write"]["count"].as_u64().unwrap_or(0)
+}
+
+fn assert_nothing_lost(report: &serde_json::Value) {
+    assert_eq!(report["lost"]["events"], 0, "lost: {}", report["lost"]);
+    assert_eq!(report["lost"]["stacks"], 0, "lost: {}", report["lost"]);
+}
+
+// Checks `record -- CMD`: write(2) count exactly equal to the truth, off-CPU within 2% of the
+// slept time, and nothing lost.
+#[test]
+fn command_writes_exact_and_offcpu_matches_sleep() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let dir = scratch("cmd");
+    let out = dir.join("cmd.phaseprof");
+    let o = phaseprof_ok(&[
+        "record", "-o", out.to_str().unwrap(), "--",
+        sim.to_str().unwrap(), "--blocks", "25", "--flushes", "13", "--sleep-ms", "20", "--burn-ms", "4",
+        "--clone-bytes", "4096",
+    ]);
+    let truth = truth_from(&o.stdout);
+    let report = report_json(&out);
+    assert_eq!(write_count(&report), truth["write_syscalls"].as_u64().unwrap());
+    assert_eq!(report["costs"]["flush_syscalls"], truth["write_syscalls"]);
+    let offcpu = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
+    let slept = truth["slept_ns"].as_f64().unwrap();
+    let err = rel_diff(offcpu, slept);
+    eprintln!("off-cpu {offcpu} ns vs slept {slept} ns: {:.3}%", err * 100.0);
+    assert!(err < 0.02, "off-cpu {offcpu} ns is not within 2% of slept {slept} ns");
+    assert_eq!(report["target"]["pids"][0], truth["pid"]);
+    assert_nothing_lost(&report);
+}
+
+// Checks `record --pid` on a process waiting on stdin: every write after attach is counted
+// exactly, the syscall in flight at attach is reported (not lost), and the profile is valid
+// although the target exits mid-recording.
+#[test]
+fn attach_by_pid_counts_writes_exactly() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let dir = scratch("attach");
+    let out = dir.join("attach.phaseprof");
+    let mut target = Command::new(&sim)
+        .args(["--wait-stdin", "--blocks", "30", "--flushes", "11", "--sleep-ms", "5", "--threads", "3"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id().to_string();
+    let mut rec = Command::new(phaseprof_bin())
+        .args(["record", "-v", "--pid", &pid, "-o", out.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(rec.stderr.take().unwrap());
+    let mut line = String::new();
+    while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("probes attached") {}
+    assert!(line.contains("probes attached"), "phaseprof did not attach: {line}");
+    eprint!("{line}");
+    target.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let o = target.wait_with_output().unwrap();
+    let truth = truth_from(&o.stdout);
+    let status = rec.wait().unwrap();
+    assert!(status.success());
+    let report = report_json(&out);
+    assert_eq!(write_count(&report), truth["write_syscalls"].as_u64().unwrap());
+    assert_eq!(report["lost"]["syscalls_in_flight_at_start"], 1, "the blocked read(stdin)");
+    assert_nothing_lost(&report);
+}
+
+// Checks cpu sampling: with burning as the only work, at least 90% of samples have the burn
+// function on their stack.
+#[test]
+fn cpu_samples_land_in_the_burn_function() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let dir = scratch("burn");
+    let out = dir.join("burn.phaseprof");
+    let o = phaseprof_ok(&[
+        "record", "--freq", "199", "-o", out.to_str().unwrap(), "--",
+        sim.to_str().unwrap(), "--blocks", "8", "--burn-ms", "200",
+    ]);
+    let truth = truth_from(&o.stdout);
+    let burn_fn = truth["burn_fn"].as_str().unwrap();
+    let folded = phaseprof_ok(&["export", out.to_str().unwrap(), "--format", "folded", "--event", "cpu", "-o", "-"]);
+    let (mut total, mut burning) = (0u64, 0u64);
+    for line in String::from_utf8(folded.stdout).unwrap().lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        let n: u64 = n.parse().unwrap();
+        total += n;
+        if stack.split(';').any(|f| f == burn_fn) {
+            burning += n;
+        }
+    }
+    let share = burning as f64 / total as f64;
+    eprintln!("{burning}/{total} samples in {burn_fn} ({:.1}%)", share * 100.0);
+    // 1.6 s of burning at 199 Hz: ~318 samples expected.
+    assert!(total >= 250, "only {total} samples");
+    assert!(share >= 0.90, "only {:.1}% of samples in {burn_fn}", share * 100.0);
+    assert_nothing_lost(&report_json(&out));
+}
+
+/// A fixed, compressible file whose content depends on nothing but this function.
+fn fixed_file(path: &std::path::Path) {
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let mut text = String::with_capacity(4 << 20);
+    while text.len() < 4 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(["alpha ", "beta ", "gamma ", "delta\n"][(x % 4) as usize]);
+        text.push_str(&(x % 1000).to_string());
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+fn strace_counts(summary: &str) -> BTreeMap<String, u64> {
+    // Rows: "% time seconds usecs/call calls [errors] syscall"; the name is last, calls is 4th.
+    summary
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 5 || f[0].starts_with('%') || f[0].starts_with('-') || *f.last()? == "total" {
+                return None;
+            }
+            Some((f.last()?.to_string(), f[3].parse().ok()?))
+        })
+        .collect()
+}
+
+// Checks that per-syscall counts of a deterministic program (gzip of a fixed file) equal
+// `strace -f -c`. strace cannot count exit_group (it never returns); phaseprof counts it once.
+#[test]
+fn syscall_counts_equal_strace() {
+    require_root!();
+    let _g = bpf_lock();
+    let dir = scratch("strace");
+    let input = dir.join("input.txt");
+    fixed_file(&input);
+    let st = dir.join("strace.txt");
+    let status = Command::new("strace")
+        .args(["-f", "-c", "-o", st.to_str().unwrap(), "gzip", "-6", "-c", input.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("strace is installed by the setup");
+    assert!(status.success());
+    let expected = strace_counts(&std::fs::read_to_string(&st).unwrap());
+    assert!(expected.get("read").copied().unwrap_or(0) > 10, "strace table parsed: {expected:?}");
+
+    let out = dir.join("gzip.phaseprof");
+    let o = Command::new(phaseprof_bin())
+        .args(["record", "-o", out.to_str().unwrap(), "--", "gzip", "-6", "-c", input.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = report_json(&out);
+    let mut ours: BTreeMap<String, u64> = report["events"]["syscall"]["by_name"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ours.remove("exit_group"), Some(1));
+    assert_eq!(ours, expected);
+    assert_nothing_lost(&report);
+}
+
+// Checks `--name`: a process that starts after recording began is found by its command line
+// and its writes are counted exactly.
+#[test]
+fn name_finds_processes_started_later() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let dir = scratch("name");
+    let out = dir.join("name.phaseprof");
+    let mut rec = Command::new(phaseprof_bin())
+        .args(["record", "-v", "--name", "validator-sim.*--flushes 17", "--duration", "5s", "-o", out.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(rec.stderr.take().unwrap());
+    let mut line = String::new();
+    while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("probes attached") {}
+    let mut target = Command::new(&sim)
+        .args(["--wait-stdin", "--blocks", "10", "--flushes", "17"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    line.clear();
+    while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("recording it") {}
+    assert!(line.contains(&format!("pid {}", target.id())), "not picked up: {line}");
+    target.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let truth = truth_from(&target.wait_with_output().unwrap().stdout);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(rec.wait().unwrap().success());
+    let report = report_json(&out);
+    assert_eq!(report["target"]["pids"], serde_json::json!([truth["pid"]]));
+    assert_eq!(write_count(&report), truth["write_syscalls"].as_u64().unwrap());
+    assert_nothing_lost(&report);
+}
