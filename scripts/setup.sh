@@ -3,7 +3,7 @@
 # Quick when everything is present already.
 set -euo pipefail
 
-packages=(clang llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace gzip util-linux)
+packages=(clang llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux)
 command -v go >/dev/null 2>&1 || packages+=(golang-go)   # `go tool pprof` reads our exports
 
 missing=()

@@ -91,10 +91,12 @@ struct {
 	__type(value, struct syscall_value);
 } syscall_counts SEC(".maps");
 
+/* Per-thread syscall entry, in task-local storage: cheaper than a hash keyed by tid on
+ * the hottest path, and freed by the kernel when the thread exits. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32); /* tid */
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct syscall_start);
 } syscall_starts SEC(".maps");
 
@@ -308,7 +310,7 @@ SEC("raw_tp/sys_enter")
 int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u32 tgid = id >> 32;
 	__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
 	if (!state)
 		return 0;
@@ -332,30 +334,33 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		add_syscall(&key, 1, 0);
 		return 0;
 	}
-	struct syscall_start start = {
-		.ts = bpf_ktime_get_ns(),
-		.nr = nr,
-		.phase = key.phase,
-		.user_stack = key.user_stack,
-	};
+	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, bpf_get_current_task_btf(), 0,
+							   BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!start) {
+		count_drop(DROP_SYSCALL_START);
+		return 0;
+	}
+	start->nr = nr;
+	start->phase = key.phase;
+	start->user_stack = key.user_stack;
+	start->maps_exec = 0;
 	if (nr == NR_MMAP || nr == NR_MPROTECT) {
 		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-		start.maps_exec = (BPF_CORE_READ(regs, dx) & PROT_EXEC) != 0;
+		start->maps_exec = (BPF_CORE_READ(regs, dx) & PROT_EXEC) != 0;
 	}
-	if (bpf_map_update_elem(&syscall_starts, &tid, &start, BPF_ANY))
-		count_drop(DROP_SYSCALL_START);
+	start->ts = bpf_ktime_get_ns(); /* last: ts != 0 marks the entry valid */
 	return 0;
 }
 
 SEC("raw_tp/sys_exit")
 int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!is_active(tgid))
-		return 0;
-	struct syscall_start *start = bpf_map_lookup_elem(&syscall_starts, &tid);
-	if (!start) {
+	/* Only targets' threads have an entry: a target's exit skips the target_pids lookup. */
+	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, bpf_get_current_task_btf(), 0, 0);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!start || !start->ts) {
+		if (!is_active(tgid))
+			return 0;
 		/* A new thread's first event is its own return from clone (the parent's clone is
 		 * counted); anything else began before we attached. */
 		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
@@ -373,7 +378,7 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	};
 	__u64 delta = bpf_ktime_get_ns() - start->ts;
 	bool maps_exec = start->maps_exec && (long)ctx->args[1] >= 0;
-	bpf_map_delete_elem(&syscall_starts, &tid);
+	start->ts = 0;
 	add_syscall(&key, 1, delta);
 	if (maps_exec)
 		emit(TEV_MMAP, tgid, 0);
@@ -414,10 +419,9 @@ SEC("raw_tp/sched_process_exit")
 int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u32 tgid = id >> 32;
 	if (!bpf_map_lookup_elem(&target_pids, &tgid))
 		return 0;
-	bpf_map_delete_elem(&syscall_starts, &tid);
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	/* signal->live reaches 0 when the last thread of the group exits. */
 	if (BPF_CORE_READ(task, signal, live.counter) == 0)

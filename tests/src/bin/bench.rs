@@ -1,0 +1,134 @@
+//! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
+//!
+//! Run as root after `cargo build --release --workspace`: `target/release/bench [--rounds N]`.
+//! Prints: ns per syscall of a getppid loop bare / under `record` (stacks on and off) / under a
+//! bpftrace counting probe (the floor); validator-sim's wall time bare vs recorded; the agent's
+//! CPU% and peak RSS while recording a 16-thread validator-sim at 99 Hz.
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use phaseprof_e2e::{phaseprof_bin, rust_workload, truth_from};
+
+const LOOP_CALLS: u64 = 2_000_000;
+
+fn syscall_loop(n: u64) {
+    let t = Instant::now();
+    for _ in 0..n {
+        // SAFETY: getppid has no preconditions.
+        unsafe { libc::getppid() };
+    }
+    println!("{}", t.elapsed().as_nanos() as f64 / n as f64);
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Runs `cmd`, returning its stdout.
+fn run(cmd: &mut Command) -> String {
+    let o = cmd.stderr(Stdio::null()).output().expect("run");
+    assert!(o.status.success(), "{cmd:?} failed");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn ns_per_call(out: &str) -> f64 {
+    out.lines().filter_map(|l| l.trim().parse::<f64>().ok()).next_back().expect("loop printed ns/call")
+}
+
+/// CPU seconds and peak RSS (KiB) of a child, via wait4.
+fn wait_rusage(child: std::process::Child) -> (f64, i64) {
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills; pid is our child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to status and rusage; waiting on our own child.
+    unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    std::mem::forget(child); // reaped above
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime) + secs(ru.ru_stime), ru.ru_maxrss)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("syscall-loop") {
+        syscall_loop(args[2].parse().unwrap());
+        return;
+    }
+    let rounds: usize = args.iter().position(|a| a == "--rounds").map(|i| args[i + 1].parse().unwrap()).unwrap_or(5);
+    let me = std::env::current_exe().unwrap();
+    let pp = phaseprof_bin();
+    let tmp = std::env::temp_dir().join("phaseprof-bench.phaseprof");
+    let tmp = tmp.to_str().unwrap();
+    let n = LOOP_CALLS.to_string();
+    let has_bpftrace = Command::new("bpftrace").arg("--version").output().is_ok();
+    if has_bpftrace && !std::path::Path::new("/sys/kernel/tracing/events").exists() {
+        // bpftrace's tracepoints need tracefs, which these machines do not mount at boot.
+        let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
+    }
+
+    // 1. Syscall-heavy loop, A/B alternating.
+    let (mut bare, mut rec, mut rec_nostack, mut floor) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        bare.push(ns_per_call(&run(Command::new(&me).args(["syscall-loop", &n]))));
+        rec.push(ns_per_call(&run(Command::new(&pp).args(["record", "-o", tmp, "--"]).arg(&me).args(["syscall-loop", &n]))));
+        rec_nostack.push(ns_per_call(&run(Command::new(&pp)
+            .args(["record", "--syscall-stacks", "false", "-o", tmp, "--"])
+            .arg(&me)
+            .args(["syscall-loop", &n]))));
+        if has_bpftrace {
+            // The floor: count and time every syscall (enter+exit), filtered to one pid.
+            let script = "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; } \
+                          tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }";
+            let out = run(Command::new("bpftrace")
+                .args(["-q", "-e", script, "-c"])
+                .arg(format!("{} syscall-loop {n}", me.display())));
+            floor.push(ns_per_call(&out.lines().filter(|l| !l.starts_with('@')).collect::<Vec<_>>().join("\n")));
+        }
+    }
+    let (b, r, rn) = (median(bare), median(rec), median(rec_nostack));
+    println!("getppid loop, median of {rounds} alternating rounds ({LOOP_CALLS} calls each):");
+    println!("  bare                          {b:8.1} ns/call");
+    println!("  record (syscall stacks on)    {r:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", r / b, r - b);
+    println!("  record --syscall-stacks false {rn:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", rn / b, rn - b);
+    if !floor.is_empty() {
+        let f = median(floor);
+        println!("  bpftrace count+latency floor  {f:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", f / b, f - b);
+        println!("  phaseprof (no stacks) vs floor: {:+.0} ns/call", rn - f);
+    }
+
+    // 2. validator-sim, default events, A/B alternating.
+    let sim = rust_workload("validator-sim");
+    let sim_args = ["--blocks", "40", "--threads", "2", "--burn-ms", "10", "--flushes", "200", "--sleep-ms", "2", "--clone-bytes", "65536"];
+    let (mut sb, mut sr) = (vec![], vec![]);
+    for _ in 0..rounds {
+        let t = truth_from(run(Command::new(&sim).args(sim_args)).as_bytes());
+        sb.push(t["elapsed_ns"].as_f64().unwrap());
+        let t = truth_from(run(Command::new(&pp).args(["record", "-o", tmp, "--"]).arg(&sim).args(sim_args)).as_bytes());
+        sr.push(t["elapsed_ns"].as_f64().unwrap());
+    }
+    let (sb, sr) = (median(sb), median(sr));
+    println!("validator-sim {}: bare {:.1} ms, recorded {:.1} ms, ratio {:.4}x", sim_args.join(" "), sb / 1e6, sr / 1e6, sr / sb);
+
+    // 3. Agent cost while recording a 16-thread target at 99 Hz.
+    let mut target = Command::new(&sim)
+        .args(["--blocks", "400", "--threads", "16", "--burn-ms", "2", "--flushes", "8", "--sleep-ms", "20"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let agent = Command::new(&pp)
+        .args(["record", "--pid", &target.id().to_string(), "--duration", "15s", "-o", tmp])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (cpu, rss_kib) = wait_rusage(agent);
+    let wall = t.elapsed().as_secs_f64();
+    let _ = target.kill();
+    let _ = target.wait();
+    println!(
+        "agent recording a 16-thread validator-sim at 99 Hz for {wall:.1} s: {:.2}% of one core, peak RSS {:.1} MiB",
+        100.0 * cpu / wall,
+        rss_kib as f64 / 1024.0
+    );
+}
