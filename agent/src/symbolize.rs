@@ -1,7 +1,7 @@
 //! Live symbolization with blazesym: user addresses through the cached mappings of each process
 //! (so symbols survive the target's exit), kernel addresses through kallsyms.
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
@@ -14,8 +14,9 @@ use crate::procmaps::{ProcMaps, Vma};
 pub struct BlazeSymbolizer {
     symbolizer: Symbolizer,
     maps: ProcMaps,
-    /// Per file and file offset: symbolized once, whatever process it came from.
-    by_file: HashMap<(PathBuf, u64), Vec<Frame>>,
+    /// Per mapped file (as the process names it) and file offset: symbolized once, whatever
+    /// process it came from.
+    by_file: HashMap<(String, u64), Vec<Frame>>,
 }
 
 impl Default for BlazeSymbolizer {
@@ -77,16 +78,16 @@ impl BlazeSymbolizer {
     }
 
     fn symbolize_file(&mut self, pid: u32, vma: &Vma, offsets: &[u64]) {
-        let path = ProcMaps::open_path(pid, vma);
         let module = module_name(&vma.path);
         let todo: Vec<u64> = offsets
             .iter()
             .copied()
-            .filter(|o| !self.by_file.contains_key(&(path.clone(), *o)))
+            .filter(|o| !self.by_file.contains_key(&(vma.path.clone(), *o)))
             .collect();
         if todo.is_empty() {
             return;
         }
+        let path = ProcMaps::open_path(pid, vma);
         let src = Source::Elf(Elf::new(&path));
         let results = self.symbolizer.symbolize(&src, Input::FileOffset(&todo));
         for (i, off) in todo.iter().enumerate() {
@@ -94,7 +95,7 @@ impl BlazeSymbolizer {
                 Some(Symbolized::Sym(sym)) => frames_of(sym, &module, FrameKind::User),
                 _ => unknown(&module, *off, FrameKind::User),
             };
-            self.by_file.insert((path.clone(), *off), frames);
+            self.by_file.insert((vma.path.clone(), *off), frames);
         }
     }
 }
@@ -127,9 +128,8 @@ impl Symbolize for BlazeSymbolizer {
             .map(|&a| match self.maps.find(pid, a) {
                 Some(vma) if vma.is_file() => {
                     let off = a - vma.start + vma.offset;
-                    let path = ProcMaps::open_path(pid, vma);
                     self.by_file
-                        .get(&(path, off))
+                        .get(&(vma.path.clone(), off))
                         .cloned()
                         .unwrap_or_else(|| unknown(&module_name(&vma.path), off, FrameKind::User))
                 }

@@ -153,6 +153,9 @@ static __always_inline __u64 stack_id(void *ctx, __u64 flags, enum stack_slot sl
 		h = (h ^ st->ips[i]) * 0x100000001b3ULL;
 	}
 	h = h ? h : 1;
+	/* Most stacks repeat: a lock-free lookup saves the bucket lock of an update. */
+	if (bpf_map_lookup_elem(&stacks, &h))
+		return h;
 	long err = bpf_map_update_elem(&stacks, &h, st, BPF_NOEXIST);
 	if (err && err != -EEXIST) {
 		count_drop(reason);

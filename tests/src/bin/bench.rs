@@ -67,6 +67,21 @@ fn main() {
         let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
     }
 
+    // 0. The floor of our own programs: attached (recording a decoy), the loop not a target.
+    let mut decoy = Command::new("sleep").arg("3600").spawn().unwrap();
+    let floor_agent = Command::new(&pp)
+        .args(["record", "--events", "syscall", "--pid", &decoy.id().to_string(), "-o", tmp])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let own_floor = median((0..rounds).map(|_| ns_per_call(&run(Command::new(&me).args(["syscall-loop", &n])))).collect());
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(floor_agent.id() as i32, libc::SIGINT) };
+    wait_rusage(floor_agent);
+    let _ = decoy.kill();
+    let _ = decoy.wait();
+
     // 1. Syscall-heavy loop, A/B alternating.
     let (mut bare, mut rec, mut rec_nostack, mut floor) = (vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
@@ -89,13 +104,15 @@ fn main() {
     let (b, r, rn) = (median(bare), median(rec), median(rec_nostack));
     println!("getppid loop, median of {rounds} alternating rounds ({LOOP_CALLS} calls each):");
     println!("  bare                          {b:8.1} ns/call");
+    println!("  phaseprof attached, not target{own_floor:8.1} ns/call  ratio {:.2}x  (+{:.0} ns: raw_tp entry+exit and the target filter)", own_floor / b, own_floor - b);
     println!("  record (syscall stacks on)    {r:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", r / b, r - b);
     println!("  record --syscall-stacks false {rn:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", rn / b, rn - b);
     if !floor.is_empty() {
         let f = median(floor);
         println!("  bpftrace count+latency floor  {f:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", f / b, f - b);
-        println!("  phaseprof (no stacks) vs floor: {:+.0} ns/call", rn - f);
+        println!("  phaseprof (no stacks) vs bpftrace floor: {:+.0} ns/call", rn - f);
     }
+    println!("  counting + latency over our own floor: {:+.0} ns/call (no stacks), {:+.0} ns/call (stacks)", rn - own_floor, r - own_floor);
 
     // 2. validator-sim, default events, A/B alternating.
     let sim = rust_workload("validator-sim");
@@ -110,24 +127,41 @@ fn main() {
     let (sb, sr) = (median(sb), median(sr));
     println!("validator-sim {}: bare {:.1} ms, recorded {:.1} ms, ratio {:.4}x", sim_args.join(" "), sb / 1e6, sr / 1e6, sr / sb);
 
-    // 3. Agent cost while recording a 16-thread target at 99 Hz.
+    // 3. Agent cost while recording a 16-thread target at 99 Hz: steady state (CPU time read
+    //    from /proc between 3 s and 28 s) and in total (wait4, including load and first
+    //    symbolization), with peak RSS.
     let mut target = Command::new(&sim)
-        .args(["--blocks", "400", "--threads", "16", "--burn-ms", "2", "--flushes", "8", "--sleep-ms", "20"])
+        .args(["--blocks", "1500", "--threads", "16", "--burn-ms", "2", "--flushes", "8", "--sleep-ms", "20"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let t = Instant::now();
     let agent = Command::new(&pp)
-        .args(["record", "--pid", &target.id().to_string(), "--duration", "15s", "-o", tmp])
+        .args(["record", "--pid", &target.id().to_string(), "--duration", "30s", "-o", tmp])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let cpu_now = |pid: u32| -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        (fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+            + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0))
+            / hz
+    };
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (c0, t0) = (cpu_now(agent.id()), Instant::now());
+    std::thread::sleep(std::time::Duration::from_secs(25));
+    let (c1, steady_wall) = (cpu_now(agent.id()), t0.elapsed().as_secs_f64());
     let (cpu, rss_kib) = wait_rusage(agent);
     let wall = t.elapsed().as_secs_f64();
     let _ = target.kill();
     let _ = target.wait();
     println!(
-        "agent recording a 16-thread validator-sim at 99 Hz for {wall:.1} s: {:.2}% of one core, peak RSS {:.1} MiB",
+        "agent recording a 16-thread validator-sim at 99 Hz: steady state {:.2}% of one core; \
+         whole {wall:.1} s run incl. load and symbolization {:.2}%; peak RSS {:.1} MiB",
+        100.0 * (c1 - c0) / steady_wall,
         100.0 * cpu / wall,
         rss_kib as f64 / 1024.0
     );
