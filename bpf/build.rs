@@ -10,7 +10,9 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let arch = match env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
         Ok("x86_64") => "x86",
-        Ok(other) => panic!("no vmlinux.h checked in for {other}; add bpf/vmlinux/<arch>/vmlinux.h"),
+        Ok(other) => {
+            panic!("no vmlinux.h checked in for {other}; add bpf/vmlinux/<arch>/vmlinux.h")
+        }
         Err(_) => "x86",
     };
     for name in PROGRAMS {

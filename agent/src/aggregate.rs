@@ -68,7 +68,8 @@ impl Aggregator {
         }
         for s in &w.syscalls {
             let stack = s.user.as_deref().map(|u| self.stack(s.pid, Some(u), None));
-            self.builder.add_syscall(s.pid, s.phase, s.nr, stack, s.count, s.total_ns);
+            self.builder
+                .add_syscall(s.pid, s.phase, s.nr, stack, s.count, s.total_ns);
         }
     }
 
@@ -77,14 +78,15 @@ impl Aggregator {
     fn symbolize_new(&mut self, w: &RawWindow, sym: &mut dyn Symbolize) {
         let mut user: HashMap<u32, HashSet<u64>> = HashMap::new();
         let mut kernel: HashSet<u64> = HashSet::new();
-        let mut note_user = |pid: u32, addrs: &Option<Vec<u64>>, cache: &HashMap<(u32, u64), Vec<u32>>| {
-            for (i, &a) in addrs.iter().flatten().enumerate() {
-                let a = lookup_addr(i, a);
-                if !cache.contains_key(&(pid, a)) {
-                    user.entry(pid).or_default().insert(a);
+        let mut note_user =
+            |pid: u32, addrs: &Option<Vec<u64>>, cache: &HashMap<(u32, u64), Vec<u32>>| {
+                for (i, &a) in addrs.iter().flatten().enumerate() {
+                    let a = lookup_addr(i, a);
+                    if !cache.contains_key(&(pid, a)) {
+                        user.entry(pid).or_default().insert(a);
+                    }
                 }
-            }
-        };
+            };
         for s in &w.cpu {
             note_user(s.pid, &s.user, &self.user_frames);
         }
@@ -94,7 +96,11 @@ impl Aggregator {
         for s in &w.syscalls {
             note_user(s.pid, &s.user, &self.user_frames);
         }
-        let kernel_addrs = w.cpu.iter().map(|s| &s.kernel).chain(w.offcpu.iter().map(|s| &s.kernel));
+        let kernel_addrs = w
+            .cpu
+            .iter()
+            .map(|s| &s.kernel)
+            .chain(w.offcpu.iter().map(|s| &s.kernel));
         for addrs in kernel_addrs {
             for (i, &a) in addrs.iter().flatten().enumerate() {
                 let a = lookup_addr(i, a);
@@ -107,7 +113,10 @@ impl Aggregator {
             let addrs: Vec<u64> = addrs.into_iter().collect();
             let frames = sym.user(pid, &addrs);
             for (a, fs) in addrs.into_iter().zip(frames) {
-                let ids = fs.into_iter().map(|f| self.builder.intern_frame(f)).collect();
+                let ids = fs
+                    .into_iter()
+                    .map(|f| self.builder.intern_frame(f))
+                    .collect();
                 self.user_frames.insert((pid, a), ids);
             }
         }
@@ -115,7 +124,10 @@ impl Aggregator {
         if !kernel.is_empty() {
             let frames = sym.kernel(&kernel);
             for (a, fs) in kernel.into_iter().zip(frames) {
-                let ids = fs.into_iter().map(|f| self.builder.intern_frame(f)).collect();
+                let ids = fs
+                    .into_iter()
+                    .map(|f| self.builder.intern_frame(f))
+                    .collect();
                 self.kernel_frames.insert(a, ids);
             }
         }
@@ -128,7 +140,11 @@ impl Aggregator {
         let profile_frames = &self.builder;
         for (i, &a) in kernel.unwrap_or_default().iter().enumerate() {
             let ids = &self.kernel_frames[&lookup_addr(i, a)];
-            if frames.is_empty() && ids.iter().all(|&f| profile_frames.frame(f).is_some_and(is_probe_frame)) {
+            if frames.is_empty()
+                && ids
+                    .iter()
+                    .all(|&f| profile_frames.frame(f).is_some_and(is_probe_frame))
+            {
                 continue;
             }
             frames.extend_from_slice(ids);

@@ -15,7 +15,11 @@ use crate::report::{write_report, ReportOptions};
 use crate::targets::TargetSpec;
 
 #[derive(Parser, Debug)]
-#[command(name = "phaseprof", version, about = "eBPF profiler that attributes every cost to the phase the thread was in")]
+#[command(
+    name = "phaseprof",
+    version,
+    about = "eBPF profiler that attributes every cost to the phase the thread was in"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -111,8 +115,13 @@ pub struct ExportArgs {
 /// Parses `30s`, `500ms`, `2m`, `1h` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
-    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 30s, 500ms or 2m"))?;
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 30s, 500ms or 2m"))?;
     let secs = match unit {
         "" | "s" => v,
         "ms" => v / 1e3,
@@ -125,32 +134,44 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn parse_event(s: &str) -> Result<EventKind> {
-    EventKind::parse(s.trim()).ok_or_else(|| anyhow!("unknown event kind `{s}` (known: cpu, offcpu, syscall, alloc, pagefault)"))
+    EventKind::parse(s.trim()).ok_or_else(|| {
+        anyhow!("unknown event kind `{s}` (known: cpu, offcpu, syscall, alloc, pagefault)")
+    })
 }
 
 fn load(path: &PathBuf) -> Result<Profile> {
     let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    read_profile(std::io::BufReader::new(f)).with_context(|| format!("cannot read {}", path.display()))
+    read_profile(std::io::BufReader::new(f))
+        .with_context(|| format!("cannot read {}", path.display()))
 }
 
 fn phase_of(profile: &Profile, name: Option<&String>) -> Result<Option<u32>> {
     let Some(name) = name else { return Ok(None) };
     match profile.phase_index(name) {
         Some(i) => Ok(Some(i)),
-        None => bail!("the profile has no phase `{name}`; its phases are: {}", profile.phases.join(", ")),
+        None => bail!(
+            "the profile has no phase `{name}`; its phases are: {}",
+            profile.phases.join(", ")
+        ),
     }
 }
 
 impl RecordArgs {
     pub fn into_options(self) -> Result<RecordOptions> {
-        let given = [!self.pids.is_empty(), self.name.is_some(), !self.command.is_empty()];
+        let given = [
+            !self.pids.is_empty(),
+            self.name.is_some(),
+            !self.command.is_empty(),
+        ];
         if given.iter().filter(|&&g| g).count() != 1 {
             bail!("name exactly one target: --pid PID (repeatable), --name REGEX, or -- CMD [ARGS...]");
         }
         let target = if !self.pids.is_empty() {
             TargetSpec::Pids(self.pids)
         } else if let Some(re) = self.name {
-            TargetSpec::Name(regex::Regex::new(&re).with_context(|| format!("--name: invalid regex `{re}`"))?)
+            TargetSpec::Name(
+                regex::Regex::new(&re).with_context(|| format!("--name: invalid regex `{re}`"))?,
+            )
         } else {
             TargetSpec::Command(self.command)
         };
@@ -158,7 +179,9 @@ impl RecordArgs {
         for e in &self.events {
             let k = parse_event(e)?;
             if matches!(k, EventKind::Alloc | EventKind::Pagefault) {
-                bail!("--events {k} is not available in this version (cpu, offcpu and syscall are)");
+                bail!(
+                    "--events {k} is not available in this version (cpu, offcpu and syscall are)"
+                );
             }
             if !events.contains(&k) {
                 events.push(k);
@@ -258,17 +281,38 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("3 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("3 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
     }
 
     // Checks that record refuses zero or two targets with one clear message.
     #[test]
     fn exactly_one_target() {
-        let cli = Cli::try_parse_from(["phaseprof", "record", "-o", "x", "--pid", "1", "--name", "a"]).unwrap();
-        let Command::Record(args) = cli.command else { panic!() };
-        assert!(args.into_options().unwrap_err().to_string().contains("exactly one target"));
-        let cli = Cli::try_parse_from(["phaseprof", "record", "-o", "x", "--", "gzip", "-c"]).unwrap();
-        let Command::Record(args) = cli.command else { panic!() };
+        let cli = Cli::try_parse_from([
+            "phaseprof",
+            "record",
+            "-o",
+            "x",
+            "--pid",
+            "1",
+            "--name",
+            "a",
+        ])
+        .unwrap();
+        let Command::Record(args) = cli.command else {
+            panic!()
+        };
+        assert!(args
+            .into_options()
+            .unwrap_err()
+            .to_string()
+            .contains("exactly one target"));
+        let cli =
+            Cli::try_parse_from(["phaseprof", "record", "-o", "x", "--", "gzip", "-c"]).unwrap();
+        let Command::Record(args) = cli.command else {
+            panic!()
+        };
         let opts = args.into_options().unwrap();
         assert!(matches!(opts.target, TargetSpec::Command(ref c) if c == &["gzip", "-c"]));
     }

@@ -71,7 +71,11 @@ pub struct Engine<'obj> {
 
 /// Reads a plain-old-data record of the shared header from map bytes.
 fn pod<T: Copy>(bytes: &[u8]) -> T {
-    assert_eq!(bytes.len(), std::mem::size_of::<T>(), "map record size differs from the header");
+    assert_eq!(
+        bytes.len(),
+        std::mem::size_of::<T>(),
+        "map record size differs from the header"
+    );
     // SAFETY: the size matches and T is a `#[repr(C)]` integer-only record generated from the
     // BPF object's BTF, for which every bit pattern is valid; read_unaligned needs no alignment.
     unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
@@ -154,23 +158,43 @@ fn open_skel<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     flavour: SwitchFlavour,
 ) -> Result<OpenPhaseprofSkel<'obj>> {
-    let mut open = PhaseprofSkelBuilder::default().open(storage).context("opening the BPF object")?;
-    let rodata = open.maps.rodata_data.as_deref_mut().context("BPF object has no rodata")?;
+    let mut open = PhaseprofSkelBuilder::default()
+        .open(storage)
+        .context("opening the BPF object")?;
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("BPF object has no rodata")?;
     rodata.syscall_stacks = cfg.syscall_stacks;
     rodata.follow_children = cfg.follow_children;
     rodata.notify_exec = cfg.notify_exec;
     open.maps.stacks.set_max_entries(cfg.stack_entries)?;
-    for map in [&mut open.maps.cpu_counts, &mut open.maps.offcpu_counts, &mut open.maps.syscall_counts] {
+    for map in [
+        &mut open.maps.cpu_counts,
+        &mut open.maps.offcpu_counts,
+        &mut open.maps.syscall_counts,
+    ] {
         map.set_max_entries(cfg.key_entries)?;
     }
     let has = |k| cfg.events.contains(&k);
-    open.progs.perf_event__sample.set_autoload(has(EventKind::Cpu));
-    open.progs.tp_btf__sched_switch.set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::TpBtf);
-    open.progs.raw_tp__sched_switch.set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::RawTp);
+    open.progs
+        .perf_event__sample
+        .set_autoload(has(EventKind::Cpu));
+    open.progs
+        .tp_btf__sched_switch
+        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::TpBtf);
+    open.progs
+        .raw_tp__sched_switch
+        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::RawTp);
     // sys_enter also starts counting for `record -- CMD` at its execve, so it loads whenever
     // syscalls are recorded; sched_process_exec covers the other case.
-    open.progs.raw_tp__sys_enter.set_autoload(has(EventKind::Syscall));
-    open.progs.raw_tp__sys_exit.set_autoload(has(EventKind::Syscall));
+    open.progs
+        .raw_tp__sys_enter
+        .set_autoload(has(EventKind::Syscall));
+    open.progs
+        .raw_tp__sys_exit
+        .set_autoload(has(EventKind::Syscall));
     Ok(open)
 }
 
@@ -187,7 +211,9 @@ impl<'obj> Engine<'obj> {
             Err(btf_err) => {
                 let skel = open_skel(cfg, fallback_storage, SwitchFlavour::RawTp)?
                     .load()
-                    .with_context(|| format!("loading the BPF programs (tp_btf flavour failed too: {btf_err})"))?;
+                    .with_context(|| {
+                        format!("loading the BPF programs (tp_btf flavour failed too: {btf_err})")
+                    })?;
                 (skel, SwitchFlavour::RawTp)
             }
         };
@@ -196,15 +222,24 @@ impl<'obj> Engine<'obj> {
         let mut builder = RingBufferBuilder::new();
         builder.add(&handle, move |data: &[u8]| {
             if data.len() >= std::mem::size_of::<types::target_event>() {
-                let e: types::target_event = pod(&data[..std::mem::size_of::<types::target_event>()]);
-                let comm: Vec<u8> = e.comm.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+                let e: types::target_event =
+                    pod(&data[..std::mem::size_of::<types::target_event>()]);
+                let comm: Vec<u8> = e
+                    .comm
+                    .iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as u8)
+                    .collect();
                 let ev = match types::target_event_kind(e.kind) {
                     types::target_event_kind::TEV_EXEC => TargetEvent::Exec {
                         pid: e.pid,
                         comm: String::from_utf8_lossy(&comm).into_owned(),
                     },
                     types::target_event_kind::TEV_EXIT => TargetEvent::Exit { pid: e.pid },
-                    types::target_event_kind::TEV_FORK => TargetEvent::Fork { pid: e.pid, parent: e.ppid },
+                    types::target_event_kind::TEV_FORK => TargetEvent::Fork {
+                        pid: e.pid,
+                        parent: e.ppid,
+                    },
                     _ => TargetEvent::MapsChanged { pid: e.pid },
                 };
                 let _ = tx.send(ev);
@@ -255,9 +290,18 @@ impl<'obj> Engine<'obj> {
             attach(&progs.raw_tp__sys_enter, "raw_tp/sys_enter")?;
             attach(&progs.raw_tp__sys_exit, "raw_tp/sys_exit")?;
         }
-        attach(&progs.raw_tp__sched_process_fork, "raw_tp/sched_process_fork")?;
-        attach(&progs.raw_tp__sched_process_exec, "raw_tp/sched_process_exec")?;
-        attach(&progs.raw_tp__sched_process_exit, "raw_tp/sched_process_exit")?;
+        attach(
+            &progs.raw_tp__sched_process_fork,
+            "raw_tp/sched_process_fork",
+        )?;
+        attach(
+            &progs.raw_tp__sched_process_exec,
+            "raw_tp/sched_process_exec",
+        )?;
+        attach(
+            &progs.raw_tp__sched_process_exit,
+            "raw_tp/sched_process_exit",
+        )?;
         Ok(())
     }
 
@@ -295,7 +339,12 @@ impl<'obj> Engine<'obj> {
     }
 
     fn window_ptr(&mut self) -> *mut u32 {
-        let bss = self.skel.maps.bss_data.as_deref_mut().expect("BPF object has a .bss");
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("BPF object has a .bss");
         &mut bss.window
     }
 
@@ -388,7 +437,12 @@ impl<'obj> Engine<'obj> {
         if let Some(s) = self.stack_cache.get(&id) {
             return Some(s.clone());
         }
-        let bytes = self.skel.maps.stacks.lookup(&id.to_ne_bytes(), MapFlags::ANY).ok()??;
+        let bytes = self
+            .skel
+            .maps
+            .stacks
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
         let st: types::stack_trace = pod(&bytes);
         let len = (st.len as usize).min(st.ips.len());
         let addrs = st.ips[..len].to_vec();
@@ -400,8 +454,16 @@ impl<'obj> Engine<'obj> {
     pub fn lost(&self) -> Result<Lost> {
         let mut lost = Lost::default();
         for i in 0..types::drop_reason::DROP_MAX.0 {
-            let per_cpu = self.skel.maps.drops.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?;
-            let n: u64 = per_cpu.unwrap_or_default().iter().map(|v| pod::<u64>(v)).sum();
+            let per_cpu = self
+                .skel
+                .maps
+                .drops
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?;
+            let n: u64 = per_cpu
+                .unwrap_or_default()
+                .iter()
+                .map(|v| pod::<u64>(v))
+                .sum();
             let reason = types::drop_reason(i);
             let name = match reason {
                 types::drop_reason::DROP_USER_STACK => "user_stack",
@@ -420,7 +482,9 @@ impl<'obj> Engine<'obj> {
                 _ => "unknown",
             };
             match reason {
-                types::drop_reason::DROP_USER_STACK | types::drop_reason::DROP_KERNEL_STACK => lost.stacks += n,
+                types::drop_reason::DROP_USER_STACK | types::drop_reason::DROP_KERNEL_STACK => {
+                    lost.stacks += n
+                }
                 _ => lost.events += n,
             }
             lost.by_reason.insert(name.to_string(), n);

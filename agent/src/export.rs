@@ -29,7 +29,9 @@ pub fn export(profile: &Profile, opts: &ExportOptions, mut out: impl Write) -> R
         ExportFormat::Svg => write_svg(profile, &sel, &mut out)?,
         ExportFormat::Pprof => {
             if !profile.recorded(opts.event) {
-                anyhow::bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(opts.event));
+                anyhow::bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(
+                    opts.event
+                ));
             }
             crate::pprof::write_pprof(profile, opts.event, opts.phase, &mut out)?
         }

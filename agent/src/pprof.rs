@@ -127,11 +127,17 @@ impl Strings {
 /// Builds the pprof message for one event kind (and optionally one phase).
 pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> PprofProfile {
     let mut strings = Strings::new();
-    let vt = |t: &str, u: &str, s: &mut Strings| ValueType { r#type: s.get(t), unit: s.get(u) };
+    let vt = |t: &str, u: &str, s: &mut Strings| ValueType {
+        r#type: s.get(t),
+        unit: s.get(u),
+    };
     let period_ns = 1_000_000_000 / profile.meta.frequency_hz.max(1) as i64;
     let (sample_type, period_type, period) = match kind {
         EventKind::Cpu => (
-            vec![vt("samples", "count", &mut strings), vt("cpu", "nanoseconds", &mut strings)],
+            vec![
+                vt("samples", "count", &mut strings),
+                vt("cpu", "nanoseconds", &mut strings),
+            ],
             Some(vt("cpu", "nanoseconds", &mut strings)),
             period_ns,
         ),
@@ -168,17 +174,32 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
                 None => {
                     let mapping_id = *mappings.entry(module.clone()).or_insert_with(|| {
                         let id = mapping.len() as u64 + 1;
-                        mapping.push(Mapping { id, filename: strings.get(&module), has_functions: true });
+                        mapping.push(Mapping {
+                            id,
+                            filename: strings.get(&module),
+                            has_functions: true,
+                        });
                         id
                     });
                     let function_id = *functions.entry(name.clone()).or_insert_with(|| {
                         let id = function.len() as u64 + 1;
                         let n = strings.get(&name);
-                        function.push(Function { id, name: n, system_name: n });
+                        function.push(Function {
+                            id,
+                            name: n,
+                            system_name: n,
+                        });
                         id
                     });
                     let id = location.len() as u64 + 1;
-                    location.push(Location { id, mapping_id, line: vec![Line { function_id, line: 0 }] });
+                    location.push(Location {
+                        id,
+                        mapping_id,
+                        line: vec![Line {
+                            function_id,
+                            line: 0,
+                        }],
+                    });
                     locations.insert(key, id);
                     id
                 }
@@ -190,10 +211,21 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
             EventKind::Cpu => vec![v, v * period_ns],
             _ => vec![v],
         };
-        let label = vec![Label { key: phase_key, str: strings.get(profile.phase_name(w.phase)), num: 0 }];
-        sample.push(Sample { location_id: ids, value, label });
+        let label = vec![Label {
+            key: phase_key,
+            str: strings.get(profile.phase_name(w.phase)),
+            num: 0,
+        }];
+        sample.push(Sample {
+            location_id: ids,
+            value,
+            label,
+        });
     }
-    let comment = vec![strings.get(&format!("phaseprof {} profile of {}", kind, profile.meta.comm))];
+    let comment = vec![strings.get(&format!(
+        "phaseprof {} profile of {}",
+        kind, profile.meta.comm
+    ))];
     PprofProfile {
         sample_type,
         sample,
@@ -209,7 +241,12 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
     }
 }
 
-pub fn write_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>, out: impl Write) -> std::io::Result<()> {
+pub fn write_pprof(
+    profile: &Profile,
+    kind: EventKind,
+    phase: Option<u32>,
+    out: impl Write,
+) -> std::io::Result<()> {
     let bytes = to_pprof(profile, kind, phase).encode_to_vec();
     let mut gz = GzEncoder::new(out, Compression::default());
     gz.write_all(&bytes)?;

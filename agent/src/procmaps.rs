@@ -25,7 +25,9 @@ pub fn parse_maps(text: &str) -> Vec<Vma> {
     let mut vmas = Vec::new();
     for line in text.lines() {
         let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms), Some(offset)) = (fields.next(), fields.next(), fields.next()) else {
+        let (Some(range), Some(perms), Some(offset)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
             continue;
         };
         if !perms.contains('x') {
@@ -35,7 +37,9 @@ pub fn parse_maps(text: &str) -> Vec<Vma> {
         let _inode = fields.next();
         // The path may contain spaces and ends in " (deleted)" when the file was replaced.
         let path = fields.collect::<Vec<_>>().join(" ");
-        let Some((start, end)) = range.split_once('-') else { continue };
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
         let (Ok(start), Ok(end), Ok(offset)) = (
             u64::from_str_radix(start, 16),
             u64::from_str_radix(end, 16),
@@ -43,7 +47,12 @@ pub fn parse_maps(text: &str) -> Vec<Vma> {
         ) else {
             continue;
         };
-        vmas.push(Vma { start, end, offset, path });
+        vmas.push(Vma {
+            start,
+            end,
+            offset,
+            path,
+        });
     }
     vmas
 }
@@ -70,7 +79,10 @@ impl ProcMaps {
     }
 
     pub fn find(&self, pid: u32, addr: u64) -> Option<&Vma> {
-        self.by_pid.get(&pid)?.iter().find(|v| v.start <= addr && addr < v.end)
+        self.by_pid
+            .get(&pid)?
+            .iter()
+            .find(|v| v.start <= addr && addr < v.end)
     }
 
     /// The file to open for a mapping: through the process's root while it lives (so mount

@@ -45,11 +45,15 @@ pub struct Recorded {
 }
 
 fn unix_ns(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// Records per `opts` and writes the file. `interrupted` is set by the Ctrl-C handler.
@@ -87,7 +91,11 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
     }
 }
 
-fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted: Arc<AtomicBool>) -> Result<Recorded> {
+fn record_into(
+    opts: &RecordOptions,
+    command_path: Option<PathBuf>,
+    interrupted: Arc<AtomicBool>,
+) -> Result<Recorded> {
     let mut engine_cfg = opts.engine.clone();
     engine_cfg.follow_children = matches!(opts.target, TargetSpec::Command(_));
     engine_cfg.notify_exec = matches!(opts.target, TargetSpec::Name(_));
@@ -103,16 +111,27 @@ fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted:
         kernel: read_trimmed("/proc/sys/kernel/osrelease"),
         arch: std::env::consts::ARCH.to_string(),
         events: engine_cfg.events.clone(),
-        frequency_hz: if engine_cfg.events.contains(&EventKind::Cpu) { engine_cfg.freq_hz } else { 0 },
+        frequency_hz: if engine_cfg.events.contains(&EventKind::Cpu) {
+            engine_cfg.freq_hz
+        } else {
+            0
+        },
         syscall_stacks: engine_cfg.syscall_stacks,
         ..Meta::default()
     };
-    meta.notes.insert("phaseprof_version".into(), env!("CARGO_PKG_VERSION").into());
-    meta.notes.insert("sched_switch".into(), format!("{:?}", engine.flavour));
+    meta.notes
+        .insert("phaseprof_version".into(), env!("CARGO_PKG_VERSION").into());
+    meta.notes
+        .insert("sched_switch".into(), format!("{:?}", engine.flavour));
 
     let mut live: BTreeSet<u32> = BTreeSet::new();
     let mut child: Option<u32> = None;
-    let add = |pid: u32, engine: &Engine, sym: &mut BlazeSymbolizer, meta: &mut Meta, live: &mut BTreeSet<u32>| -> Result<()> {
+    let add = |pid: u32,
+               engine: &Engine,
+               sym: &mut BlazeSymbolizer,
+               meta: &mut Meta,
+               live: &mut BTreeSet<u32>|
+     -> Result<()> {
         engine.add_target(pid)?;
         sym.track(pid);
         if meta.pids.is_empty() {
@@ -155,7 +174,10 @@ fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted:
             meta.pids.push(held.pid);
             meta.command = argv.clone();
             meta.exe = path.to_string_lossy().into_owned();
-            meta.comm = path.file_name().map(|n| n.to_string_lossy().chars().take(15).collect()).unwrap_or_default();
+            meta.comm = path
+                .file_name()
+                .map(|n| n.to_string_lossy().chars().take(15).collect())
+                .unwrap_or_default();
             meta.build_id = targets::build_id_hex(&path);
             live.insert(held.pid);
             child = Some(held.pid);
@@ -174,7 +196,10 @@ fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted:
         );
     }
 
-    meta.notes.insert("attach_ms".into(), format!("{:.1}", attach_time.as_secs_f64() * 1e3));
+    meta.notes.insert(
+        "attach_ms".into(),
+        format!("{:.1}", attach_time.as_secs_f64() * 1e3),
+    );
 
     let mut agg = Aggregator::new(meta, vec![]);
     let mut seen_tids: HashSet<u32> = HashSet::new();
@@ -258,7 +283,11 @@ fn record_into(opts: &RecordOptions, command_path: Option<PathBuf>, interrupted:
 
 /// Names threads the first time they appear (while they are alive to be asked).
 fn note_threads(w: &crate::window::RawWindow, seen: &mut HashSet<u32>, agg: &mut Aggregator) {
-    let tids = w.cpu.iter().map(|s| (s.pid, s.tid)).chain(w.offcpu.iter().map(|s| (s.pid, s.tid)));
+    let tids = w
+        .cpu
+        .iter()
+        .map(|s| (s.pid, s.tid))
+        .chain(w.offcpu.iter().map(|s| (s.pid, s.tid)));
     for (pid, tid) in tids {
         if seen.insert(tid) {
             if let Some(name) = targets::read_comm(pid, tid) {

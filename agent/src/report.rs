@@ -26,7 +26,11 @@ pub struct FunctionCost {
 }
 
 /// Functions of `kind` ranked by self value, with inclusive values; and the grand total.
-pub fn top_functions(profile: &Profile, kind: EventKind, phase: Option<u32>) -> (Vec<FunctionCost>, u64) {
+pub fn top_functions(
+    profile: &Profile,
+    kind: EventKind,
+    phase: Option<u32>,
+) -> (Vec<FunctionCost>, u64) {
     let mut costs: HashMap<String, FunctionCost> = HashMap::new();
     let mut grand = 0;
     for w in profile.weighted_stacks(kind, phase) {
@@ -91,7 +95,11 @@ fn fmt_value(kind: EventKind, v: u64) -> String {
     }
 }
 
-pub fn write_report(profile: &Profile, opts: &ReportOptions, mut out: impl Write) -> std::io::Result<()> {
+pub fn write_report(
+    profile: &Profile,
+    opts: &ReportOptions,
+    mut out: impl Write,
+) -> std::io::Result<()> {
     if opts.json {
         let summary = Summary::of(profile);
         serde_json::to_writer_pretty(&mut out, &summary)?;
@@ -116,7 +124,11 @@ pub fn write_report(profile: &Profile, opts: &ReportOptions, mut out: impl Write
         "lost: {} events, {} stacks{}",
         l.events,
         l.stacks,
-        if l.is_empty() { " (complete profile)" } else { " (PARTIAL profile: see lost.by_reason in --json)" }
+        if l.is_empty() {
+            " (complete profile)"
+        } else {
+            " (PARTIAL profile: see lost.by_reason in --json)"
+        }
     )?;
     if let Some(p) = opts.phase {
         writeln!(out, "phase: {} only", profile.phase_name(p))?;
@@ -133,7 +145,11 @@ pub fn write_report(profile: &Profile, opts: &ReportOptions, mut out: impl Write
             EventKind::Offcpu => writeln!(out, "== off-cpu: {} ==", fmt_ns(grand))?,
             _ => writeln!(out, "== syscalls: {grand} calls ==")?,
         }
-        writeln!(out, "{:>7} {:>7} {:>12} {:>12}  function", "self%", "total%", "self", "total")?;
+        writeln!(
+            out,
+            "{:>7} {:>7} {:>12} {:>12}  function",
+            "self%", "total%", "self", "total"
+        )?;
         for f in funcs.iter().take(top) {
             writeln!(
                 out,
@@ -152,7 +168,11 @@ pub fn write_report(profile: &Profile, opts: &ReportOptions, mut out: impl Write
     Ok(())
 }
 
-fn write_syscall_table(profile: &Profile, phase: Option<u32>, mut out: impl Write) -> std::io::Result<()> {
+fn write_syscall_table(
+    profile: &Profile,
+    phase: Option<u32>,
+    mut out: impl Write,
+) -> std::io::Result<()> {
     let by_name = match phase {
         None => syscalls_by_name(profile),
         Some(p) => {
@@ -161,10 +181,18 @@ fn write_syscall_table(profile: &Profile, phase: Option<u32>, mut out: impl Writ
             syscalls_by_name(&only)
         }
     };
-    let mut rows: Vec<_> = by_name.into_iter().collect::<BTreeMap<_, _>>().into_iter().collect();
+    let mut rows: Vec<_> = by_name
+        .into_iter()
+        .collect::<BTreeMap<_, _>>()
+        .into_iter()
+        .collect();
     rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(&b.0)));
     writeln!(out)?;
-    writeln!(out, "{:<20} {:>10} {:>14} {:>12}", "syscall", "count", "total", "mean")?;
+    writeln!(
+        out,
+        "{:<20} {:>10} {:>14} {:>12}",
+        "syscall", "count", "total", "mean"
+    )?;
     for (name, c) in rows {
         writeln!(
             out,
@@ -208,7 +236,14 @@ mod tests {
         b.add_cpu(1, 1, 0, s2, 1);
         let (top, grand) = top_functions(&b.finish(), EventKind::Cpu, None);
         assert_eq!(grand, 10);
-        assert_eq!(top[0], FunctionCost { name: "burn".into(), self_value: 9, total_value: 9 });
+        assert_eq!(
+            top[0],
+            FunctionCost {
+                name: "burn".into(),
+                self_value: 9,
+                total_value: 9
+            }
+        );
         let rec = top.iter().find(|f| f.name == "rec").unwrap();
         assert_eq!(rec.total_value, 9);
         let main = top.iter().find(|f| f.name == "main").unwrap();

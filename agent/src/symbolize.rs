@@ -150,10 +150,12 @@ impl Symbolize for BlazeSymbolizer {
         addrs
             .iter()
             .enumerate()
-            .map(|(i, &a)| match results.as_ref().ok().and_then(|r| r.get(i)) {
-                Some(Symbolized::Sym(sym)) => frames_of(sym, "[kernel]", FrameKind::Kernel),
-                _ => unknown("[kernel]", a, FrameKind::Kernel),
-            })
+            .map(
+                |(i, &a)| match results.as_ref().ok().and_then(|r| r.get(i)) {
+                    Some(Symbolized::Sym(sym)) => frames_of(sym, "[kernel]", FrameKind::Kernel),
+                    _ => unknown("[kernel]", a, FrameKind::Kernel),
+                },
+            )
             .collect()
     }
 }

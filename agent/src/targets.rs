@@ -88,7 +88,10 @@ pub fn scan_name(re: &Regex) -> Vec<u32> {
 /// Finds `program` like execvp would, so a missing command is reported before anything starts.
 pub fn resolve_command(program: &str) -> Result<PathBuf> {
     let is_exec = |p: &Path| {
-        p.is_file() && std::fs::metadata(p).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0).unwrap_or(false)
+        p.is_file()
+            && std::fs::metadata(p)
+                .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
+                .unwrap_or(false)
     };
     if program.contains('/') {
         let p = PathBuf::from(program);
@@ -116,7 +119,8 @@ pub struct HeldChild {
 impl HeldChild {
     /// Forks a child that waits on a pipe, then execs `argv` (argv[0] already resolved).
     pub fn spawn(path: &Path, argv: &[String]) -> Result<HeldChild> {
-        let c_path = CString::new(path.as_os_str().as_bytes()).context("command path contains NUL")?;
+        let c_path =
+            CString::new(path.as_os_str().as_bytes()).context("command path contains NUL")?;
         let c_args: Vec<CString> = argv
             .iter()
             .map(|a| CString::new(a.as_bytes()))
@@ -171,7 +175,10 @@ impl HeldChild {
         // SAFETY: closing the fd we own, once.
         unsafe { libc::close(self.release_fd) };
         if n != 1 {
-            bail!("could not release the command: {}", std::io::Error::last_os_error());
+            bail!(
+                "could not release the command: {}",
+                std::io::Error::last_os_error()
+            );
         }
         Ok(())
     }
@@ -205,7 +212,9 @@ mod tests {
     fn resolves_commands_like_execvp() {
         assert!(resolve_command("sh").unwrap().ends_with("sh"));
         let err = resolve_command("no-such-command-phaseprof").unwrap_err();
-        assert!(err.to_string().contains("command not found: `no-such-command-phaseprof`"));
+        assert!(err
+            .to_string()
+            .contains("command not found: `no-such-command-phaseprof`"));
         assert!(resolve_command("/nonexistent/x").is_err());
     }
 

@@ -13,7 +13,10 @@ pub enum FlamegraphError {
     #[error("the profile has no {0} events: it was recorded without `--events {0}`")]
     NotRecorded(EventKind),
     #[error("no {kind} stacks to draw{}", phase.as_ref().map(|p| format!(" in phase `{p}`")).unwrap_or_default())]
-    Empty { kind: EventKind, phase: Option<String> },
+    Empty {
+        kind: EventKind,
+        phase: Option<String>,
+    },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -44,10 +47,17 @@ pub fn folded_lines(profile: &Profile, sel: &Selection) -> Result<Vec<String>, F
             .collect();
         *summed.entry(names.join(";")).or_default() += w.value;
     }
-    Ok(summed.into_iter().map(|(stack, v)| format!("{stack} {v}")).collect())
+    Ok(summed
+        .into_iter()
+        .map(|(stack, v)| format!("{stack} {v}"))
+        .collect())
 }
 
-pub fn write_folded(profile: &Profile, sel: &Selection, mut out: impl Write) -> Result<(), FlamegraphError> {
+pub fn write_folded(
+    profile: &Profile,
+    sel: &Selection,
+    mut out: impl Write,
+) -> Result<(), FlamegraphError> {
     for line in folded_lines(profile, sel)? {
         writeln!(out, "{line}")?;
     }
@@ -70,7 +80,11 @@ pub fn title(profile: &Profile, sel: &Selection) -> String {
 }
 
 /// Renders an SVG flamegraph of the selected stacks.
-pub fn write_svg(profile: &Profile, sel: &Selection, out: impl Write) -> Result<(), FlamegraphError> {
+pub fn write_svg(
+    profile: &Profile,
+    sel: &Selection,
+    out: impl Write,
+) -> Result<(), FlamegraphError> {
     let lines = folded_lines(profile, sel)?;
     if lines.is_empty() {
         return Err(FlamegraphError::Empty {
@@ -125,16 +139,37 @@ mod tests {
     #[test]
     fn folded_is_root_first_and_merged() {
         let p = profile();
-        let cpu = folded_lines(&p, &Selection { kind: EventKind::Cpu, phase: None }).unwrap();
+        let cpu = folded_lines(
+            &p,
+            &Selection {
+                kind: EventKind::Cpu,
+                phase: None,
+            },
+        )
+        .unwrap();
         assert_eq!(cpu, vec!["main;burn:x 95", "main;do_syscall_64_[k] 5"]);
-        let sys = folded_lines(&p, &Selection { kind: EventKind::Syscall, phase: None }).unwrap();
+        let sys = folded_lines(
+            &p,
+            &Selection {
+                kind: EventKind::Syscall,
+                phase: None,
+            },
+        )
+        .unwrap();
         assert_eq!(sys, vec!["main;burn:x;syscall:write 4"]);
     }
 
     // Checks that asking for an event kind that was not recorded is an error, not an empty graph.
     #[test]
     fn unrecorded_kind_is_an_error() {
-        let err = folded_lines(&profile(), &Selection { kind: EventKind::Offcpu, phase: None }).unwrap_err();
+        let err = folded_lines(
+            &profile(),
+            &Selection {
+                kind: EventKind::Offcpu,
+                phase: None,
+            },
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("--events offcpu"), "{err}");
     }
 
@@ -142,7 +177,15 @@ mod tests {
     #[test]
     fn svg_has_title() {
         let mut svg = Vec::new();
-        write_svg(&profile(), &Selection { kind: EventKind::Cpu, phase: None }, &mut svg).unwrap();
+        write_svg(
+            &profile(),
+            &Selection {
+                kind: EventKind::Cpu,
+                phase: None,
+            },
+            &mut svg,
+        )
+        .unwrap();
         let svg = String::from_utf8(svg).unwrap();
         assert!(svg.contains("cpu — samples — sim (pid 9)"));
         assert!(svg.contains("burn:x"));

@@ -59,43 +59,74 @@ impl ProfileBuilder {
             return i;
         }
         let i = self.profile.stacks.len() as u32;
-        self.profile.stacks.push(Stack { frames: frames.clone() });
+        self.profile.stacks.push(Stack {
+            frames: frames.clone(),
+        });
         self.stack_index.insert(frames, i);
         i
     }
 
     pub fn add_cpu(&mut self, pid: u32, tid: u32, phase: u32, stack: u32, count: u64) {
         let samples = &mut self.profile.cpu;
-        let i = *self.cpu_index.entry((pid, tid, phase, stack)).or_insert_with(|| {
-            samples.push(CpuSample { pid, tid, phase, stack, count: 0 });
-            samples.len() - 1
-        });
+        let i = *self
+            .cpu_index
+            .entry((pid, tid, phase, stack))
+            .or_insert_with(|| {
+                samples.push(CpuSample {
+                    pid,
+                    tid,
+                    phase,
+                    stack,
+                    count: 0,
+                });
+                samples.len() - 1
+            });
         samples[i].count += count;
     }
 
     pub fn add_offcpu(&mut self, pid: u32, tid: u32, phase: u32, stack: u32, ns: u64) {
         let samples = &mut self.profile.offcpu;
-        let i = *self.offcpu_index.entry((pid, tid, phase, stack)).or_insert_with(|| {
-            samples.push(OffCpuSample { pid, tid, phase, stack, ns: 0 });
-            samples.len() - 1
-        });
+        let i = *self
+            .offcpu_index
+            .entry((pid, tid, phase, stack))
+            .or_insert_with(|| {
+                samples.push(OffCpuSample {
+                    pid,
+                    tid,
+                    phase,
+                    stack,
+                    ns: 0,
+                });
+                samples.len() - 1
+            });
         samples[i].ns += ns;
     }
 
-    pub fn add_syscall(&mut self, pid: u32, phase: u32, nr: u32, stack: Option<u32>, count: u64, total_ns: u64) {
+    pub fn add_syscall(
+        &mut self,
+        pid: u32,
+        phase: u32,
+        nr: u32,
+        stack: Option<u32>,
+        count: u64,
+        total_ns: u64,
+    ) {
         let samples = &mut self.profile.syscalls;
-        let i = *self.syscall_index.entry((pid, phase, nr, stack)).or_insert_with(|| {
-            samples.push(SyscallSample {
-                pid,
-                phase,
-                nr,
-                name: crate::syscall_name(nr),
-                stack,
-                count: 0,
-                total_ns: 0,
+        let i = *self
+            .syscall_index
+            .entry((pid, phase, nr, stack))
+            .or_insert_with(|| {
+                samples.push(SyscallSample {
+                    pid,
+                    phase,
+                    nr,
+                    name: crate::syscall_name(nr),
+                    stack,
+                    count: 0,
+                    total_ns: 0,
+                });
+                samples.len() - 1
             });
-            samples.len() - 1
-        });
         samples[i].count += count;
         samples[i].total_ns += total_ns;
     }

@@ -41,7 +41,9 @@ pub fn write_profile(profile: &Profile, mut out: impl Write) -> Result<(), Forma
 /// Reads a profile of any format version up to [`FORMAT_VERSION`].
 pub fn read_profile(mut input: impl Read) -> Result<Profile, FormatError> {
     let mut magic = [0u8; 10];
-    input.read_exact(&mut magic).map_err(|_| FormatError::NotAProfile)?;
+    input
+        .read_exact(&mut magic)
+        .map_err(|_| FormatError::NotAProfile)?;
     if &magic != MAGIC {
         return Err(FormatError::NotAProfile);
     }
@@ -102,17 +104,29 @@ mod tests {
         write_profile(&sample_profile(), &mut buf).unwrap();
         buf[10..14].copy_from_slice(&7u32.to_le_bytes());
         let err = read_profile(&buf[..]).unwrap_err();
-        assert!(matches!(err, FormatError::FutureVersion { found: 7, supported: 1 }));
+        assert!(matches!(
+            err,
+            FormatError::FutureVersion {
+                found: 7,
+                supported: 1
+            }
+        ));
         assert!(err.to_string().contains("version 7"), "{err}");
     }
 
     // Checks that other files and truncated profiles are refused, not misread.
     #[test]
     fn garbage_and_truncation_are_refused() {
-        assert!(matches!(read_profile(&b"hello world, not a profile"[..]), Err(FormatError::NotAProfile)));
+        assert!(matches!(
+            read_profile(&b"hello world, not a profile"[..]),
+            Err(FormatError::NotAProfile)
+        ));
         let mut buf = Vec::new();
         write_profile(&sample_profile(), &mut buf).unwrap();
         buf.truncate(buf.len() / 2);
-        assert!(matches!(read_profile(&buf[..]), Err(FormatError::Corrupt(_))));
+        assert!(matches!(
+            read_profile(&buf[..]),
+            Err(FormatError::Corrupt(_))
+        ));
     }
 }

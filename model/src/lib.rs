@@ -25,7 +25,10 @@ pub fn syscall_name(nr: u32) -> String {
 
 /// The x86_64 number of syscall `name`, if this build knows it.
 pub fn syscall_nr(name: &str) -> Option<u32> {
-    syscall_names::X86_64.iter().position(|n| *n == name).map(|i| i as u32)
+    syscall_names::X86_64
+        .iter()
+        .position(|n| *n == name)
+        .map(|i| i as u32)
 }
 
 #[cfg(test)]

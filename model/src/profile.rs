@@ -204,11 +204,16 @@ pub struct Weighted {
 
 impl Profile {
     pub fn duration_ns(&self) -> u64 {
-        self.meta.end_unix_ns.saturating_sub(self.meta.start_unix_ns)
+        self.meta
+            .end_unix_ns
+            .saturating_sub(self.meta.start_unix_ns)
     }
 
     pub fn phase_name(&self, phase: u32) -> &str {
-        self.phases.get(phase as usize).map(String::as_str).unwrap_or(PHASE_NONE_NAME)
+        self.phases
+            .get(phase as usize)
+            .map(String::as_str)
+            .unwrap_or(PHASE_NONE_NAME)
     }
 
     /// The index of phase `name`, if the profile has it.
@@ -224,7 +229,10 @@ impl Profile {
     }
 
     fn stack_frames(&self, stack: u32) -> Vec<u32> {
-        self.stacks.get(stack as usize).map(|s| s.frames.clone()).unwrap_or_default()
+        self.stacks
+            .get(stack as usize)
+            .map(|s| s.frames.clone())
+            .unwrap_or_default()
     }
 
     /// Every stack of `kind` with its value, optionally only those recorded in `phase`.
@@ -274,7 +282,12 @@ impl Profile {
             .frames
             .iter()
             .rev()
-            .map(|&f| self.frames.get(f as usize).map(display_name).unwrap_or_else(|| "[bad frame]".into()))
+            .map(|&f| {
+                self.frames
+                    .get(f as usize)
+                    .map(display_name)
+                    .unwrap_or_else(|| "[bad frame]".into())
+            })
             .collect();
         if let Some(label) = &w.leaf_label {
             names.push(label.clone());

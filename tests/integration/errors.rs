@@ -10,28 +10,46 @@ fn fails_with(args: &[&str], needle: &str) {
     let o = phaseprof(args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "phaseprof {args:?} should fail");
-    assert!(err.contains(needle), "phaseprof {args:?}: expected `{needle}` in: {err}");
+    assert!(
+        err.contains(needle),
+        "phaseprof {args:?}: expected `{needle}` in: {err}"
+    );
 }
 
 // Checks that a pid with no process is refused by number.
 #[test]
 fn unknown_pid() {
     require_root!();
-    fails_with(&["record", "--pid", "999999999", "-o", "/tmp/x.phaseprof"], "no process with pid 999999999");
+    fails_with(
+        &["record", "--pid", "999999999", "-o", "/tmp/x.phaseprof"],
+        "no process with pid 999999999",
+    );
 }
 
 // Checks that a missing command is refused before anything starts.
 #[test]
 fn command_not_found() {
     require_root!();
-    fails_with(&["record", "-o", "/tmp/x.phaseprof", "--", "no-such-program-xyz"], "command not found: `no-such-program-xyz`");
+    fails_with(
+        &[
+            "record",
+            "-o",
+            "/tmp/x.phaseprof",
+            "--",
+            "no-such-program-xyz",
+        ],
+        "command not found: `no-such-program-xyz`",
+    );
 }
 
 // Checks that an unwritable output path is refused before recording.
 #[test]
 fn output_not_writable() {
     require_root!();
-    fails_with(&["record", "-o", "/nonexistent-dir/x.phaseprof", "--", "true"], "cannot write the output file /nonexistent-dir/x.phaseprof");
+    fails_with(
+        &["record", "-o", "/nonexistent-dir/x.phaseprof", "--", "true"],
+        "cannot write the output file /nonexistent-dir/x.phaseprof",
+    );
 }
 
 // Checks that a regex that never matches fails after --duration and says so.
@@ -39,12 +57,26 @@ fn output_not_writable() {
 fn name_matching_nothing() {
     require_root!();
     let _g = bpf_lock();
-    let o = phaseprof(&["record", "--name", "^no-such-process-xyz$", "--duration", "1s", "-o", "/tmp/none.phaseprof"]);
+    let o = phaseprof(&[
+        "record",
+        "--name",
+        "^no-such-process-xyz$",
+        "--duration",
+        "1s",
+        "-o",
+        "/tmp/none.phaseprof",
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("waiting for one to start"), "{err}");
-    assert!(err.contains("no process matching /^no-such-process-xyz$/ appeared"), "{err}");
-    assert!(!std::path::Path::new("/tmp/none.phaseprof").exists(), "no empty file left behind");
+    assert!(
+        err.contains("no process matching /^no-such-process-xyz$/ appeared"),
+        "{err}"
+    );
+    assert!(
+        !std::path::Path::new("/tmp/none.phaseprof").exists(),
+        "no empty file left behind"
+    );
 }
 
 // Checks that an unprivileged user gets told to use root, not a libbpf errno.
@@ -52,14 +84,22 @@ fn name_matching_nothing() {
 fn not_root() {
     require_root!();
     let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(phaseprof_bin())
         .args(["record", "-o", "/tmp/x.phaseprof", "--", "true"])
         .output()
         .expect("setpriv (util-linux)");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(err.contains("needs root (or the capabilities CAP_BPF and CAP_PERFMON"), "{err}");
+    assert!(
+        err.contains("needs root (or the capabilities CAP_BPF and CAP_PERFMON"),
+        "{err}"
+    );
 }
 
 // Checks that Ctrl-C (SIGINT) stops an attach early and still writes a readable profile with
@@ -72,12 +112,27 @@ fn interrupt_still_writes_the_file() {
     let dir = scratch("sigint");
     let out = dir.join("int.phaseprof");
     let mut target = Command::new(&sim)
-        .args(["--blocks", "1000", "--burn-ms", "5", "--sleep-ms", "5", "--flushes", "1"])
+        .args([
+            "--blocks",
+            "1000",
+            "--burn-ms",
+            "5",
+            "--sleep-ms",
+            "5",
+            "--flushes",
+            "1",
+        ])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let rec = Command::new(phaseprof_bin())
-        .args(["record", "--pid", &target.id().to_string(), "-o", out.to_str().unwrap()])
+        .args([
+            "record",
+            "--pid",
+            &target.id().to_string(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -90,7 +145,12 @@ fn interrupt_still_writes_the_file() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"));
     let report = report_json(&out);
-    assert!(report["events"]["syscall"]["by_name"]["write"]["count"].as_u64().unwrap() > 10);
+    assert!(
+        report["events"]["syscall"]["by_name"]["write"]["count"]
+            .as_u64()
+            .unwrap()
+            > 10
+    );
     assert!(report["events"]["cpu"]["samples"].as_u64().unwrap() > 10);
 }
 
@@ -103,5 +163,8 @@ fn future_file_version() {
     bytes.extend_from_slice(&99u32.to_le_bytes());
     bytes.extend_from_slice(b"whatever comes in version 99");
     std::fs::write(&f, bytes).unwrap();
-    fails_with(&["report", f.to_str().unwrap()], "format version 99, but this phaseprof reads versions up to 1");
+    fails_with(
+        &["report", f.to_str().unwrap()],
+        "format version 99, but this phaseprof reads versions up to 1",
+    );
 }

@@ -9,7 +9,9 @@ use phaseprof_e2e::*;
 use crate::require_root;
 
 fn write_count(report: &serde_json::Value) -> u64 {
-    report["events"]["syscall"]["by_name"]["write"]["count"].as_u64().unwrap_or(0)
+    report["events"]["syscall"]["by_name"]["write"]["count"]
+        .as_u64()
+        .unwrap_or(0)
 }
 
 fn assert_nothing_lost(report: &serde_json::Value) {
@@ -27,19 +29,40 @@ fn command_writes_exact_and_offcpu_matches_sleep() {
     let dir = scratch("cmd");
     let out = dir.join("cmd.phaseprof");
     let o = phaseprof_ok(&[
-        "record", "-o", out.to_str().unwrap(), "--",
-        sim.to_str().unwrap(), "--blocks", "25", "--flushes", "13", "--sleep-ms", "20", "--burn-ms", "4",
-        "--clone-bytes", "4096",
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        sim.to_str().unwrap(),
+        "--blocks",
+        "25",
+        "--flushes",
+        "13",
+        "--sleep-ms",
+        "20",
+        "--burn-ms",
+        "4",
+        "--clone-bytes",
+        "4096",
     ]);
     let truth = truth_from(&o.stdout);
     let report = report_json(&out);
-    assert_eq!(write_count(&report), truth["write_syscalls"].as_u64().unwrap());
+    assert_eq!(
+        write_count(&report),
+        truth["write_syscalls"].as_u64().unwrap()
+    );
     assert_eq!(report["costs"]["flush_syscalls"], truth["write_syscalls"]);
     let offcpu = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
     let slept = truth["slept_ns"].as_f64().unwrap();
     let err = rel_diff(offcpu, slept);
-    eprintln!("off-cpu {offcpu} ns vs slept {slept} ns: {:.3}%", err * 100.0);
-    assert!(err < 0.02, "off-cpu {offcpu} ns is not within 2% of slept {slept} ns");
+    eprintln!(
+        "off-cpu {offcpu} ns vs slept {slept} ns: {:.3}%",
+        err * 100.0
+    );
+    assert!(
+        err < 0.02,
+        "off-cpu {offcpu} ns is not within 2% of slept {slept} ns"
+    );
     assert_eq!(report["target"]["pids"][0], truth["pid"]);
     assert_nothing_lost(&report);
 }
@@ -55,7 +78,17 @@ fn attach_by_pid_counts_writes_exactly() {
     let dir = scratch("attach");
     let out = dir.join("attach.phaseprof");
     let mut target = Command::new(&sim)
-        .args(["--wait-stdin", "--blocks", "30", "--flushes", "11", "--sleep-ms", "5", "--threads", "3"])
+        .args([
+            "--wait-stdin",
+            "--blocks",
+            "30",
+            "--flushes",
+            "11",
+            "--sleep-ms",
+            "5",
+            "--threads",
+            "3",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -69,7 +102,10 @@ fn attach_by_pid_counts_writes_exactly() {
     let mut stderr = BufReader::new(rec.stderr.take().unwrap());
     let mut line = String::new();
     while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("probes attached") {}
-    assert!(line.contains("probes attached"), "phaseprof did not attach: {line}");
+    assert!(
+        line.contains("probes attached"),
+        "phaseprof did not attach: {line}"
+    );
     eprint!("{line}");
     target.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let o = target.wait_with_output().unwrap();
@@ -77,8 +113,14 @@ fn attach_by_pid_counts_writes_exactly() {
     let status = rec.wait().unwrap();
     assert!(status.success());
     let report = report_json(&out);
-    assert_eq!(write_count(&report), truth["write_syscalls"].as_u64().unwrap());
-    assert_eq!(report["lost"]["syscalls_in_flight_at_start"], 1, "the blocked read(stdin)");
+    assert_eq!(
+        write_count(&report),
+        truth["write_syscalls"].as_u64().unwrap()
+    );
+    assert_eq!(
+        report["lost"]["syscalls_in_flight_at_start"], 1,
+        "the blocked read(stdin)"
+    );
     assert_nothing_lost(&report);
 }
 
@@ -92,12 +134,30 @@ fn cpu_samples_land_in_the_burn_function() {
     let dir = scratch("burn");
     let out = dir.join("burn.phaseprof");
     let o = phaseprof_ok(&[
-        "record", "--freq", "199", "-o", out.to_str().unwrap(), "--",
-        sim.to_str().unwrap(), "--blocks", "8", "--burn-ms", "200",
+        "record",
+        "--freq",
+        "199",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        sim.to_str().unwrap(),
+        "--blocks",
+        "8",
+        "--burn-ms",
+        "200",
     ]);
     let truth = truth_from(&o.stdout);
     let burn_fn = truth["burn_fn"].as_str().unwrap();
-    let folded = phaseprof_ok(&["export", out.to_str().unwrap(), "--format", "folded", "--event", "cpu", "-o", "-"]);
+    let folded = phaseprof_ok(&[
+        "export",
+        out.to_str().unwrap(),
+        "--format",
+        "folded",
+        "--event",
+        "cpu",
+        "-o",
+        "-",
+    ]);
     let (mut total, mut burning) = (0u64, 0u64);
     for line in String::from_utf8(folded.stdout).unwrap().lines() {
         let (stack, n) = line.rsplit_once(' ').unwrap();
@@ -108,10 +168,17 @@ fn cpu_samples_land_in_the_burn_function() {
         }
     }
     let share = burning as f64 / total as f64;
-    eprintln!("{burning}/{total} samples in {burn_fn} ({:.1}%)", share * 100.0);
+    eprintln!(
+        "{burning}/{total} samples in {burn_fn} ({:.1}%)",
+        share * 100.0
+    );
     // 1.6 s of burning at 199 Hz: ~318 samples expected.
     assert!(total >= 250, "only {total} samples");
-    assert!(share >= 0.90, "only {:.1}% of samples in {burn_fn}", share * 100.0);
+    assert!(
+        share >= 0.90,
+        "only {:.1}% of samples in {burn_fn}",
+        share * 100.0
+    );
     assert_nothing_lost(&report_json(&out));
 }
 
@@ -135,7 +202,11 @@ fn strace_counts(summary: &str) -> BTreeMap<String, u64> {
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 5 || f[0].starts_with('%') || f[0].starts_with('-') || *f.last()? == "total" {
+            if f.len() < 5
+                || f[0].starts_with('%')
+                || f[0].starts_with('-')
+                || *f.last()? == "total"
+            {
                 return None;
             }
             Some((f.last()?.to_string(), f[3].parse().ok()?))
@@ -154,17 +225,38 @@ fn syscall_counts_equal_strace() {
     fixed_file(&input);
     let st = dir.join("strace.txt");
     let status = Command::new("strace")
-        .args(["-f", "-c", "-o", st.to_str().unwrap(), "gzip", "-6", "-c", input.to_str().unwrap()])
+        .args([
+            "-f",
+            "-c",
+            "-o",
+            st.to_str().unwrap(),
+            "gzip",
+            "-6",
+            "-c",
+            input.to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .status()
         .expect("strace is installed by the setup");
     assert!(status.success());
     let expected = strace_counts(&std::fs::read_to_string(&st).unwrap());
-    assert!(expected.get("read").copied().unwrap_or(0) > 10, "strace table parsed: {expected:?}");
+    assert!(
+        expected.get("read").copied().unwrap_or(0) > 10,
+        "strace table parsed: {expected:?}"
+    );
 
     let out = dir.join("gzip.phaseprof");
     let o = Command::new(phaseprof_bin())
-        .args(["record", "-o", out.to_str().unwrap(), "--", "gzip", "-6", "-c", input.to_str().unwrap()])
+        .args([
+            "record",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "gzip",
+            "-6",
+            "-c",
+            input.to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .output()
         .unwrap();
@@ -191,7 +283,16 @@ fn name_finds_processes_started_later() {
     let dir = scratch("name");
     let out = dir.join("name.phaseprof");
     let mut rec = Command::new(phaseprof_bin())
-        .args(["record", "-v", "--name", "validator-sim.*--flushes 17", "--duration", "5s", "-o", out.to_str().unwrap()])
+        .args([
+            "record",
+            "-v",
+            "--name",
+            "validator-sim.*--flushes 17",
+            "--duration",
+            "5s",
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -206,13 +307,19 @@ fn name_finds_processes_started_later() {
         .unwrap();
     line.clear();
     while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("recording it") {}
-    assert!(line.contains(&format!("pid {}", target.id())), "not picked up: {line}");
+    assert!(
+        line.contains(&format!("pid {}", target.id())),
+        "not picked up: {line}"
+    );
     target.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let truth = truth_from(&target.wait_with_output().unwrap().stdout);
     std::thread::sleep(Duration::from_millis(100));
     assert!(rec.wait().unwrap().success());
     let report = report_json(&out);
     assert_eq!(report["target"]["pids"], serde_json::json!([truth["pid"]]));
-    assert_eq!(write_count(&report), truth["write_syscalls"].as_u64().unwrap());
+    assert_eq!(
+        write_count(&report),
+        truth["write_syscalls"].as_u64().unwrap()
+    );
     assert_nothing_lost(&report);
 }

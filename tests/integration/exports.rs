@@ -9,25 +9,26 @@ fn record_burn(dir: &std::path::Path) -> (std::path::PathBuf, serde_json::Value)
     let sim = rust_workload("validator-sim");
     let out = dir.join("burn.phaseprof");
     let o = phaseprof_ok(&[
-        "record", "-o", out.to_str().unwrap(), "--",
-        sim.to_str().unwrap(), "--blocks", "6", "--burn-ms", "150", "--flushes", "2",
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        sim.to_str().unwrap(),
+        "--blocks",
+        "6",
+        "--burn-ms",
+        "150",
+        "--flushes",
+        "2",
     ]);
     (out, truth_from(&o.stdout))
-}
-
-fn go() -> Option<std::path::PathBuf> {
-    let candidates = [std::path::PathBuf::from("/usr/local/go/bin/go"), std::path::PathBuf::from("/usr/bin/go")];
-    candidates.into_iter().find(|p| p.exists()).or_else(|| {
-        let o = Command::new("sh").args(["-c", "command -v go"]).output().ok()?;
-        o.status.success().then(|| String::from_utf8_lossy(&o.stdout).trim().into())
-    })
 }
 
 // Checks that `go tool pprof -top` reads the exported pprof and lists the burn function first.
 #[test]
 fn go_pprof_lists_the_burn_function_first() {
     require_root!();
-    let Some(go) = go() else {
+    let Some(go) = go_binary() else {
         eprintln!("SKIPPED: Go is not installed");
         return;
     };
@@ -35,7 +36,16 @@ fn go_pprof_lists_the_burn_function_first() {
     let dir = scratch("pprof");
     let (file, truth) = record_burn(&dir);
     let pb = dir.join("cpu.pb.gz");
-    phaseprof_ok(&["export", file.to_str().unwrap(), "--format", "pprof", "--event", "cpu", "-o", pb.to_str().unwrap()]);
+    phaseprof_ok(&[
+        "export",
+        file.to_str().unwrap(),
+        "--format",
+        "pprof",
+        "--event",
+        "cpu",
+        "-o",
+        pb.to_str().unwrap(),
+    ]);
     let o = Command::new(go)
         .args(["tool", "pprof", "-top", pb.to_str().unwrap()])
         .env("HOME", &dir)
@@ -43,7 +53,11 @@ fn go_pprof_lists_the_burn_function_first() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "go tool pprof failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "go tool pprof failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // Rows follow the "flat  flat%   sum%        cum   cum%" header; the first is the hottest.
     let first = text
         .lines()
@@ -51,7 +65,10 @@ fn go_pprof_lists_the_burn_function_first() {
         .nth(1)
         .unwrap_or_else(|| panic!("no rows in:\n{text}"));
     eprintln!("{text}");
-    assert!(first.ends_with(truth["burn_fn"].as_str().unwrap()), "first row: {first}");
+    assert!(
+        first.ends_with(truth["burn_fn"].as_str().unwrap()),
+        "first row: {first}"
+    );
 }
 
 // Checks the SVG flamegraph names kind, unit and target in its title and holds the burn frame;
@@ -63,16 +80,38 @@ fn svg_and_folded_agree_with_the_report() {
     let dir = scratch("svg");
     let (file, truth) = record_burn(&dir);
     let svg = dir.join("cpu.svg");
-    phaseprof_ok(&["export", file.to_str().unwrap(), "--format", "svg", "-o", svg.to_str().unwrap()]);
+    phaseprof_ok(&[
+        "export",
+        file.to_str().unwrap(),
+        "--format",
+        "svg",
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
     let svg = std::fs::read_to_string(svg).unwrap();
     let pid = truth["pid"].as_u64().unwrap();
-    assert!(svg.contains(&format!("cpu — samples — validator-sim (pid {pid})")), "title missing");
+    assert!(
+        svg.contains(&format!("cpu — samples — validator-sim (pid {pid})")),
+        "title missing"
+    );
     assert!(svg.contains("validator_sim::work::burn_cpu"));
-    let folded = phaseprof_ok(&["export", file.to_str().unwrap(), "--format", "folded", "-o", "-"]);
+    let folded = phaseprof_ok(&[
+        "export",
+        file.to_str().unwrap(),
+        "--format",
+        "folded",
+        "-o",
+        "-",
+    ]);
     let sum: u64 = String::from_utf8(folded.stdout)
         .unwrap()
         .lines()
         .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
         .sum();
-    assert_eq!(sum, report_json(&file)["events"]["cpu"]["samples"].as_u64().unwrap());
+    assert_eq!(
+        sum,
+        report_json(&file)["events"]["cpu"]["samples"]
+            .as_u64()
+            .unwrap()
+    );
 }

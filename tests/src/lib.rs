@@ -6,7 +6,10 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// The `phaseprof` binary under test: `$PHASEPROF_BIN`, else the workspace's release build.
@@ -29,7 +32,10 @@ pub fn rust_workload(name: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     let dir = root().join("tests/workloads").join(name);
     let bin = dir.join("target/release").join(name);
-    let mut built = BUILT.get_or_init(|| Mutex::new(Vec::new())).lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = BUILT
+        .get_or_init(|| Mutex::new(Vec::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if !built.iter().any(|b| b == name) {
         let status = Command::new(env!("CARGO"))
             .args(["build", "--release", "--quiet"])
@@ -58,7 +64,10 @@ pub fn bpf_lock() -> MutexGuard<'static, ()> {
 
 /// Runs phaseprof with `args`, returning its output (stdout holds the workload's output).
 pub fn phaseprof(args: &[&str]) -> Output {
-    Command::new(phaseprof_bin()).args(args).output().expect("running phaseprof")
+    Command::new(phaseprof_bin())
+        .args(args)
+        .output()
+        .expect("running phaseprof")
 }
 
 /// Runs phaseprof and panics with its stderr unless it succeeded.
@@ -82,7 +91,11 @@ pub fn report_json(file: &Path) -> serde_json::Value {
 /// The last JSON line a workload printed (its ground truth).
 pub fn truth_from(stdout: &[u8]) -> serde_json::Value {
     let text = String::from_utf8_lossy(stdout);
-    let line = text.lines().rev().find(|l| l.starts_with('{')).expect("workload printed its truth");
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("workload printed its truth");
     serde_json::from_str(line).expect("truth is JSON")
 }
 
@@ -97,4 +110,22 @@ pub fn scratch(name: &str) -> PathBuf {
 /// Relative difference |a-b|/b.
 pub fn rel_diff(a: f64, b: f64) -> f64 {
     (a - b).abs() / b
+}
+
+/// The Go toolchain, if installed (`/usr/local/go/bin/go`, Debian's, or on PATH).
+pub fn go_binary() -> Option<PathBuf> {
+    let known = ["/usr/local/go/bin/go", "/usr/lib/go/bin/go", "/usr/bin/go"];
+    known
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| {
+            let o = Command::new("sh")
+                .args(["-c", "command -v go"])
+                .output()
+                .ok()?;
+            o.status
+                .success()
+                .then(|| String::from_utf8_lossy(&o.stdout).trim().into())
+        })
 }

@@ -33,7 +33,10 @@ fn run(cmd: &mut Command) -> String {
 }
 
 fn ns_per_call(out: &str) -> f64 {
-    out.lines().filter_map(|l| l.trim().parse::<f64>().ok()).next_back().expect("loop printed ns/call")
+    out.lines()
+        .filter_map(|l| l.trim().parse::<f64>().ok())
+        .next_back()
+        .expect("loop printed ns/call")
 }
 
 /// CPU seconds and peak RSS (KiB) of a child, via wait4.
@@ -55,7 +58,11 @@ fn main() {
         syscall_loop(args[2].parse().unwrap());
         return;
     }
-    let rounds: usize = args.iter().position(|a| a == "--rounds").map(|i| args[i + 1].parse().unwrap()).unwrap_or(5);
+    let rounds: usize = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .map(|i| args[i + 1].parse().unwrap())
+        .unwrap_or(5);
     let me = std::env::current_exe().unwrap();
     let pp = phaseprof_bin();
     let tmp = std::env::temp_dir().join("phaseprof-bench.phaseprof");
@@ -64,18 +71,32 @@ fn main() {
     let has_bpftrace = Command::new("bpftrace").arg("--version").output().is_ok();
     if has_bpftrace && !std::path::Path::new("/sys/kernel/tracing/events").exists() {
         // bpftrace's tracepoints need tracefs, which these machines do not mount at boot.
-        let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
+        let _ = Command::new("mount")
+            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+            .status();
     }
 
     // 0. The floor of our own programs: attached (recording a decoy), the loop not a target.
     let mut decoy = Command::new("sleep").arg("3600").spawn().unwrap();
     let floor_agent = Command::new(&pp)
-        .args(["record", "--events", "syscall", "--pid", &decoy.id().to_string(), "-o", tmp])
+        .args([
+            "record",
+            "--events",
+            "syscall",
+            "--pid",
+            &decoy.id().to_string(),
+            "-o",
+            tmp,
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let own_floor = median((0..rounds).map(|_| ns_per_call(&run(Command::new(&me).args(["syscall-loop", &n])))).collect());
+    let own_floor = median(
+        (0..rounds)
+            .map(|_| ns_per_call(&run(Command::new(&me).args(["syscall-loop", &n]))))
+            .collect(),
+    );
     // SAFETY: signalling a child we spawned.
     unsafe { libc::kill(floor_agent.id() as i32, libc::SIGINT) };
     wait_rusage(floor_agent);
@@ -85,8 +106,13 @@ fn main() {
     // 1. Syscall-heavy loop, A/B alternating.
     let (mut bare, mut rec, mut rec_nostack, mut floor) = (vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
-        bare.push(ns_per_call(&run(Command::new(&me).args(["syscall-loop", &n]))));
-        rec.push(ns_per_call(&run(Command::new(&pp).args(["record", "-o", tmp, "--"]).arg(&me).args(["syscall-loop", &n]))));
+        bare.push(ns_per_call(&run(
+            Command::new(&me).args(["syscall-loop", &n])
+        )));
+        rec.push(ns_per_call(&run(Command::new(&pp)
+            .args(["record", "-o", tmp, "--"])
+            .arg(&me)
+            .args(["syscall-loop", &n]))));
         rec_nostack.push(ns_per_call(&run(Command::new(&pp)
             .args(["record", "--syscall-stacks", "false", "-o", tmp, "--"])
             .arg(&me)
@@ -98,56 +124,129 @@ fn main() {
             let out = run(Command::new("bpftrace")
                 .args(["-q", "-e", script, "-c"])
                 .arg(format!("{} syscall-loop {n}", me.display())));
-            floor.push(ns_per_call(&out.lines().filter(|l| !l.starts_with('@')).collect::<Vec<_>>().join("\n")));
+            floor.push(ns_per_call(
+                &out.lines()
+                    .filter(|l| !l.starts_with('@'))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ));
         }
     }
     let (b, r, rn) = (median(bare), median(rec), median(rec_nostack));
     println!("getppid loop, median of {rounds} alternating rounds ({LOOP_CALLS} calls each):");
     println!("  bare                          {b:8.1} ns/call");
     println!("  phaseprof attached, not target{own_floor:8.1} ns/call  ratio {:.2}x  (+{:.0} ns: raw_tp entry+exit and the target filter)", own_floor / b, own_floor - b);
-    println!("  record (syscall stacks on)    {r:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", r / b, r - b);
-    println!("  record --syscall-stacks false {rn:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", rn / b, rn - b);
+    println!(
+        "  record (syscall stacks on)    {r:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
+        r / b,
+        r - b
+    );
+    println!(
+        "  record --syscall-stacks false {rn:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
+        rn / b,
+        rn - b
+    );
     if !floor.is_empty() {
         let f = median(floor);
-        println!("  bpftrace count+latency floor  {f:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", f / b, f - b);
-        println!("  phaseprof (no stacks) vs bpftrace floor: {:+.0} ns/call", rn - f);
+        println!(
+            "  bpftrace count+latency floor  {f:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
+            f / b,
+            f - b
+        );
+        println!(
+            "  phaseprof (no stacks) vs bpftrace floor: {:+.0} ns/call",
+            rn - f
+        );
     }
     println!("  counting + latency over our own floor: {:+.0} ns/call (no stacks), {:+.0} ns/call (stacks)", rn - own_floor, r - own_floor);
 
     // 2. validator-sim, default events, A/B alternating.
     let sim = rust_workload("validator-sim");
-    let sim_args = ["--blocks", "40", "--threads", "2", "--burn-ms", "10", "--flushes", "200", "--sleep-ms", "2", "--clone-bytes", "65536"];
+    let sim_args = [
+        "--blocks",
+        "40",
+        "--threads",
+        "2",
+        "--burn-ms",
+        "10",
+        "--flushes",
+        "200",
+        "--sleep-ms",
+        "2",
+        "--clone-bytes",
+        "65536",
+    ];
     let (mut sb, mut sr) = (vec![], vec![]);
     for _ in 0..rounds {
         let t = truth_from(run(Command::new(&sim).args(sim_args)).as_bytes());
         sb.push(t["elapsed_ns"].as_f64().unwrap());
-        let t = truth_from(run(Command::new(&pp).args(["record", "-o", tmp, "--"]).arg(&sim).args(sim_args)).as_bytes());
+        let t = truth_from(
+            run(Command::new(&pp)
+                .args(["record", "-o", tmp, "--"])
+                .arg(&sim)
+                .args(sim_args))
+            .as_bytes(),
+        );
         sr.push(t["elapsed_ns"].as_f64().unwrap());
     }
     let (sb, sr) = (median(sb), median(sr));
-    println!("validator-sim {}: bare {:.1} ms, recorded {:.1} ms, ratio {:.4}x", sim_args.join(" "), sb / 1e6, sr / 1e6, sr / sb);
+    println!(
+        "validator-sim {}: bare {:.1} ms, recorded {:.1} ms, ratio {:.4}x",
+        sim_args.join(" "),
+        sb / 1e6,
+        sr / 1e6,
+        sr / sb
+    );
 
     // 3. Agent cost while recording a 16-thread target at 99 Hz: steady state (CPU time read
     //    from /proc between 3 s and 28 s) and in total (wait4, including load and first
     //    symbolization), with peak RSS.
     let mut target = Command::new(&sim)
-        .args(["--blocks", "1500", "--threads", "16", "--burn-ms", "2", "--flushes", "8", "--sleep-ms", "20"])
+        .args([
+            "--blocks",
+            "1500",
+            "--threads",
+            "16",
+            "--burn-ms",
+            "2",
+            "--flushes",
+            "8",
+            "--sleep-ms",
+            "20",
+        ])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let t = Instant::now();
     let agent = Command::new(&pp)
-        .args(["record", "--pid", &target.id().to_string(), "--duration", "30s", "-o", tmp])
+        .args([
+            "record",
+            "--pid",
+            &target.id().to_string(),
+            "--duration",
+            "30s",
+            "-o",
+            tmp,
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let cpu_now = |pid: u32| -> f64 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.split_whitespace().collect())
+            .unwrap_or_default();
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        (fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-            + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0))
+        (fields
+            .get(11)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            + fields
+                .get(12)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0))
             / hz
     };
     std::thread::sleep(std::time::Duration::from_secs(3));

@@ -1,0 +1,3 @@
+module phaseprof.test/gospin
+
+go 1.19
