@@ -81,6 +81,25 @@ fn pod<T: Copy>(bytes: &[u8]) -> T {
     unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
 }
 
+/// Removes and returns every entry of a counts map whose key `wanted` selects. Keys are listed
+/// first and then taken one by one, so concurrent inserts of the other window parity cannot
+/// make the iteration restart or skip.
+fn take_window<K: Copy, V: Copy>(
+    map: &dyn MapCore,
+    wanted: impl Fn(&K) -> bool,
+) -> Result<Vec<(K, V)>> {
+    let mut taken = Vec::new();
+    for key in map.keys().collect::<Vec<_>>() {
+        let k: K = pod(&key);
+        if wanted(&k) {
+            if let Some(v) = map.lookup_and_delete(&key)? {
+                taken.push((k, pod::<V>(&v)));
+            }
+        }
+    }
+    Ok(taken)
+}
+
 fn online_cpus() -> Result<Vec<usize>> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
         .context("reading /sys/devices/system/cpu/online")?;
@@ -368,33 +387,13 @@ impl<'obj> Engine<'obj> {
         let mut raw = RawWindow::default();
 
         let maps = &self.skel.maps;
-        let mut cpu = Vec::new();
-        for key in maps.cpu_counts.keys().collect::<Vec<_>>() {
-            let k: types::cpu_key = pod(&key);
-            if take(k.window) {
-                if let Some(v) = maps.cpu_counts.lookup_and_delete(&key)? {
-                    cpu.push((k, pod::<u64>(&v)));
-                }
-            }
-        }
-        let mut offcpu = Vec::new();
-        for key in maps.offcpu_counts.keys().collect::<Vec<_>>() {
-            let k: types::offcpu_key = pod(&key);
-            if take(k.window) {
-                if let Some(v) = maps.offcpu_counts.lookup_and_delete(&key)? {
-                    offcpu.push((k, pod::<u64>(&v)));
-                }
-            }
-        }
-        let mut syscalls = Vec::new();
-        for key in maps.syscall_counts.keys().collect::<Vec<_>>() {
-            let k: types::syscall_key = pod(&key);
-            if take(k.window) {
-                if let Some(v) = maps.syscall_counts.lookup_and_delete(&key)? {
-                    syscalls.push((k, pod::<types::syscall_value>(&v)));
-                }
-            }
-        }
+        let cpu = take_window::<types::cpu_key, u64>(&maps.cpu_counts, |k| take(k.window))?;
+        let offcpu =
+            take_window::<types::offcpu_key, u64>(&maps.offcpu_counts, |k| take(k.window))?;
+        let syscalls =
+            take_window::<types::syscall_key, types::syscall_value>(&maps.syscall_counts, |k| {
+                take(k.window)
+            })?;
         for (k, count) in cpu {
             raw.cpu.push(RawCpu {
                 pid: k.tgid,

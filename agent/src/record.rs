@@ -245,7 +245,7 @@ fn record_into(
             break StopReason::Duration;
         }
         if let TargetSpec::Pids(_) = opts.target {
-            live.retain(|&pid| targets::process_exists(pid));
+            live.retain(|&pid| targets::process_alive(pid));
             if live.is_empty() {
                 break StopReason::TargetsExited;
             }

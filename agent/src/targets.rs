@@ -27,6 +27,17 @@ pub fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// True while `pid` runs: it exists and is not a zombie waiting for its parent to reap it.
+pub fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st != "Z"))
+        })
+        .unwrap_or(false)
+}
+
 pub fn read_comm(pid: u32, tid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .ok()
@@ -216,6 +227,16 @@ mod tests {
             .to_string()
             .contains("command not found: `no-such-command-phaseprof`"));
         assert!(resolve_command("/nonexistent/x").is_err());
+    }
+
+    // Checks liveness: this process is alive, a reaped child is not.
+    #[test]
+    fn liveness() {
+        assert!(process_alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!process_alive(pid));
     }
 
     // Checks that a pid that does not exist is reported with the pid in the message.

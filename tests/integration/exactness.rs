@@ -1,6 +1,6 @@
 //! Counts and times against the workloads' ground truth and strace.
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -297,16 +297,14 @@ fn name_finds_processes_started_later() {
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(rec.stderr.take().unwrap());
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("probes attached") {}
+    read_until(&mut stderr, "probes attached");
     let mut target = Command::new(&sim)
         .args(["--wait-stdin", "--blocks", "10", "--flushes", "17"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    line.clear();
-    while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("recording it") {}
+    let line = read_until(&mut stderr, "recording it");
     assert!(
         line.contains(&format!("pid {}", target.id())),
         "not picked up: {line}"

@@ -129,3 +129,46 @@ pub fn go_binary() -> Option<PathBuf> {
                 .then(|| String::from_utf8_lossy(&o.stdout).trim().into())
         })
 }
+
+/// Reads lines until one contains `needle`; returns that line (empty at end of input).
+pub fn read_until(reader: &mut impl std::io::BufRead, needle: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader
+            .read_line(&mut line)
+            .expect("reading phaseprof's stderr")
+            == 0
+            || line.contains(needle)
+        {
+            return line;
+        }
+    }
+}
+
+/// Sums the folded cpu stacks of a profile: (all samples, samples whose stack `pick` selects).
+pub fn folded_cpu_share(file: &Path, pick: impl Fn(&str) -> bool) -> (u64, u64) {
+    let folded = phaseprof_ok(&[
+        "export",
+        file.to_str().unwrap(),
+        "--format",
+        "folded",
+        "--event",
+        "cpu",
+        "-o",
+        "-",
+    ]);
+    let (mut total, mut picked) = (0, 0);
+    for line in String::from_utf8(folded.stdout)
+        .expect("folded is UTF-8")
+        .lines()
+    {
+        let (stack, n) = line.rsplit_once(' ').expect("folded line ends in a count");
+        let n: u64 = n.parse().expect("folded count");
+        total += n;
+        if pick(stack) {
+            picked += n;
+        }
+    }
+    (total, picked)
+}
