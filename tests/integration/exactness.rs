@@ -100,12 +100,8 @@ fn attach_by_pid_counts_writes_exactly() {
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(rec.stderr.take().unwrap());
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("probes attached") {}
-    assert!(
-        line.contains("probes attached"),
-        "phaseprof did not attach: {line}"
-    );
+    let line = read_until(&mut stderr, "probes attached");
+    assert!(line.contains("probes attached"), "phaseprof did not attach");
     eprint!("{line}");
     target.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let o = target.wait_with_output().unwrap();
