@@ -11,6 +11,7 @@ pub mod preflight;
 pub mod procmaps;
 pub mod record;
 pub mod report;
+pub mod session;
 pub mod symbolize;
 pub mod targets;
 pub mod window;

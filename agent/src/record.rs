@@ -1,20 +1,18 @@
 //! `phaseprof record`: attach, record in windows until the target exits, the duration ends or
 //! Ctrl-C, and write a `.phaseprof`.
-use std::collections::{BTreeSet, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use phaseprof_model::{write_profile, EventKind, Meta, Profile};
 
-use crate::aggregate::Aggregator;
-use crate::engine::{Engine, EngineConfig, TargetEvent};
-use crate::symbolize::BlazeSymbolizer;
+use crate::engine::{Engine, EngineConfig};
+use crate::session::Session;
 use crate::targets::{self, HeldChild, TargetSpec};
 
 /// Everything `record` needs, independent of how the CLI spells it.
@@ -42,12 +40,6 @@ pub enum StopReason {
 pub struct Recorded {
     pub profile: Profile,
     pub stop: StopReason,
-}
-
-fn unix_ns(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -105,7 +97,6 @@ fn record_into(
     let mut fallback_storage = MaybeUninit::uninit();
     let mut engine = Engine::load(&engine_cfg, &mut storage, &mut fallback_storage)?;
     engine.attach(&engine_cfg)?;
-    let mut sym = BlazeSymbolizer::default();
     let mut meta = Meta {
         host: read_trimmed("/proc/sys/kernel/hostname"),
         kernel: read_trimmed("/proc/sys/kernel/osrelease"),
@@ -123,37 +114,14 @@ fn record_into(
         .insert("phaseprof_version".into(), env!("CARGO_PKG_VERSION").into());
     meta.notes
         .insert("sched_switch".into(), format!("{:?}", engine.flavour));
-
-    let mut live: BTreeSet<u32> = BTreeSet::new();
-    let mut child: Option<u32> = None;
-    let add = |pid: u32,
-               engine: &Engine,
-               sym: &mut BlazeSymbolizer,
-               meta: &mut Meta,
-               live: &mut BTreeSet<u32>|
-     -> Result<()> {
-        engine.add_target(pid)?;
-        sym.track(pid);
-        if meta.pids.is_empty() {
-            // The first target names the profile (unless it is already gone again).
-            if let Ok(info) = targets::describe(pid) {
-                meta.comm = info.comm;
-                meta.exe = info.exe;
-                meta.build_id = info.build_id;
-            }
-        }
-        if !meta.pids.contains(&pid) {
-            meta.pids.push(pid);
-        }
-        live.insert(pid);
-        Ok(())
-    };
+    let mut session = Session::new(engine, meta, opts.verbose);
 
     let start = SystemTime::now();
+    let mut child: Option<u32> = None;
     match &opts.target {
         TargetSpec::Pids(pids) => {
             for &pid in pids {
-                add(pid, &engine, &mut sym, &mut meta, &mut live)?;
+                session.add_target(pid)?;
             }
         }
         TargetSpec::Name(re) => {
@@ -161,25 +129,27 @@ fn record_into(
                 if opts.verbose {
                     eprintln!("phaseprof: pid {pid} matches /{re}/: recording it");
                 }
-                add(pid, &engine, &mut sym, &mut meta, &mut live)?;
+                session.add_target(pid)?;
             }
-            if live.is_empty() {
+            if session.live().is_empty() {
                 eprintln!("phaseprof: no process matches /{re}/ yet; waiting for one to start (Ctrl-C to stop)");
             }
         }
         TargetSpec::Command(argv) => {
-            let path = command_path.expect("resolved above");
+            let path = command_path.expect("resolved before recording");
             let held = HeldChild::spawn(&path, argv)?;
-            engine.arm_target(held.pid)?;
-            meta.pids.push(held.pid);
+            session.add_held_child(held.pid)?;
+            let meta = session.meta_mut();
             meta.command = argv.clone();
-            meta.exe = path.to_string_lossy().into_owned();
+            meta.exe = std::fs::canonicalize(&path)
+                .unwrap_or(path.clone())
+                .to_string_lossy()
+                .into_owned();
             meta.comm = path
                 .file_name()
                 .map(|n| n.to_string_lossy().chars().take(15).collect())
                 .unwrap_or_default();
             meta.build_id = targets::build_id_hex(&path);
-            live.insert(held.pid);
             child = Some(held.pid);
             held.release()?;
         }
@@ -187,56 +157,30 @@ fn record_into(
     // Targets are in the map now: from this line on, nothing they do is missed.
     let attach_time = t0.elapsed();
     if opts.verbose {
+        let e = session.engine();
         eprintln!(
             "phaseprof: probes attached in {:.1} ms (sched_switch via {:?}, {} cpus sampled at {} Hz)",
             attach_time.as_secs_f64() * 1e3,
-            engine.flavour,
-            engine.cpus,
+            e.flavour,
+            e.cpus,
             engine_cfg.freq_hz
         );
     }
-
-    meta.notes.insert(
+    session.meta_mut().notes.insert(
         "attach_ms".into(),
         format!("{:.1}", attach_time.as_secs_f64() * 1e3),
     );
 
-    let mut agg = Aggregator::new(meta, vec![]);
-    let mut seen_tids: HashSet<u32> = HashSet::new();
+    let name = match &opts.target {
+        TargetSpec::Name(re) => Some(re),
+        _ => None,
+    };
     let deadline = opts.duration.map(|d| Instant::now() + d);
     let mut next_drain = Instant::now() + opts.window;
     let stop = loop {
-        for ev in engine.poll_events(Duration::from_millis(20)) {
-            match ev {
-                TargetEvent::Exec { pid, .. } => {
-                    if let TargetSpec::Name(re) = &opts.target {
-                        if !live.contains(&pid) && targets::matches_name(pid, re) {
-                            if opts.verbose {
-                                eprintln!("phaseprof: pid {pid} matches /{re}/: recording it");
-                            }
-                            let b = agg.builder_mut();
-                            add(pid, &engine, &mut sym, b.meta_mut(), &mut live)?;
-                            continue;
-                        }
-                    }
-                    if live.contains(&pid) {
-                        sym.track(pid);
-                    }
-                }
-                TargetEvent::Fork { pid, .. } => {
-                    let b = agg.builder_mut();
-                    add(pid, &engine, &mut sym, b.meta_mut(), &mut live)?;
-                }
-                TargetEvent::MapsChanged { pid } => sym.track(pid),
-                TargetEvent::Exit { pid } => {
-                    live.remove(&pid);
-                }
-            }
-        }
-        if let Some(pid) = child {
-            if let Some(status) = targets::child_exited(pid) {
-                break StopReason::CommandExited(status);
-            }
+        session.handle_events(Duration::from_millis(20), name)?;
+        if let Some(status) = child.and_then(targets::child_exited) {
+            break StopReason::CommandExited(status);
         }
         if interrupted.load(Ordering::SeqCst) {
             break StopReason::Interrupted;
@@ -244,55 +188,19 @@ fn record_into(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break StopReason::Duration;
         }
-        if let TargetSpec::Pids(_) = opts.target {
-            live.retain(|&pid| targets::process_alive(pid));
-            if live.is_empty() {
-                break StopReason::TargetsExited;
-            }
+        if matches!(opts.target, TargetSpec::Pids(_)) && session.prune_exited() == 0 {
+            break StopReason::TargetsExited;
         }
         if Instant::now() >= next_drain {
-            let w = engine.drain(false)?;
-            note_threads(&w, &mut seen_tids, &mut agg);
-            agg.add_window(&w, &mut sym);
+            session.drain_window()?;
             next_drain += opts.window;
         }
     };
-    let end = SystemTime::now();
-    engine.detach();
-    let w = engine.drain(true)?;
-    note_threads(&w, &mut seen_tids, &mut agg);
-    agg.add_window(&w, &mut sym);
-    let lost = engine.lost()?;
-    {
-        let b = agg.builder_mut();
-        *b.lost_mut() = lost;
-        let m = b.meta_mut();
-        m.start_unix_ns = unix_ns(start);
-        m.end_unix_ns = unix_ns(end);
-        if m.pids.is_empty() {
-            if let TargetSpec::Name(re) = &opts.target {
-                bail!("no process matching /{re}/ appeared during the recording; nothing recorded");
-            }
+    let profile = session.finish(start, SystemTime::now())?;
+    if profile.meta.pids.is_empty() {
+        if let Some(re) = name {
+            bail!("no process matching /{re}/ appeared during the recording; nothing recorded");
         }
     }
-    Ok(Recorded {
-        profile: agg.finish(),
-        stop,
-    })
-}
-
-/// Names threads the first time they appear (while they are alive to be asked).
-fn note_threads(w: &crate::window::RawWindow, seen: &mut HashSet<u32>, agg: &mut Aggregator) {
-    let tids = w
-        .cpu
-        .iter()
-        .map(|s| (s.pid, s.tid))
-        .chain(w.offcpu.iter().map(|s| (s.pid, s.tid)));
-    for (pid, tid) in tids {
-        if seen.insert(tid) {
-            if let Some(name) = targets::read_comm(pid, tid) {
-                agg.builder_mut().meta_mut().threads.insert(tid, name);
-            }
-        }
-    }
+    Ok(Recorded { profile, stop })
 }

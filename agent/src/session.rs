@@ -1,0 +1,155 @@
+//! A recording session: the attached engine, the targets it follows, and the profile its
+//! windows fold into. `record` drives one to a file; live serving and the fleet agent (later)
+//! drive the same windows.
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use phaseprof_model::{Meta, Profile};
+use regex::Regex;
+
+use crate::aggregate::Aggregator;
+use crate::engine::{Engine, TargetEvent};
+use crate::symbolize::BlazeSymbolizer;
+use crate::targets;
+use crate::window::RawWindow;
+
+pub struct Session<'obj> {
+    engine: Engine<'obj>,
+    sym: BlazeSymbolizer,
+    agg: Aggregator,
+    /// Target processes still running.
+    live: BTreeSet<u32>,
+    seen_tids: HashSet<u32>,
+    verbose: bool,
+}
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl<'obj> Session<'obj> {
+    pub fn new(engine: Engine<'obj>, meta: Meta, verbose: bool) -> Self {
+        Session {
+            engine,
+            sym: BlazeSymbolizer::default(),
+            agg: Aggregator::new(meta, vec![]),
+            live: BTreeSet::new(),
+            seen_tids: HashSet::new(),
+            verbose,
+        }
+    }
+
+    pub fn engine(&self) -> &Engine<'obj> {
+        &self.engine
+    }
+
+    pub fn meta_mut(&mut self) -> &mut Meta {
+        self.agg.builder_mut().meta_mut()
+    }
+
+    /// Target processes still running.
+    pub fn live(&self) -> &BTreeSet<u32> {
+        &self.live
+    }
+
+    /// Forgets targets that are gone (or zombies); returns how many are left.
+    pub fn prune_exited(&mut self) -> usize {
+        self.live.retain(|&pid| targets::process_alive(pid));
+        self.live.len()
+    }
+
+    /// Records `pid` from now on, all its threads included, and caches its mappings.
+    pub fn add_target(&mut self, pid: u32) -> Result<()> {
+        self.engine.add_target(pid)?;
+        self.sym.track(pid);
+        let meta = self.agg.builder_mut().meta_mut();
+        if meta.pids.is_empty() {
+            // The first target names the profile (unless it is already gone again).
+            if let Ok(info) = targets::describe(pid) {
+                meta.comm = info.comm;
+                meta.exe = info.exe;
+                meta.build_id = info.build_id;
+            }
+        }
+        if !meta.pids.contains(&pid) {
+            meta.pids.push(pid);
+        }
+        self.live.insert(pid);
+        Ok(())
+    }
+
+    /// Registers a `record -- CMD` child held before its execve (see `targets::HeldChild`).
+    pub fn add_held_child(&mut self, pid: u32) -> Result<()> {
+        self.engine.arm_target(pid)?;
+        let meta = self.agg.builder_mut().meta_mut();
+        meta.pids.push(pid);
+        self.live.insert(pid);
+        Ok(())
+    }
+
+    /// Handles process events for up to `timeout`: processes matching `name` that exec are
+    /// added; execs, forks and new code mappings of targets refresh their cached mappings.
+    pub fn handle_events(&mut self, timeout: Duration, name: Option<&Regex>) -> Result<()> {
+        for ev in self.engine.poll_events(timeout) {
+            match ev {
+                TargetEvent::Exec { pid, .. } if !self.live.contains(&pid) => {
+                    if let Some(re) = name.filter(|re| targets::matches_name(pid, re)) {
+                        if self.verbose {
+                            eprintln!("phaseprof: pid {pid} matches /{re}/: recording it");
+                        }
+                        self.add_target(pid)?;
+                    }
+                }
+                TargetEvent::Exec { pid, .. } | TargetEvent::MapsChanged { pid } => {
+                    self.sym.track(pid)
+                }
+                // The kernel made the child a target already; we add its mappings.
+                TargetEvent::Fork { pid, .. } => self.add_target(pid)?,
+                TargetEvent::Exit { pid } => {
+                    self.live.remove(&pid);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drains one window of the kernel maps into the profile.
+    pub fn drain_window(&mut self) -> Result<()> {
+        let w = self.engine.drain(false)?;
+        self.fold(&w);
+        Ok(())
+    }
+
+    fn fold(&mut self, w: &RawWindow) {
+        // Name threads the first time they appear, while they are alive to be asked.
+        let tids = w
+            .cpu
+            .iter()
+            .map(|s| (s.pid, s.tid))
+            .chain(w.offcpu.iter().map(|s| (s.pid, s.tid)));
+        for (pid, tid) in tids {
+            if self.seen_tids.insert(tid) {
+                if let Some(name) = targets::read_comm(pid, tid) {
+                    self.agg.builder_mut().meta_mut().threads.insert(tid, name);
+                }
+            }
+        }
+        self.agg.add_window(w, &mut self.sym);
+    }
+
+    /// Detaches every probe, drains what is left and returns the profile of `start..end`.
+    pub fn finish(mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
+        self.engine.detach();
+        let w = self.engine.drain(true)?;
+        self.fold(&w);
+        let lost = self.engine.lost()?;
+        let b = self.agg.builder_mut();
+        *b.lost_mut() = lost;
+        b.meta_mut().start_unix_ns = unix_ns(start);
+        b.meta_mut().end_unix_ns = unix_ns(end);
+        Ok(self.agg.finish())
+    }
+}
