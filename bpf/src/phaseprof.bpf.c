@@ -312,17 +312,27 @@ int BPF_PROG(raw_tp__sched_switch, bool preempt, struct task_struct *prev, struc
 SEC("raw_tp/sys_enter")
 int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
-	if (!state)
-		return 0;
 	__u32 nr = ctx->args[1];
-	if (*state != TARGET_ACTIVE) {
-		/* `record -- CMD`: counting starts with the command's own execve. */
-		if (nr != NR_EXECVE && nr != NR_EXECVEAT)
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	/* Entries are created for targets' threads only (below), so a thread that has one is a
+	 * target's: its syscalls skip the target_pids lookup. */
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, task, 0, 0);
+	if (!start) {
+		__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
+		if (!state)
 			return 0;
-		*state = TARGET_ACTIVE;
+		if (*state != TARGET_ACTIVE) {
+			/* `record -- CMD`: counting starts with the command's own execve. */
+			if (nr != NR_EXECVE && nr != NR_EXECVEAT)
+				return 0;
+			*state = TARGET_ACTIVE;
+		}
+		start = bpf_task_storage_get(&syscall_starts, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!start) {
+			count_drop(DROP_SYSCALL_START);
+			return 0;
+		}
 	}
 
 	struct syscall_key key = {
@@ -335,12 +345,6 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	/* These never return: count them now, with no latency. */
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
 		add_syscall(&key, 1, 0);
-		return 0;
-	}
-	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, bpf_get_current_task_btf(), 0,
-							   BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!start) {
-		count_drop(DROP_SYSCALL_START);
 		return 0;
 	}
 	start->nr = nr;
