@@ -14,6 +14,8 @@ use crate::procmaps::{ProcMaps, Vma};
 pub struct BlazeSymbolizer {
     symbolizer: Symbolizer,
     maps: ProcMaps,
+    /// A copy of the vDSO image, which is the same in every process of this kernel.
+    vdso: Option<tempfile_path::TempPath>,
     /// Per mapped file (as the process names it) and file offset: symbolized once, whatever
     /// process it came from.
     by_file: HashMap<(String, u64), Vec<Frame>>,
@@ -28,6 +30,7 @@ impl Default for BlazeSymbolizer {
                 .enable_demangling(true)
                 .build(),
             maps: ProcMaps::default(),
+            vdso: tempfile_path::copy_own_vdso(),
             by_file: HashMap::new(),
         }
     }
@@ -100,6 +103,31 @@ impl BlazeSymbolizer {
     }
 }
 
+impl BlazeSymbolizer {
+    /// vDSO frames (`clock_gettime` and friends), symbolized from our own copy of the image.
+    fn vdso_frames(&mut self, offset: u64) -> Vec<Frame> {
+        let key = ("[vdso]".to_string(), offset);
+        if let Some(f) = self.by_file.get(&key) {
+            return f.clone();
+        }
+        let frames = match &self.vdso {
+            Some(path) => {
+                let src = Source::Elf(Elf::new(path.path()));
+                match self
+                    .symbolizer
+                    .symbolize_single(&src, Input::VirtOffset(offset))
+                {
+                    Ok(Symbolized::Sym(sym)) => frames_of(&sym, "[vdso]", FrameKind::User),
+                    _ => unknown("[vdso]", offset, FrameKind::User),
+                }
+            }
+            None => unknown("[vdso]", offset, FrameKind::User),
+        };
+        self.by_file.insert(key, frames.clone());
+        frames
+    }
+}
+
 impl Symbolize for BlazeSymbolizer {
     fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>> {
         if addrs.iter().any(|&a| self.maps.find(pid, a).is_none()) {
@@ -133,6 +161,7 @@ impl Symbolize for BlazeSymbolizer {
                         .cloned()
                         .unwrap_or_else(|| unknown(&module_name(&vma.path), off, FrameKind::User))
                 }
+                Some(vma) if vma.path == "[vdso]" => self.vdso_frames(a - vma.start),
                 Some(vma) => unknown(&vma.path, a - vma.start, FrameKind::User),
                 None => unknown("[unknown]", a, FrameKind::User),
             })
@@ -157,5 +186,39 @@ impl Symbolize for BlazeSymbolizer {
                 },
             )
             .collect()
+    }
+}
+
+/// The vDSO copied from our own address space into a file blazesym can open.
+mod tempfile_path {
+    use std::path::{Path, PathBuf};
+
+    use crate::procmaps::parse_maps;
+
+    /// A file removed when dropped.
+    pub struct TempPath(PathBuf);
+
+    impl TempPath {
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    pub fn copy_own_vdso() -> Option<TempPath> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let vma = parse_maps(&maps).into_iter().find(|v| v.path == "[vdso]")?;
+        let len = (vma.end - vma.start) as usize;
+        // SAFETY: the kernel maps the vDSO readable for the life of the process; the range
+        // comes from our own /proc/self/maps.
+        let image = unsafe { std::slice::from_raw_parts(vma.start as *const u8, len) };
+        let path = std::env::temp_dir().join(format!("phaseprof-vdso-{}.so", std::process::id()));
+        std::fs::write(&path, image).ok()?;
+        Some(TempPath(path))
     }
 }
