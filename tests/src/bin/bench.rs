@@ -118,7 +118,7 @@ fn main() {
             .arg(&me)
             .args(["syscall-loop", &n]))));
         if has_bpftrace {
-            // The floor: count and time every syscall (enter+exit), filtered to one pid.
+            // The same job done by bpftrace: count and time every syscall of one pid.
             let script = "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; } \
                           tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }";
             let out = run(Command::new("bpftrace")
@@ -149,12 +149,12 @@ fn main() {
     if !floor.is_empty() {
         let f = median(floor);
         println!(
-            "  bpftrace count+latency floor  {f:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
+            "  bpftrace count+latency       {f:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
             f / b,
             f - b
         );
         println!(
-            "  phaseprof (no stacks) vs bpftrace floor: {:+.0} ns/call",
+            "  phaseprof (no stacks) vs bpftrace: {:+.0} ns/call",
             rn - f
         );
     }
