@@ -1,9 +1,10 @@
 //! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
 //!
 //! Run as root after `cargo build --release --workspace`: `target/release/bench [--rounds N]`.
-//! Prints: ns per syscall of a getppid loop bare / under `record` (stacks on and off) / under a
-//! bpftrace counting probe (the floor); validator-sim's wall time bare vs recorded; the agent's
-//! CPU% and peak RSS while recording a 16-thread validator-sim at 99 Hz.
+//! Prints: ns per syscall of a getppid loop bare / with our probes attached but the loop not a
+//! target (the floor) / under `record` (stacks on and off) / under bpftrace doing the same
+//! counting; validator-sim's wall time bare vs recorded; the agent's CPU% and peak RSS while
+//! recording a 16-thread validator-sim at 99 Hz.
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
