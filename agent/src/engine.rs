@@ -2,17 +2,18 @@
 //! → attach; then windows drained from the kernel maps; then detach.
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::IntoRawFd;
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 use phaseprof_bpf::types;
 use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkel, PhaseprofSkelBuilder};
 use phaseprof_model::{EventKind, Lost};
 
+use crate::cpu_clock::{online_cpus, open_cpu_clock};
 use crate::window::{RawCpu, RawOffCpu, RawSyscall, RawWindow};
 
 /// How to configure the programs before loading them.
@@ -98,78 +99,6 @@ fn take_window<K: Copy, V: Copy>(
         }
     }
     Ok(taken)
-}
-
-fn online_cpus() -> Result<Vec<usize>> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .context("reading /sys/devices/system/cpu/online")?;
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',') {
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(a.parse::<usize>()?..=b.parse::<usize>()?),
-            None => cpus.push(part.parse()?),
-        }
-    }
-    Ok(cpus)
-}
-
-/// `struct perf_event_attr` up to PERF_ATTR_SIZE_VER5; the kernel accepts any known size.
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_freq: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved: u16,
-}
-
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-const PERF_ATTR_FLAG_FREQ: u64 = 1 << 10;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-
-/// Opens a cpu-clock sampling event on `cpu` for every process.
-fn open_cpu_clock(cpu: usize, freq_hz: u64) -> Result<OwnedFd> {
-    let attr = PerfEventAttr {
-        kind: PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: PERF_COUNT_SW_CPU_CLOCK,
-        sample_freq: freq_hz,
-        flags: PERF_ATTR_FLAG_FREQ,
-        ..Default::default()
-    };
-    // SAFETY: attr is a valid, fully initialized perf_event_attr of the size it declares.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const PerfEventAttr,
-            -1i32,
-            cpu as i32,
-            -1i32,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let err = std::io::Error::last_os_error();
-        bail!("perf_event_open(cpu-clock, cpu {cpu}) failed: {err}");
-    }
-    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 fn open_skel<'obj>(

@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod cli;
+pub mod cpu_clock;
 pub mod engine;
 pub mod export;
 pub mod pprof;
