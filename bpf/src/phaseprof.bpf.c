@@ -417,7 +417,12 @@ SEC("raw_tp/sched_process_exec")
 int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (notify_exec || is_active(tgid))
+	__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
+	/* `record -- CMD` without syscall events: the held child becomes a target at its exec
+	 * (with them, sys_enter already did so at the execve's entry). */
+	if (state && *state == TARGET_ARMED)
+		*state = TARGET_ACTIVE;
+	if (notify_exec || state)
 		emit(TEV_EXEC, tgid, 0);
 	return 0;
 }

@@ -317,3 +317,56 @@ fn name_finds_processes_started_later() {
     );
     assert_nothing_lost(&report);
 }
+
+// Checks that each event kind can be recorded alone with `-- CMD` (the command becomes a target
+// at its exec even without the syscall probes) and that only recorded kinds are reported.
+#[test]
+fn event_kinds_can_be_recorded_alone() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let dir = scratch("kinds");
+    for kind in ["cpu", "offcpu", "syscall"] {
+        let out = dir.join(format!("{kind}.phaseprof"));
+        let o = phaseprof_ok(&[
+            "record",
+            "--events",
+            kind,
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            sim.to_str().unwrap(),
+            "--blocks",
+            "5",
+            "--burn-ms",
+            "60",
+            "--sleep-ms",
+            "20",
+            "--flushes",
+            "3",
+        ]);
+        let truth = truth_from(&o.stdout);
+        let report = report_json(&out);
+        let events = report["events"].as_object().unwrap();
+        assert_eq!(
+            events.keys().collect::<Vec<_>>(),
+            vec![kind],
+            "{kind}: {events:?}"
+        );
+        match kind {
+            "cpu" => assert!(report["events"]["cpu"]["samples"].as_u64().unwrap() >= 20),
+            "offcpu" => {
+                let ns = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
+                assert!(
+                    rel_diff(ns, truth["slept_ns"].as_f64().unwrap()) < 0.02,
+                    "offcpu {ns}"
+                );
+            }
+            _ => assert_eq!(
+                write_count(&report),
+                truth["write_syscalls"].as_u64().unwrap()
+            ),
+        }
+        assert_nothing_lost(&report);
+    }
+}
