@@ -66,6 +66,8 @@ pub struct Engine<'obj> {
     ring: RingBuffer<'static>,
     events: Receiver<TargetEvent>,
     stack_cache: HashMap<u64, Vec<u64>>,
+    /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
+    detached_at_ns: Option<u64>,
     pub flavour: SwitchFlavour,
     pub cpus: usize,
 }
@@ -82,7 +84,17 @@ fn pod<T: Copy>(bytes: &[u8]) -> T {
     unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
 }
 
-/// Removes and returns every entry of a counts map whose key `wanted` selects. Keys are listed
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Removes and returns every entry of a map whose key `wanted` selects. Keys are listed
 /// first and then taken one by one, so concurrent inserts of the other window parity cannot
 /// make the iteration restart or skip.
 fn take_window<K: Copy, V: Copy>(
@@ -201,6 +213,7 @@ impl<'obj> Engine<'obj> {
             ring,
             events: rx,
             stack_cache: HashMap::new(),
+            detached_at_ns: None,
             flavour,
             cpus: 0,
         })
@@ -256,6 +269,7 @@ impl<'obj> Engine<'obj> {
     /// Detaches every program: the targets run exactly as before from here on.
     pub fn detach(&mut self) {
         self.links.clear();
+        self.detached_at_ns = Some(monotonic_ns());
     }
 
     fn set_target(&self, pid: u32, state: types::target_state) -> Result<()> {
@@ -342,6 +356,24 @@ impl<'obj> Engine<'obj> {
                 kernel: self.stack(k.kernel_stack),
                 ns,
             });
+        }
+        if let (true, Some(end)) = (everything, self.detached_at_ns) {
+            // Threads still off-CPU when recording stopped: count their time up to the stop,
+            // so off-CPU time covers the whole recording as on-CPU samples do.
+            let in_progress =
+                take_window::<u32, types::offcpu_start>(&self.skel.maps.offcpu_starts, |_| true)?;
+            for (tid, start) in in_progress {
+                if start.ts < end {
+                    raw.offcpu.push(RawOffCpu {
+                        pid: start.tgid,
+                        tid,
+                        phase: start.phase,
+                        user: self.stack(start.user_stack),
+                        kernel: self.stack(start.kernel_stack),
+                        ns: end - start.ts,
+                    });
+                }
+            }
         }
         for (k, v) in syscalls {
             raw.syscalls.push(RawSyscall {

@@ -370,3 +370,36 @@ fn event_kinds_can_be_recorded_alone() {
         assert_nothing_lost(&report);
     }
 }
+
+// Checks that a sleep still in progress when recording stops counts up to the stop: a thread
+// that sleeps through a 1 s recording shows (almost) 1 s off-CPU.
+#[test]
+fn offcpu_in_progress_at_stop_is_counted() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let dir = scratch("inprogress");
+    let out = dir.join("sleep.phaseprof");
+    let mut target = Command::new(&sim)
+        .args(["--wait-stdin", "--blocks", "1", "--sleep-ms", "4000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut rec = Command::new(phaseprof_bin())
+        .args(["record", "-v", "--pid", &target.id().to_string(), "--duration", "1s", "-o", out.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(rec.stderr.take().unwrap());
+    read_until(&mut stderr, "probes attached");
+    target.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(rec.wait().unwrap().success());
+    let _ = target.kill();
+    let _ = target.wait();
+    let report = report_json(&out);
+    let offcpu = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
+    let duration = report["duration_ns"].as_f64().unwrap();
+    eprintln!("off-cpu {offcpu} ns of a {duration} ns recording");
+    assert!(offcpu > 0.9 * duration && offcpu <= 1.01 * duration, "off-cpu {offcpu} of {duration}");
+}
