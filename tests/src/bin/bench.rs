@@ -104,62 +104,73 @@ fn main() {
     let _ = decoy.kill();
     let _ = decoy.wait();
 
-    // 1. Syscall-heavy loop, A/B alternating.
-    let (mut bare, mut rec, mut rec_nostack, mut floor) = (vec![], vec![], vec![], vec![]);
+    // 1. Syscall-heavy loop: every variant once per round, rounds alternating.
+    let loop_cmd = format!("{} syscall-loop {n}", me.display());
+    let bpftrace = |script: &'static str| {
+        let loop_cmd = loop_cmd.clone();
+        Box::new(move || {
+            let mut c = Command::new("bpftrace");
+            c.args(["-q", "-e", script, "-c", &loop_cmd]);
+            c
+        }) as Box<dyn Fn() -> Command>
+    };
+    let record = |extra: &'static [&'static str]| {
+        let (pp, me, n) = (pp.clone(), me.clone(), n.clone());
+        Box::new(move || {
+            let mut c = Command::new(&pp);
+            c.arg("record").args(extra).args(["-o", tmp, "--"]).arg(&me).args(["syscall-loop", &n]);
+            c
+        }) as Box<dyn Fn() -> Command>
+    };
+    let mut variants: Vec<(&str, Box<dyn Fn() -> Command>)> = vec![
+        ("bare", {
+            let (me, n) = (me.clone(), n.clone());
+            Box::new(move || {
+                let mut c = Command::new(&me);
+                c.args(["syscall-loop", &n]);
+                c
+            })
+        }),
+        ("record --syscall-stacks false", record(&["--syscall-stacks", "false"])),
+        ("record (syscall stacks on)", record(&[])),
+    ];
+    if has_bpftrace {
+        // The rows of BPF-NOTES, re-measured in this run: bpftrace probes doing the same jobs.
+        variants.push((
+            "bpftrace: empty enter+exit probes",
+            bpftrace("tracepoint:raw_syscalls:sys_enter /pid == cpid/ {} tracepoint:raw_syscalls:sys_exit /pid == cpid/ {}"),
+        ));
+        variants.push((
+            "bpftrace: count + latency",
+            bpftrace(
+                "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; } \
+                 tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }",
+            ),
+        ));
+        variants.push((
+            "bpftrace: count + latency + ustack",
+            bpftrace(
+                "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; @u[ustack] = count(); } \
+                 tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }",
+            ),
+        ));
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for _ in 0..rounds {
-        bare.push(ns_per_call(&run(
-            Command::new(&me).args(["syscall-loop", &n])
-        )));
-        rec.push(ns_per_call(&run(Command::new(&pp)
-            .args(["record", "-o", tmp, "--"])
-            .arg(&me)
-            .args(["syscall-loop", &n]))));
-        rec_nostack.push(ns_per_call(&run(Command::new(&pp)
-            .args(["record", "--syscall-stacks", "false", "-o", tmp, "--"])
-            .arg(&me)
-            .args(["syscall-loop", &n]))));
-        if has_bpftrace {
-            // The same job done by bpftrace: count and time every syscall of one pid.
-            let script = "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; } \
-                          tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }";
-            let out = run(Command::new("bpftrace")
-                .args(["-q", "-e", script, "-c"])
-                .arg(format!("{} syscall-loop {n}", me.display())));
-            floor.push(ns_per_call(
-                &out.lines()
-                    .filter(|l| !l.starts_with('@'))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            ));
+        for (i, (_, cmd)) in variants.iter_mut().enumerate() {
+            let out = run(&mut cmd());
+            // bpftrace prints its maps after the loop's own line; keep the loop's number.
+            let own: Vec<&str> = out.lines().filter(|l| !l.starts_with('@')).collect();
+            samples[i].push(ns_per_call(&own.join("\n")));
         }
     }
-    let (b, r, rn) = (median(bare), median(rec), median(rec_nostack));
+    let b = median(samples[0].clone());
     println!("getppid loop, median of {rounds} alternating rounds ({LOOP_CALLS} calls each):");
-    println!("  bare                          {b:8.1} ns/call");
-    println!("  phaseprof attached, not target{own_floor:8.1} ns/call  ratio {:.2}x  (+{:.0} ns: raw_tp entry+exit and the target filter)", own_floor / b, own_floor - b);
-    println!(
-        "  record (syscall stacks on)    {r:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
-        r / b,
-        r - b
-    );
-    println!(
-        "  record --syscall-stacks false {rn:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
-        rn / b,
-        rn - b
-    );
-    if !floor.is_empty() {
-        let f = median(floor);
-        println!(
-            "  bpftrace count+latency       {f:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
-            f / b,
-            f - b
-        );
-        println!(
-            "  phaseprof (no stacks) vs bpftrace: {:+.0} ns/call",
-            rn - f
-        );
+    println!("  {:<36} {own_floor:8.1} ns/call  (+{:.0} ns)", "phaseprof attached, loop not a target", own_floor - b);
+    for ((label, _), s) in variants.iter().zip(samples) {
+        let m = median(s);
+        println!("  {label:<36} {m:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", m / b, m - b);
     }
-    println!("  counting + latency over our own floor: {:+.0} ns/call (no stacks), {:+.0} ns/call (stacks)", rn - own_floor, r - own_floor);
 
     // 2. validator-sim, default events, A/B alternating.
     let sim = rust_workload("validator-sim");
