@@ -109,7 +109,9 @@ impl<'obj> Session<'obj> {
                 // The kernel made the child a target already; we add its mappings.
                 TargetEvent::Fork { pid, .. } => self.add_target(pid)?,
                 TargetEvent::Exit { pid } => {
+                    // Its pid may be reused by an unrelated process: stop matching it.
                     self.live.remove(&pid);
+                    self.engine.remove_target(pid);
                 }
             }
         }

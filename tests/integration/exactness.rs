@@ -387,7 +387,16 @@ fn offcpu_in_progress_at_stop_is_counted() {
         .spawn()
         .unwrap();
     let mut rec = Command::new(phaseprof_bin())
-        .args(["record", "-v", "--pid", &target.id().to_string(), "--duration", "1s", "-o", out.to_str().unwrap()])
+        .args([
+            "record",
+            "-v",
+            "--pid",
+            &target.id().to_string(),
+            "--duration",
+            "1s",
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -401,5 +410,8 @@ fn offcpu_in_progress_at_stop_is_counted() {
     let offcpu = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
     let duration = report["duration_ns"].as_f64().unwrap();
     eprintln!("off-cpu {offcpu} ns of a {duration} ns recording");
-    assert!(offcpu > 0.9 * duration && offcpu <= 1.01 * duration, "off-cpu {offcpu} of {duration}");
+    assert!(
+        offcpu > 0.9 * duration && offcpu <= 1.01 * duration,
+        "off-cpu {offcpu} of {duration}"
+    );
 }

@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use phaseprof_e2e::{phaseprof_bin, rust_workload, truth_from};
+use phaseprof_e2e::{phaseprof_bin, read_until, rust_workload, truth_from};
 
 const LOOP_CALLS: u64 = 2_000_000;
 
@@ -77,99 +77,120 @@ fn main() {
             .status();
     }
 
-    // 0. The floor of our own programs: attached (recording a decoy), the loop not a target.
-    let mut decoy = Command::new("sleep").arg("3600").spawn().unwrap();
-    let floor_agent = Command::new(&pp)
-        .args([
-            "record",
-            "--events",
-            "syscall",
-            "--pid",
-            &decoy.id().to_string(),
-            "-o",
-            tmp,
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let own_floor = median(
-        (0..rounds)
-            .map(|_| ns_per_call(&run(Command::new(&me).args(["syscall-loop", &n]))))
-            .collect(),
-    );
-    // SAFETY: signalling a child we spawned.
-    unsafe { libc::kill(floor_agent.id() as i32, libc::SIGINT) };
-    wait_rusage(floor_agent);
-    let _ = decoy.kill();
-    let _ = decoy.wait();
-
-    // 1. Syscall-heavy loop: every variant once per round, rounds alternating.
+    // 1. Syscall-heavy loop: every variant once per round, rounds alternating. Each variant
+    //    returns the loop's ns per call.
     let loop_cmd = format!("{} syscall-loop {n}", me.display());
+    let measure = |mut c: Command| {
+        // bpftrace prints its maps after the loop's own line; keep the loop's number.
+        let out = run(&mut c);
+        let own: Vec<&str> = out.lines().filter(|l| !l.starts_with('@')).collect();
+        ns_per_call(&own.join("\n"))
+    };
+    let bare = || {
+        let mut c = Command::new(&me);
+        c.args(["syscall-loop", &n]);
+        c
+    };
     let bpftrace = |script: &'static str| {
-        let loop_cmd = loop_cmd.clone();
-        Box::new(move || {
-            let mut c = Command::new("bpftrace");
-            c.args(["-q", "-e", script, "-c", &loop_cmd]);
-            c
-        }) as Box<dyn Fn() -> Command>
+        let mut c = Command::new("bpftrace");
+        c.args(["-q", "-e", script, "-c", &loop_cmd]);
+        c
     };
-    let record = |extra: &'static [&'static str]| {
-        let (pp, me, n) = (pp.clone(), me.clone(), n.clone());
-        Box::new(move || {
-            let mut c = Command::new(&pp);
-            c.arg("record").args(extra).args(["-o", tmp, "--"]).arg(&me).args(["syscall-loop", &n]);
-            c
-        }) as Box<dyn Fn() -> Command>
+    let record = |extra: &[&str]| {
+        let mut c = Command::new(&pp);
+        c.arg("record")
+            .args(extra)
+            .args(["-o", tmp, "--"])
+            .arg(&me)
+            .args(["syscall-loop", &n]);
+        c
     };
-    let mut variants: Vec<(&str, Box<dyn Fn() -> Command>)> = vec![
-        ("bare", {
-            let (me, n) = (me.clone(), n.clone());
-            Box::new(move || {
-                let mut c = Command::new(&me);
-                c.args(["syscall-loop", &n]);
-                c
-            })
-        }),
-        ("record --syscall-stacks false", record(&["--syscall-stacks", "false"])),
-        ("record (syscall stacks on)", record(&[])),
+    // Our own floor: probes attached (recording a decoy), the loop not a target.
+    let attached_not_target = || {
+        let mut decoy = Command::new("sleep").arg("3600").spawn().expect("sleep");
+        let mut agent = Command::new(&pp)
+            .args([
+                "record",
+                "-v",
+                "--events",
+                "syscall",
+                "--pid",
+                &decoy.id().to_string(),
+                "-o",
+                tmp,
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("phaseprof");
+        let mut stderr = std::io::BufReader::new(agent.stderr.take().expect("piped"));
+        read_until(&mut stderr, "probes attached");
+        let ns = measure(bare());
+        // SAFETY: signalling a child we spawned.
+        unsafe { libc::kill(agent.id() as i32, libc::SIGINT) };
+        let _ = agent.wait();
+        let _ = decoy.kill();
+        let _ = decoy.wait();
+        ns
+    };
+    let mut variants: Vec<(&str, Box<dyn Fn() -> f64 + '_>)> = vec![
+        ("bare", Box::new(|| measure(bare()))),
+        (
+            "phaseprof attached, loop not a target",
+            Box::new(attached_not_target),
+        ),
+        (
+            "record --syscall-stacks false",
+            Box::new(|| measure(record(&["--syscall-stacks", "false"]))),
+        ),
+        (
+            "record (syscall stacks on)",
+            Box::new(|| measure(record(&[]))),
+        ),
     ];
     if has_bpftrace {
         // The rows of BPF-NOTES, re-measured in this run: bpftrace probes doing the same jobs.
         variants.push((
             "bpftrace: empty enter+exit probes",
-            bpftrace("tracepoint:raw_syscalls:sys_enter /pid == cpid/ {} tracepoint:raw_syscalls:sys_exit /pid == cpid/ {}"),
+            Box::new(|| {
+                measure(bpftrace(
+                    "tracepoint:raw_syscalls:sys_enter /pid == cpid/ {} tracepoint:raw_syscalls:sys_exit /pid == cpid/ {}",
+                ))
+            }),
         ));
         variants.push((
             "bpftrace: count + latency",
-            bpftrace(
-                "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; } \
-                 tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }",
-            ),
+            Box::new(|| {
+                measure(bpftrace(
+                    "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; } \
+                     tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }",
+                ))
+            }),
         ));
         variants.push((
             "bpftrace: count + latency + ustack",
-            bpftrace(
-                "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; @u[ustack] = count(); } \
-                 tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }",
-            ),
+            Box::new(|| {
+                measure(bpftrace(
+                    "tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; @u[ustack] = count(); } \
+                     tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n = count(); @t = sum(nsecs - @s[tid]); delete(@s[tid]); }",
+                ))
+            }),
         ));
     }
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for _ in 0..rounds {
-        for (i, (_, cmd)) in variants.iter_mut().enumerate() {
-            let out = run(&mut cmd());
-            // bpftrace prints its maps after the loop's own line; keep the loop's number.
-            let own: Vec<&str> = out.lines().filter(|l| !l.starts_with('@')).collect();
-            samples[i].push(ns_per_call(&own.join("\n")));
+        for (i, (_, variant)) in variants.iter_mut().enumerate() {
+            samples[i].push(variant());
         }
     }
     let b = median(samples[0].clone());
     println!("getppid loop, median of {rounds} alternating rounds ({LOOP_CALLS} calls each):");
-    println!("  {:<36} {own_floor:8.1} ns/call  (+{:.0} ns)", "phaseprof attached, loop not a target", own_floor - b);
     for ((label, _), s) in variants.iter().zip(samples) {
         let m = median(s);
-        println!("  {label:<36} {m:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)", m / b, m - b);
+        println!(
+            "  {label:<36} {m:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
+            m / b,
+            m - b
+        );
     }
 
     // 2. validator-sim, default events, A/B alternating.
