@@ -7,6 +7,7 @@ pub mod cli;
 pub mod cpu_clock;
 pub mod engine;
 pub mod export;
+pub mod phases;
 pub mod pprof;
 pub mod preflight;
 pub mod procmaps;

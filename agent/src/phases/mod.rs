@@ -1,0 +1,8 @@
+//! Phases: functions of the target, named in `phases.toml`, that delimit the work every event
+//! is attributed to. `config` reads the file, `symbols` finds the functions in the target's
+//! ELF objects.
+
+pub mod config;
+pub mod symbols;
+
+pub use config::{CostEvent, CostRule, PhaseConfig, PhaseSpec};

@@ -1,0 +1,279 @@
+//! Finding phase functions in the target's ELF objects: every function symbol, demangled (Rust
+//! names carry per-build hashes, so probes attach by file offset, never by raw name), matched
+//! against the config's globs.
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use blazesym::inspect::source::{Elf, Source};
+use blazesym::inspect::Inspector;
+use blazesym::SymType;
+
+use super::config::PhaseSpec;
+
+/// A function defined in an ELF object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionSymbol {
+    /// Demangled (Rust without the hash, C++), or as is (C, Go).
+    pub name: String,
+    /// As it appears in the symbol table.
+    pub raw: String,
+    pub file_offset: u64,
+    pub size: u64,
+}
+
+/// Where a phase's probe goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeSite {
+    pub path: PathBuf,
+    pub symbol: String,
+    pub file_offset: u64,
+    pub size: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(
+        "{file}:{line}: phase `{phase}`: function `{function}` matches no function in {objects}{}",
+        if near.is_empty() { String::new() } else { format!("; closest names: {}", near.join(", ")) }
+    )]
+    NoMatch {
+        file: String,
+        line: usize,
+        phase: String,
+        function: String,
+        objects: String,
+        near: Vec<String>,
+    },
+    #[error("cannot read the symbols of {path}: {message}")]
+    Unreadable { path: String, message: String },
+}
+
+/// A demangled name: Rust (legacy and v0, without the hash), then C++, else unchanged.
+pub fn demangle(raw: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(raw) {
+        return format!("{d:#}");
+    }
+    if raw.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(raw) {
+            if let Ok(s) = sym.demangle() {
+                return s;
+            }
+        }
+    }
+    raw.to_string()
+}
+
+/// Every function symbol of the ELF file at `path` with a file offset, one per offset.
+pub fn function_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, ResolveError> {
+    let inspector = Inspector::new();
+    let mut src = Elf::new(path);
+    src.debug_syms = false;
+    let mut by_offset: BTreeMap<u64, FunctionSymbol> = BTreeMap::new();
+    inspector
+        .for_each(&Source::Elf(src), |sym| {
+            if sym.sym_type == SymType::Function {
+                if let Some(off) = sym.file_offset {
+                    by_offset.entry(off).or_insert_with(|| FunctionSymbol {
+                        name: demangle(&sym.name),
+                        raw: sym.name.to_string(),
+                        file_offset: off,
+                        size: sym.size.unwrap_or(0) as u64,
+                    });
+                }
+            }
+            ControlFlow::Continue(())
+        })
+        .map_err(|e| ResolveError::Unreadable {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+    Ok(by_offset.into_values().collect())
+}
+
+/// Shell-style glob over a whole name: `*` any run of characters, `?` one character.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Up to `n` names closest to `pattern` (its literal parts), for "did you mean" messages.
+pub fn near_matches<'a>(
+    pattern: &str,
+    names: impl Iterator<Item = &'a str>,
+    n: usize,
+) -> Vec<String> {
+    let literal: String = pattern.chars().filter(|c| *c != '*' && *c != '?').collect();
+    let last = literal.rsplit("::").next().unwrap_or(&literal).to_string();
+    let mut scored: Vec<(usize, &str)> = names
+        .map(|name| {
+            let tail = name.rsplit("::").next().unwrap_or(name);
+            (
+                levenshtein(&literal, name).min(levenshtein(&last, tail) + 1),
+                name,
+            )
+        })
+        .collect();
+    scored.sort();
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored
+        .into_iter()
+        .take(n)
+        .map(|(_, s)| s.to_string())
+        .collect()
+}
+
+/// Every function of `objects` that `spec.function` matches, or an error that lists the closest
+/// names.
+pub fn resolve(
+    spec: &PhaseSpec,
+    file: &str,
+    objects: &[(PathBuf, Vec<FunctionSymbol>)],
+) -> Result<Vec<ProbeSite>, ResolveError> {
+    let mut sites = Vec::new();
+    for (path, syms) in objects {
+        for s in syms {
+            if glob_match(&spec.function, &s.name) || s.raw == spec.function {
+                sites.push(ProbeSite {
+                    path: path.clone(),
+                    symbol: s.name.clone(),
+                    file_offset: s.file_offset,
+                    size: s.size,
+                });
+            }
+        }
+    }
+    if sites.is_empty() {
+        let names = objects
+            .iter()
+            .flat_map(|(_, syms)| syms.iter().map(|s| s.name.as_str()));
+        return Err(ResolveError::NoMatch {
+            file: file.to_string(),
+            line: spec.line,
+            phase: spec.name.clone(),
+            function: spec.function.clone(),
+            objects: objects
+                .iter()
+                .map(|(p, _)| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            near: near_matches(&spec.function, names, 5),
+        });
+    }
+    Ok(sites)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the glob semantics phases rely on.
+    #[test]
+    fn globs() {
+        assert!(glob_match(
+            "validator_sim::phases::propose",
+            "validator_sim::phases::propose"
+        ));
+        assert!(!glob_match(
+            "validator_sim::phases::propose",
+            "validator_sim::phases::proposer"
+        ));
+        assert!(glob_match(
+            "*::verify_event*",
+            "relay::net::verify_event_batch"
+        ));
+        assert!(glob_match(
+            "*as core::clone::Clone>::clone*",
+            "<alloc::vec::Vec<u8> as core::clone::Clone>::clone"
+        ));
+        assert!(glob_match("main.?erify", "main.verify"));
+        assert!(!glob_match("a*b", "acbd"));
+        assert!(glob_match("*", ""));
+    }
+
+    // Checks Rust (hash dropped) and C++ demangling; C names unchanged.
+    #[test]
+    fn demangles() {
+        assert_eq!(
+            demangle("_ZN13validator_sim6phases7propose17h0123456789abcdefE"),
+            "validator_sim::phases::propose"
+        );
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("malloc"), "malloc");
+    }
+
+    #[inline(never)]
+    pub fn a_phase_function_for_tests(x: u64) -> u64 {
+        std::hint::black_box(x) * 3
+    }
+
+    // Checks resolution against a real ELF (this test binary): a demangled name resolves to its
+    // file offset, a typo fails with the closest names.
+    #[test]
+    fn resolves_in_a_real_binary() {
+        assert_eq!(a_phase_function_for_tests(2), 6);
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let syms = function_symbols(&exe).unwrap();
+        let objects = vec![(exe.clone(), syms)];
+        let spec = |f: &str| PhaseSpec {
+            name: "p".into(),
+            function: f.into(),
+            line: 3,
+        };
+        let sites = resolve(
+            &spec("*::symbols::tests::a_phase_function_for_tests"),
+            "phases.toml",
+            &objects,
+        )
+        .unwrap();
+        assert_eq!(sites.len(), 1);
+        assert!(sites[0].file_offset > 0);
+        let err = resolve(
+            &spec("phaseprof::phases::symbols::tests::a_phase_functon_for_tests"),
+            "phases.toml",
+            &objects,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("phases.toml:3: phase `p`"), "{err}");
+        assert!(
+            err.contains(
+                "closest names: phaseprof::phases::symbols::tests::a_phase_function_for_tests"
+            ),
+            "{err}"
+        );
+    }
+}
