@@ -2,7 +2,7 @@
 //! windows) and sums samples with equal keys.
 use std::collections::{HashMap, HashSet};
 
-use phaseprof_model::{Frame, Meta, Profile, ProfileBuilder};
+use phaseprof_model::{Frame, Meta, PhaseAt, Profile, ProfileBuilder};
 
 use crate::window::RawWindow;
 
@@ -15,6 +15,10 @@ pub trait Symbolize {
     fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>>;
     /// The same for kernel addresses.
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>>;
+}
+
+fn at(phase: u32, mask: u64) -> PhaseAt {
+    PhaseAt { phase, mask }
 }
 
 /// Kernel frames that belong to phaseprof's probe, not to the target.
@@ -60,16 +64,24 @@ impl Aggregator {
         self.symbolize_new(w, sym);
         for s in &w.cpu {
             let stack = self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref());
-            self.builder.add_cpu(s.pid, s.tid, s.phase, stack, s.count);
+            self.builder
+                .add_cpu(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.count);
         }
         for s in &w.offcpu {
             let stack = self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref());
-            self.builder.add_offcpu(s.pid, s.tid, s.phase, stack, s.ns);
+            self.builder
+                .add_offcpu(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.ns);
         }
         for s in &w.syscalls {
             let stack = s.user.as_deref().map(|u| self.stack(s.pid, Some(u), None));
-            self.builder
-                .add_syscall(s.pid, s.phase, s.nr, stack, s.count, s.total_ns);
+            self.builder.add_syscall(
+                s.pid,
+                at(s.phase, s.phase_mask),
+                s.nr,
+                stack,
+                s.count,
+                s.total_ns,
+            );
         }
     }
 
@@ -223,6 +235,7 @@ mod tests {
                 pid: 1,
                 tid: 1,
                 phase: 0,
+                phase_mask: 1,
                 user: Some(vec![0x1000, 0x2001, 0x3001]),
                 kernel: Some(vec![0xbf00, 0xff00]),
                 count: 3,
@@ -231,6 +244,7 @@ mod tests {
             syscalls: vec![RawSyscall {
                 pid: 1,
                 phase: 0,
+                phase_mask: 1,
                 nr: 1,
                 user: Some(vec![0x1000]),
                 count: 2,

@@ -280,7 +280,7 @@ mod tests {
         };
         let (main, burn) = (f("main"), f("burn"));
         let s = b.intern_stack(vec![burn, main]);
-        b.add_cpu(1, 1, 0, s, 7);
+        b.add_cpu(1, 1, PhaseAt::NONE, s, 7);
         let p = to_pprof(&b.finish(), EventKind::Cpu, None);
         let decoded = PprofProfile::decode(&p.encode_to_vec()[..]).unwrap();
         assert_eq!(decoded, p);

@@ -232,8 +232,8 @@ mod tests {
         let (main, rec, burn) = (f("main"), f("rec"), f("burn"));
         let s1 = b.intern_stack(vec![burn, rec, rec, main]);
         let s2 = b.intern_stack(vec![main]);
-        b.add_cpu(1, 1, 0, s1, 9);
-        b.add_cpu(1, 1, 0, s2, 1);
+        b.add_cpu(1, 1, PhaseAt::NONE, s1, 9);
+        b.add_cpu(1, 1, PhaseAt::NONE, s2, 1);
         let (top, grand) = top_functions(&b.finish(), EventKind::Cpu, None);
         assert_eq!(grand, 10);
         assert_eq!(

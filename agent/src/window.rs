@@ -18,6 +18,8 @@ pub struct RawCpu {
     pub pid: u32,
     pub tid: u32,
     pub phase: u32,
+    /// Every phase on the thread's stack (bit i: phase i; 1: none).
+    pub phase_mask: u64,
     pub user: Option<Addrs>,
     pub kernel: Option<Addrs>,
     pub count: u64,
@@ -28,6 +30,8 @@ pub struct RawOffCpu {
     pub pid: u32,
     pub tid: u32,
     pub phase: u32,
+    /// Every phase on the thread's stack (bit i: phase i; 1: none).
+    pub phase_mask: u64,
     pub user: Option<Addrs>,
     pub kernel: Option<Addrs>,
     pub ns: u64,
@@ -37,6 +41,8 @@ pub struct RawOffCpu {
 pub struct RawSyscall {
     pub pid: u32,
     pub phase: u32,
+    /// Every phase on the thread's stack (bit i: phase i; 1: none).
+    pub phase_mask: u64,
     pub nr: u32,
     pub user: Option<Addrs>,
     pub count: u64,

@@ -12,6 +12,18 @@
 
 /* Phase 0 is "(none)": events outside any probed phase function. */
 #define PHASE_NONE 0
+/* Phase ids are 1..MAX_PHASES-1; a phase mask has bit i set while phase i is on the thread's
+ * stack (bit 0 alone: no phase). */
+#define MAX_PHASES 64
+/* Nested phases kept per thread; deeper entries are counted as drops (DROP_PHASE_DEPTH). */
+#define MAX_PHASE_DEPTH 8
+/* Syscall cost rules (bit i of syscall_cost_bits[nr] = rule i counts syscall nr). */
+#define MAX_SYSCALL_COSTS 8
+#define MAX_SYSCALL_NR 512
+/* Wall-time histogram: values < 16 ns one bucket each, then 16 buckets per power of two
+ * (bucket width <= 6.25%, so a bucket midpoint is within 3.2% of any value in it). */
+#define WALL_SUB_BUCKETS 16
+#define WALL_BUCKETS 1024
 
 /* Value of an entry in `target_pids`. */
 enum target_state {
@@ -35,9 +47,14 @@ enum drop_reason {
 	DROP_SYSCALL_START,       /* could not remember a syscall entry (map full) */
 	DROP_TARGET_FULL,         /* a followed child could not be added to target_pids */
 	DROP_EVENT_RINGBUF,       /* a process event could not be sent to user space */
+	DROP_PHASE_DEPTH,         /* a phase entered deeper than MAX_PHASE_DEPTH: not attributed */
+	DROP_PHASE_THREAD,        /* no room in thread_phases for a thread: its phases are lost */
+	DROP_PHASE_MISMATCH,      /* a phase exit that is not the innermost entry (unwinding) */
 	/* Not drops: syscalls already in flight when recording began. Counted so
 	 * that they are visible, but never reported as lost. */
 	INFO_SYSCALL_EXIT_UNMATCHED,
+	/* Not drops: returns from phase functions entered before recording began. */
+	INFO_PHASE_EXIT_UNMATCHED,
 	DROP_MAX,
 };
 
@@ -53,6 +70,7 @@ struct cpu_key {
 	__u32 window;
 	__u64 user_stack;      /* stack hash (key of `stacks`); 0: none */
 	__u64 kernel_stack;
+	__u64 phase_mask;      /* every phase on the thread's stack; `phase` is the innermost */
 };
 
 struct offcpu_key {
@@ -62,6 +80,7 @@ struct offcpu_key {
 	__u32 window;
 	__u64 user_stack;
 	__u64 kernel_stack;
+	__u64 phase_mask;
 };
 
 /* Per-thread state from switch-out to switch-in. */
@@ -71,6 +90,7 @@ struct offcpu_start {
 	__u32 phase;
 	__u64 user_stack;
 	__u64 kernel_stack;
+	__u64 phase_mask;
 };
 
 struct syscall_key {
@@ -79,6 +99,7 @@ struct syscall_key {
 	__u32 nr;
 	__u32 window;
 	__u64 user_stack;      /* 0 when stack capture is off */
+	__u64 phase_mask;
 };
 
 struct syscall_value {
@@ -94,6 +115,36 @@ struct syscall_start {
 	__u64 user_stack;
 	__u32 maps_exec;       /* an mmap/mprotect with PROT_EXEC: VMAs change */
 	__u32 pad;
+	__u64 phase_mask;
+};
+
+/* One entry of a thread's phase stack. */
+struct phase_frame {
+	__u32 phase;
+	__u32 recursion;       /* direct re-entries of the same phase, counted once */
+	__u64 entry_ts;
+};
+
+/* Per-thread phase state, in `thread_phases` keyed by tid. */
+struct thread_phase {
+	__u32 depth;           /* entries, including overflowed ones beyond MAX_PHASE_DEPTH */
+	__u32 top;             /* innermost stored phase, PHASE_NONE when empty */
+	__u64 mask;            /* phases on the stack; 1 (bit 0) when empty */
+	__u64 oncpu_since;     /* when the thread last went on-CPU (0: unknown) */
+	struct phase_frame frames[MAX_PHASE_DEPTH];
+};
+
+/* Exact per-phase totals, inclusive of nested phases (per-CPU array indexed by phase id). */
+struct phase_stats {
+	__u64 calls;
+	__u64 wall_ns;
+	__u64 wall_max_ns;
+	__u64 cpu_ns;
+	__u64 offcpu_ns;
+	__u64 syscalls;
+	__u64 syscall_ns;
+	__u64 costs[MAX_SYSCALL_COSTS];
+	__u64 wall_hist[WALL_BUCKETS];
 };
 
 /*

@@ -29,6 +29,10 @@
 const volatile bool syscall_stacks = true;
 const volatile bool follow_children = false;
 const volatile bool notify_exec = false;
+/* Phase probes are attached: look up thread phases in every event. */
+const volatile bool phases_enabled = false;
+/* Bit i set: syscall cost rule i counts this syscall number. */
+const volatile __u8 syscall_cost_bits[MAX_SYSCALL_NR] = {};
 
 /* Flipped by user space at every drain; see struct cpu_key. */
 __u32 window = 0;
@@ -101,6 +105,20 @@ struct {
 } syscall_starts SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, struct thread_phase);
+} thread_phases SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_PHASES);
+	__type(key, __u32); /* phase id */
+	__type(value, struct phase_stats);
+} phase_stats SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
 } target_events SEC(".maps");
@@ -119,10 +137,109 @@ static __always_inline bool is_active(__u32 tgid)
 	return state && *state == TARGET_ACTIVE;
 }
 
-/* The phase the current thread is in. Phases arrive with uprobes (next step). */
-static __always_inline __u32 current_phase(void)
+/* The innermost phase of thread `tid` and the mask of all phases on its stack. */
+static __always_inline __u32 thread_phase_of(__u32 tid, __u64 *mask)
 {
-	return PHASE_NONE;
+	*mask = 1;
+	if (!phases_enabled)
+		return PHASE_NONE;
+	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
+	if (!tp)
+		return PHASE_NONE;
+	*mask = tp->mask;
+	return tp->top;
+}
+
+/* Index of the lowest set bit (de Bruijn multiplication: BPF has no ctz). */
+static const __u8 debruijn64[64] = {
+	0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4,
+	62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
+	63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
+	46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6,
+};
+
+static __always_inline __u32 lowest_bit(__u64 mask)
+{
+	return debruijn64[((mask & -mask) * 0x03f79d71b4cb0a89ULL) >> 58];
+}
+
+enum phase_field { PF_CPU, PF_OFFCPU };
+
+/* Adds `ns` of on-CPU or off-CPU time to every phase in `mask` (inclusive attribution). */
+static __always_inline void phases_add_time(__u64 mask, enum phase_field field, __u64 ns)
+{
+	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
+		__u32 id = lowest_bit(mask);
+		mask &= mask - 1;
+		struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &id);
+		if (!st)
+			continue;
+		if (field == PF_CPU)
+			st->cpu_ns += ns;
+		else
+			st->offcpu_ns += ns;
+	}
+}
+
+/* Counts a syscall of `nr` taking `ns` in every phase of `mask`, with its cost rules. */
+static __always_inline void phases_add_syscall(__u64 mask, __u32 nr, __u64 ns)
+{
+	__u8 costs = syscall_cost_bits[nr & (MAX_SYSCALL_NR - 1)];
+	if (nr >= MAX_SYSCALL_NR)
+		costs = 0;
+	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
+		__u32 id = lowest_bit(mask);
+		mask &= mask - 1;
+		struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &id);
+		if (!st)
+			continue;
+		st->syscalls += 1;
+		st->syscall_ns += ns;
+		for (int c = 0; c < MAX_SYSCALL_COSTS; c++)
+			if (costs & (1 << c))
+				st->costs[c] += 1;
+	}
+}
+
+/* Log-linear bucket of a duration; see WALL_BUCKETS. */
+static __always_inline __u32 wall_bucket(__u64 ns)
+{
+	if (ns < WALL_SUB_BUCKETS)
+		return ns;
+	__u32 msb = 0;
+	__u64 v = ns;
+	if (v >> 32) { v >>= 32; msb += 32; }
+	if (v >> 16) { v >>= 16; msb += 16; }
+	if (v >> 8) { v >>= 8; msb += 8; }
+	if (v >> 4) { v >>= 4; msb += 4; }
+	if (v >> 2) { v >>= 2; msb += 2; }
+	if (v >> 1) { msb += 1; }
+	__u32 idx = (msb - 3) * WALL_SUB_BUCKETS + ((ns >> (msb - 4)) & (WALL_SUB_BUCKETS - 1));
+	return idx < WALL_BUCKETS ? idx : WALL_BUCKETS - 1;
+}
+
+/* Charges the thread's on-CPU time since `oncpu_since` to its current phases. */
+static __always_inline void charge_cpu(struct thread_phase *tp, __u64 now)
+{
+	if (tp->oncpu_since && now > tp->oncpu_since)
+		phases_add_time(tp->mask, PF_CPU, now - tp->oncpu_since);
+	tp->oncpu_since = now;
+}
+
+/* Recomputes `top` and `mask` from the stored frames. */
+static __always_inline void phase_stack_changed(struct thread_phase *tp)
+{
+	__u64 mask = 0;
+	__u32 top = PHASE_NONE;
+	for (int i = 0; i < MAX_PHASE_DEPTH; i++) {
+		if (i >= tp->depth)
+			break;
+		__u32 id = tp->frames[i].phase & (MAX_PHASES - 1);
+		mask |= 1ULL << id;
+		top = id;
+	}
+	tp->mask = mask ? mask : 1;
+	tp->top = top;
 }
 
 /*
@@ -229,10 +346,13 @@ int perf_event__sample(struct bpf_perf_event_data *ctx)
 	__u32 tgid = id >> 32;
 	if (!tgid || !is_active(tgid))
 		return 0;
+	__u64 mask;
+	__u32 phase = thread_phase_of((__u32)id, &mask);
 	struct cpu_key key = {
 		.tgid = tgid,
 		.tid = (__u32)id,
-		.phase = current_phase(),
+		.phase = phase,
+		.phase_mask = mask,
 		.window = window,
 		.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SAMPLE, DROP_USER_STACK),
 		.kernel_stack = stack_id(ctx, 0, SLOT_SAMPLE, DROP_KERNEL_STACK),
@@ -262,19 +382,43 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 	/* A dying thread's last switch-out is never followed by a switch-in. */
 	if (is_active(prev_tgid) && !(task_state(prev) & TASK_DEAD)) {
 		__u32 prev_tid = BPF_CORE_READ(prev, pid);
+		__u64 mask = 1;
+		__u32 phase = PHASE_NONE;
+		if (phases_enabled) {
+			struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &prev_tid);
+			if (tp) {
+				charge_cpu(tp, now);
+				tp->oncpu_since = 0;
+				mask = tp->mask;
+				phase = tp->top;
+			}
+		}
 		/* prev is current here, so the stacks are prev's. */
 		struct offcpu_start start = {
 			.ts = now,
 			.tgid = prev_tgid,
-			.phase = current_phase(),
+			.phase = phase,
 			.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SWITCH, DROP_USER_STACK),
 			.kernel_stack = stack_id(ctx, 0, SLOT_SWITCH, DROP_KERNEL_STACK),
+			.phase_mask = mask,
 		};
 		if (bpf_map_update_elem(&offcpu_starts, &prev_tid, &start, BPF_ANY))
 			count_drop(DROP_OFFCPU_START);
 	}
 
 	__u32 next_tid = BPF_CORE_READ(next, pid);
+	if (phases_enabled && is_active(BPF_CORE_READ(next, tgid))) {
+		struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &next_tid);
+		if (!tp) {
+			struct thread_phase fresh = { .mask = 1 };
+			bpf_map_update_elem(&thread_phases, &next_tid, &fresh, BPF_NOEXIST);
+			tp = bpf_map_lookup_elem(&thread_phases, &next_tid);
+			if (!tp)
+				count_drop(DROP_PHASE_THREAD);
+		}
+		if (tp)
+			tp->oncpu_since = now;
+	}
 	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &next_tid);
 	if (!start)
 		return;
@@ -285,10 +429,13 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 		.window = window,
 		.user_stack = start->user_stack,
 		.kernel_stack = start->kernel_stack,
+		.phase_mask = start->phase_mask,
 	};
 	__u64 delta = now - start->ts;
 	bpf_map_delete_elem(&offcpu_starts, &next_tid);
 	add_u64(&offcpu_counts, &key, delta, DROP_OFFCPU_KEY);
+	if (phases_enabled)
+		phases_add_time(key.phase_mask, PF_OFFCPU, delta);
 }
 
 /* Twins: tp_btf where BTF-typed tracepoints load, raw_tp otherwise. User space
@@ -335,9 +482,12 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		}
 	}
 
+	__u64 mask;
+	__u32 phase = thread_phase_of((__u32)bpf_get_current_pid_tgid(), &mask);
 	struct syscall_key key = {
 		.tgid = tgid,
-		.phase = current_phase(),
+		.phase = phase,
+		.phase_mask = mask,
 		.nr = nr,
 		.window = window,
 		.user_stack = syscall_stacks ? stack_id(ctx, BPF_F_USER_STACK, SLOT_SYSCALL, DROP_USER_STACK) : 0,
@@ -345,11 +495,14 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	/* These never return: count them now, with no latency. */
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
 		add_syscall(&key, 1, 0);
+		if (phases_enabled)
+			phases_add_syscall(mask, nr, 0);
 		return 0;
 	}
 	start->nr = nr;
 	start->phase = key.phase;
 	start->user_stack = key.user_stack;
+	start->phase_mask = mask;
 	start->maps_exec = 0;
 	if (nr == NR_MMAP || nr == NR_MPROTECT) {
 		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
@@ -382,13 +535,121 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		.nr = start->nr,
 		.window = window,
 		.user_stack = start->user_stack,
+		.phase_mask = start->phase_mask,
 	};
 	__u64 delta = bpf_ktime_get_ns() - start->ts;
 	bool maps_exec = start->maps_exec && (long)ctx->args[1] >= 0;
 	start->ts = 0;
 	add_syscall(&key, 1, delta);
+	if (phases_enabled)
+		phases_add_syscall(key.phase_mask, key.nr, delta);
 	if (maps_exec)
 		emit(TEV_MMAP, tgid, 0);
+	return 0;
+}
+
+/* ---- phases ------------------------------------------------------------ */
+
+/* Entry of a phase function; the attach cookie is the phase id. */
+SEC("uprobe")
+int uprobe__phase_enter(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!is_active(id >> 32))
+		return 0;
+	__u32 tid = (__u32)id;
+	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
+	__u64 now = bpf_ktime_get_ns();
+	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
+	if (!tp) {
+		struct thread_phase fresh = { .mask = 1 };
+		bpf_map_update_elem(&thread_phases, &tid, &fresh, BPF_NOEXIST);
+		tp = bpf_map_lookup_elem(&thread_phases, &tid);
+		if (!tp) {
+			count_drop(DROP_PHASE_THREAD);
+			return 0;
+		}
+	}
+	__u32 d = tp->depth;
+	/* Direct recursion: one call, counted at the outermost entry. */
+	if (d >= 1 && d <= MAX_PHASE_DEPTH && tp->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].phase == phase) {
+		tp->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].recursion++;
+		return 0;
+	}
+	if (d >= MAX_PHASE_DEPTH) {
+		count_drop(DROP_PHASE_DEPTH);
+		tp->depth = d + 1;
+		return 0;
+	}
+	/* Time on-CPU until now belongs to the enclosing phases. */
+	charge_cpu(tp, now);
+	struct phase_frame *f = &tp->frames[d & (MAX_PHASE_DEPTH - 1)];
+	f->phase = phase;
+	f->recursion = 0;
+	f->entry_ts = now;
+	tp->depth = d + 1;
+	phase_stack_changed(tp);
+	return 0;
+}
+
+static __always_inline void phase_exit(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
+	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
+	if (!tp || tp->depth == 0) {
+		/* Entered before we attached. */
+		if (is_active(id >> 32))
+			count_drop(INFO_PHASE_EXIT_UNMATCHED);
+		return;
+	}
+	__u32 d = tp->depth;
+	if (d > MAX_PHASE_DEPTH) {
+		tp->depth = d - 1; /* an overflowed entry */
+		return;
+	}
+	struct phase_frame *f = &tp->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)];
+	if (f->phase != phase) {
+		/* Not the innermost phase: a frame was unwound without returning. Pop it anyway
+		 * so the stack stays bounded. */
+		count_drop(DROP_PHASE_MISMATCH);
+	} else if (f->recursion) {
+		f->recursion--;
+		return;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	charge_cpu(tp, now);
+	__u64 wall = now - f->entry_ts;
+	__u32 popped = f->phase & (MAX_PHASES - 1);
+	tp->depth = d - 1;
+	phase_stack_changed(tp);
+	struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &popped);
+	if (!st)
+		return;
+	st->calls += 1;
+	st->wall_ns += wall;
+	if (wall > st->wall_max_ns)
+		st->wall_max_ns = wall;
+	__u32 b = wall_bucket(wall);
+	if (b < WALL_BUCKETS)
+		st->wall_hist[b] += 1;
+}
+
+/* Return of a phase function (native code). */
+SEC("uretprobe")
+int uretprobe__phase_exit(struct pt_regs *ctx)
+{
+	phase_exit(ctx);
+	return 0;
+}
+
+/* A return instruction of a phase function (Go: never a uretprobe, which would corrupt moving
+ * goroutine stacks). */
+SEC("uprobe")
+int uprobe__phase_return(struct pt_regs *ctx)
+{
+	phase_exit(ctx);
 	return 0;
 }
 
@@ -434,6 +695,9 @@ int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u32 tgid = id >> 32;
 	if (!bpf_map_lookup_elem(&target_pids, &tgid))
 		return 0;
+	/* A thread that exits inside a phase leaves no state behind. */
+	__u32 tid = (__u32)id;
+	bpf_map_delete_elem(&thread_phases, &tid);
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	/* signal->live reaches 0 when the last thread of the group exits. */
 	if (BPF_CORE_READ(task, signal, live.counter) == 0)

@@ -128,10 +128,10 @@ mod tests {
         let k = f(&mut b, "do_syscall_64", FrameKind::Kernel);
         let s1 = b.intern_stack(vec![burn, main]);
         let s2 = b.intern_stack(vec![k, main]);
-        b.add_cpu(9, 9, 0, s1, 90);
-        b.add_cpu(9, 10, 0, s1, 5);
-        b.add_cpu(9, 9, 0, s2, 5);
-        b.add_syscall(9, 0, 1, Some(s1), 4, 0);
+        b.add_cpu(9, 9, PhaseAt::NONE, s1, 90);
+        b.add_cpu(9, 10, PhaseAt::NONE, s1, 5);
+        b.add_cpu(9, 9, PhaseAt::NONE, s2, 5);
+        b.add_syscall(9, PhaseAt::NONE, 1, Some(s1), 4, 0);
         b.finish()
     }
 

@@ -4,15 +4,30 @@ use std::collections::HashMap;
 
 use crate::profile::*;
 
+/// The phase an event happened in: the innermost phase and every phase on the stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PhaseAt {
+    pub phase: u32,
+    pub mask: u64,
+}
+
+impl PhaseAt {
+    /// Outside any phase.
+    pub const NONE: PhaseAt = PhaseAt {
+        phase: PHASE_NONE,
+        mask: 1,
+    };
+}
+
 /// Builds a [`Profile`] from samples added in any order and any number of windows.
 #[derive(Default)]
 pub struct ProfileBuilder {
     profile: Profile,
     frame_index: HashMap<Frame, u32>,
     stack_index: HashMap<Vec<u32>, u32>,
-    cpu_index: HashMap<(u32, u32, u32, u32), usize>,
-    offcpu_index: HashMap<(u32, u32, u32, u32), usize>,
-    syscall_index: HashMap<(u32, u32, u32, Option<u32>), usize>,
+    cpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
+    offcpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
+    syscall_index: HashMap<(u32, u32, u64, u32, Option<u32>), usize>,
 }
 
 impl ProfileBuilder {
@@ -33,6 +48,10 @@ impl ProfileBuilder {
 
     pub fn meta_mut(&mut self) -> &mut Meta {
         &mut self.profile.meta
+    }
+
+    pub fn phase_stats_mut(&mut self) -> &mut Vec<PhaseStats> {
+        &mut self.profile.phase_stats
     }
 
     pub fn lost_mut(&mut self) -> &mut Lost {
@@ -66,67 +85,64 @@ impl ProfileBuilder {
         i
     }
 
-    pub fn add_cpu(&mut self, pid: u32, tid: u32, phase: u32, stack: u32, count: u64) {
+    pub fn add_cpu(&mut self, pid: u32, tid: u32, at: PhaseAt, stack: u32, count: u64) {
         let samples = &mut self.profile.cpu;
-        let i = *self
-            .cpu_index
-            .entry((pid, tid, phase, stack))
-            .or_insert_with(|| {
-                samples.push(CpuSample {
-                    pid,
-                    tid,
-                    phase,
-                    stack,
-                    count: 0,
-                });
-                samples.len() - 1
+        let key = (pid, tid, at.phase, at.mask, stack);
+        let i = *self.cpu_index.entry(key).or_insert_with(|| {
+            samples.push(CpuSample {
+                pid,
+                tid,
+                phase: at.phase,
+                phase_mask: at.mask,
+                stack,
+                count: 0,
             });
+            samples.len() - 1
+        });
         samples[i].count += count;
     }
 
-    pub fn add_offcpu(&mut self, pid: u32, tid: u32, phase: u32, stack: u32, ns: u64) {
+    pub fn add_offcpu(&mut self, pid: u32, tid: u32, at: PhaseAt, stack: u32, ns: u64) {
         let samples = &mut self.profile.offcpu;
-        let i = *self
-            .offcpu_index
-            .entry((pid, tid, phase, stack))
-            .or_insert_with(|| {
-                samples.push(OffCpuSample {
-                    pid,
-                    tid,
-                    phase,
-                    stack,
-                    ns: 0,
-                });
-                samples.len() - 1
+        let key = (pid, tid, at.phase, at.mask, stack);
+        let i = *self.offcpu_index.entry(key).or_insert_with(|| {
+            samples.push(OffCpuSample {
+                pid,
+                tid,
+                phase: at.phase,
+                phase_mask: at.mask,
+                stack,
+                ns: 0,
             });
+            samples.len() - 1
+        });
         samples[i].ns += ns;
     }
 
     pub fn add_syscall(
         &mut self,
         pid: u32,
-        phase: u32,
+        at: PhaseAt,
         nr: u32,
         stack: Option<u32>,
         count: u64,
         total_ns: u64,
     ) {
         let samples = &mut self.profile.syscalls;
-        let i = *self
-            .syscall_index
-            .entry((pid, phase, nr, stack))
-            .or_insert_with(|| {
-                samples.push(SyscallSample {
-                    pid,
-                    phase,
-                    nr,
-                    name: crate::syscall_name(nr),
-                    stack,
-                    count: 0,
-                    total_ns: 0,
-                });
-                samples.len() - 1
+        let key = (pid, at.phase, at.mask, nr, stack);
+        let i = *self.syscall_index.entry(key).or_insert_with(|| {
+            samples.push(SyscallSample {
+                pid,
+                phase: at.phase,
+                phase_mask: at.mask,
+                nr,
+                name: crate::syscall_name(nr),
+                stack,
+                count: 0,
+                total_ns: 0,
             });
+            samples.len() - 1
+        });
         samples[i].count += count;
         samples[i].total_ns += total_ns;
     }
@@ -162,10 +178,10 @@ mod tests {
         assert_eq!(b.intern_frame(frame("a")), a);
         let s1 = b.intern_stack(vec![c, a]);
         assert_eq!(b.intern_stack(vec![c, a]), s1);
-        b.add_cpu(1, 2, 0, s1, 3);
-        b.add_cpu(1, 2, 0, s1, 4);
-        b.add_syscall(1, 0, 1, None, 5, 50);
-        b.add_syscall(1, 0, 1, None, 2, 20);
+        b.add_cpu(1, 2, PhaseAt::NONE, s1, 3);
+        b.add_cpu(1, 2, PhaseAt::NONE, s1, 4);
+        b.add_syscall(1, PhaseAt::NONE, 1, None, 5, 50);
+        b.add_syscall(1, PhaseAt::NONE, 1, None, 2, 20);
         let p = b.finish();
         assert_eq!(p.phases, vec!["(none)"]);
         assert_eq!(p.cpu.len(), 1);

@@ -65,6 +65,7 @@ pub fn read_profile(mut input: impl Read) -> Result<Profile, FormatError> {
 mod tests {
     use super::*;
     use crate::profile::*;
+    use crate::PhaseAt;
 
     fn sample_profile() -> Profile {
         let mut b = crate::ProfileBuilder::new(
@@ -83,8 +84,8 @@ mod tests {
             inlined: false,
         });
         let s = b.intern_stack(vec![f]);
-        b.add_cpu(42, 42, 0, s, 9);
-        b.add_syscall(42, 0, 1, Some(s), 3, 300);
+        b.add_cpu(42, 42, PhaseAt::NONE, s, 9);
+        b.add_syscall(42, PhaseAt::NONE, 1, Some(s), 3, 300);
         b.finish()
     }
 

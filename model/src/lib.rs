@@ -10,7 +10,7 @@ pub mod profile;
 pub mod summary;
 mod syscall_names;
 
-pub use build::ProfileBuilder;
+pub use build::{PhaseAt, ProfileBuilder};
 pub use format::{read_profile, write_profile, FormatError, FORMAT_VERSION};
 pub use profile::*;
 pub use summary::Summary;

@@ -129,6 +129,9 @@ pub struct CpuSample {
     pub pid: u32,
     pub tid: u32,
     pub phase: u32,
+    /// Every phase on the thread's stack when it happened (bit i: phase i; bit 0 alone: none).
+    #[serde(default)]
+    pub phase_mask: u64,
     pub stack: u32,
     pub count: u64,
 }
@@ -139,6 +142,9 @@ pub struct OffCpuSample {
     pub pid: u32,
     pub tid: u32,
     pub phase: u32,
+    /// Every phase on the thread's stack when it happened (bit i: phase i; bit 0 alone: none).
+    #[serde(default)]
+    pub phase_mask: u64,
     pub stack: u32,
     pub ns: u64,
 }
@@ -148,6 +154,9 @@ pub struct OffCpuSample {
 pub struct SyscallSample {
     pub pid: u32,
     pub phase: u32,
+    /// Every phase on the thread's stack when it happened (bit i: phase i; bit 0 alone: none).
+    #[serde(default)]
+    pub phase_mask: u64,
     pub nr: u32,
     pub name: String,
     /// None when syscall stacks were off or the stack was lost.
@@ -188,7 +197,68 @@ pub struct Profile {
     pub cpu: Vec<CpuSample>,
     pub offcpu: Vec<OffCpuSample>,
     pub syscalls: Vec<SyscallSample>,
+    /// Exact per-phase totals by phase index (inclusive of nested phases); empty without phases.
+    #[serde(default)]
+    pub phase_stats: Vec<PhaseStats>,
     pub lost: Lost,
+}
+
+/// Exact totals of one phase, kept in the kernel. Values include nested phases.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct PhaseStats {
+    /// Completed calls (a direct recursion counts once).
+    pub calls: u64,
+    pub wall_ns: u64,
+    pub wall_max_ns: u64,
+    /// Wall-time histogram as (bucket index, calls) pairs; see [`wall_bucket_bounds`].
+    pub wall_hist: Vec<(u32, u64)>,
+    pub cpu_ns: u64,
+    pub offcpu_ns: u64,
+    pub syscalls: u64,
+    pub syscall_ns: u64,
+    /// Named costs counted for this phase (syscall cost rules).
+    pub costs: BTreeMap<String, u64>,
+}
+
+/// Buckets below this are one nanosecond wide; above, 16 per power of two (as in the kernel).
+pub const WALL_SUB_BUCKETS: u64 = 16;
+
+/// The half-open range of durations (ns) that wall-time bucket `idx` holds.
+pub fn wall_bucket_bounds(idx: u32) -> (u64, u64) {
+    let idx = idx as u64;
+    if idx < WALL_SUB_BUCKETS {
+        return (idx, idx + 1);
+    }
+    let msb = idx / WALL_SUB_BUCKETS + 3;
+    let sub = idx % WALL_SUB_BUCKETS;
+    let shift = msb - 4;
+    (
+        (WALL_SUB_BUCKETS + sub) << shift,
+        (WALL_SUB_BUCKETS + sub + 1) << shift,
+    )
+}
+
+impl PhaseStats {
+    /// The `q` quantile (0..=1) of wall time: the midpoint of the bucket holding it, capped by
+    /// the exact maximum.
+    pub fn wall_quantile(&self, q: f64) -> u64 {
+        let total: u64 = self.wall_hist.iter().map(|(_, n)| n).sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        let mut hist = self.wall_hist.clone();
+        hist.sort();
+        for (idx, n) in hist {
+            seen += n;
+            if seen >= rank {
+                let (lo, hi) = wall_bucket_bounds(idx);
+                return ((lo + hi - 1) / 2).min(self.wall_max_ns.max(lo));
+            }
+        }
+        self.wall_max_ns
+    }
 }
 
 /// A stack with a value, for one event kind.
@@ -199,6 +269,7 @@ pub struct Weighted {
     /// A synthetic leaf to show above `frames` (the syscall name for syscall stacks).
     pub leaf_label: Option<String>,
     pub phase: u32,
+    pub phase_mask: u64,
     pub value: u64,
 }
 
@@ -235,40 +306,52 @@ impl Profile {
             .unwrap_or_default()
     }
 
-    /// Every stack of `kind` with its value, optionally only those recorded in `phase`.
+    /// Every stack of `kind` with its value, optionally only those recorded inside `phase`
+    /// (inclusive: also while a phase nested in it was running).
     pub fn weighted_stacks(&self, kind: EventKind, phase: Option<u32>) -> Vec<Weighted> {
-        let keep = |p: u32| phase.is_none_or(|want| want == p);
+        let keep = |p: u32, mask: u64| {
+            phase.is_none_or(|want| {
+                if want == PHASE_NONE {
+                    p == PHASE_NONE
+                } else {
+                    want == p || (want < 64 && mask & (1u64 << want) != 0)
+                }
+            })
+        };
         match kind {
             EventKind::Cpu => self
                 .cpu
                 .iter()
-                .filter(|s| keep(s.phase))
+                .filter(|s| keep(s.phase, s.phase_mask))
                 .map(|s| Weighted {
                     frames: self.stack_frames(s.stack),
                     leaf_label: None,
                     phase: s.phase,
+                    phase_mask: s.phase_mask,
                     value: s.count,
                 })
                 .collect(),
             EventKind::Offcpu => self
                 .offcpu
                 .iter()
-                .filter(|s| keep(s.phase))
+                .filter(|s| keep(s.phase, s.phase_mask))
                 .map(|s| Weighted {
                     frames: self.stack_frames(s.stack),
                     leaf_label: None,
                     phase: s.phase,
+                    phase_mask: s.phase_mask,
                     value: s.ns,
                 })
                 .collect(),
             EventKind::Syscall => self
                 .syscalls
                 .iter()
-                .filter(|s| keep(s.phase))
+                .filter(|s| keep(s.phase, s.phase_mask))
                 .map(|s| Weighted {
                     frames: s.stack.map(|st| self.stack_frames(st)).unwrap_or_default(),
                     leaf_label: Some(format!("syscall:{}", s.name)),
                     phase: s.phase,
+                    phase_mask: s.phase_mask,
                     value: s.count,
                 })
                 .collect(),

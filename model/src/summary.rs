@@ -127,6 +127,7 @@ pub fn syscalls_by_name(profile: &Profile) -> BTreeMap<String, CountNs> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::PhaseAt;
 
     // Checks the JSON shape PRODUCT.md promises: members present, flush cost from write+fsync.
     #[test]
@@ -142,9 +143,9 @@ mod tests {
             },
             vec![],
         );
-        b.add_syscall(7, 0, 1, None, 4, 400); // write
-        b.add_syscall(7, 0, 74, None, 1, 100); // fsync
-        b.add_syscall(7, 0, 0, None, 2, 10); // read
+        b.add_syscall(7, PhaseAt::NONE, 1, None, 4, 400); // write
+        b.add_syscall(7, PhaseAt::NONE, 74, None, 1, 100); // fsync
+        b.add_syscall(7, PhaseAt::NONE, 0, None, 2, 10); // read
         let json = serde_json::to_value(Summary::of(&b.finish())).unwrap();
         assert_eq!(json["version"], 1);
         assert_eq!(json["duration_ns"], 100);

@@ -183,17 +183,18 @@ impl PhaseConfig {
             if !cost_names.insert(name.clone()) {
                 return Err(err(line, format!("cost `{name}` is defined twice")));
             }
-            let event =
-                match event.as_str() {
-                    "syscall" => CostEvent::Syscall,
-                    "alloc" => CostEvent::Alloc,
-                    other => return Err(err(
+            let event = match event.as_str() {
+                "syscall" => CostEvent::Syscall,
+                "alloc" => CostEvent::Alloc,
+                other => {
+                    return Err(err(
                         line,
                         format!(
                             "cost `{name}`: unknown event `{other}` (use \"syscall\" or \"alloc\")"
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             match event {
                 CostEvent::Syscall => {
                     if syscalls.is_empty() {
