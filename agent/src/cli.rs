@@ -49,6 +49,9 @@ pub struct RecordArgs {
     /// Event kinds, comma separated: cpu, offcpu, syscall.
     #[arg(long, default_value = "cpu,offcpu,syscall", value_delimiter = ',')]
     pub events: Vec<String>,
+    /// Phases to attribute costs to (phases.toml: [[phase]] name + function glob, [[cost]] rules).
+    #[arg(long, value_name = "PHASES.toml")]
+    pub phases: Option<PathBuf>,
     /// cpu-clock sampling frequency in Hz.
     #[arg(long, default_value_t = 99)]
     pub freq: u64,
@@ -201,6 +204,7 @@ impl RecordArgs {
                 ..EngineConfig::default()
             },
             output: self.output,
+            phases: self.phases,
             window: self.window,
             verbose: self.verbose,
         })

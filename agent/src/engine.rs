@@ -14,6 +14,7 @@ use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkel, PhaseprofSkelBuilder};
 use phaseprof_model::{EventKind, Lost};
 
 use crate::cpu_clock::{online_cpus, open_cpu_clock};
+use crate::phases::symbols::ProbeSite;
 use crate::window::{RawCpu, RawOffCpu, RawSyscall, RawWindow};
 
 /// How to configure the programs before loading them.
@@ -28,6 +29,11 @@ pub struct EngineConfig {
     pub notify_exec: bool,
     pub stack_entries: u32,
     pub key_entries: u32,
+    /// Phase probes will be attached: every event looks up its thread's phases.
+    pub phases_enabled: bool,
+    /// Syscall cost rules counted per phase in the kernel: rule i counts these syscall numbers
+    /// (at most MAX_SYSCALL_COSTS rules).
+    pub syscall_costs: Vec<Vec<u32>>,
 }
 
 impl Default for EngineConfig {
@@ -40,6 +46,8 @@ impl Default for EngineConfig {
             notify_exec: false,
             stack_entries: 16384,
             key_entries: 65536,
+            phases_enabled: false,
+            syscall_costs: Vec::new(),
         }
     }
 }
@@ -70,6 +78,26 @@ pub struct Engine<'obj> {
     detached_at_ns: Option<u64>,
     pub flavour: SwitchFlavour,
     pub cpus: usize,
+}
+
+/// Syscall cost rules the kernel counts per phase (MAX_SYSCALL_COSTS in the shared header).
+pub const MAX_SYSCALL_COSTS: usize = 8;
+/// Buckets of the kernel's wall-time histogram (WALL_BUCKETS in the shared header).
+const WALL_BUCKETS: usize = 1024;
+
+/// Per-phase totals read back from the kernel, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RawPhaseStats {
+    pub calls: u64,
+    pub wall_ns: u64,
+    pub wall_max_ns: u64,
+    /// (bucket, count) for non-empty buckets.
+    pub wall_hist: Vec<(u32, u64)>,
+    pub cpu_ns: u64,
+    pub offcpu_ns: u64,
+    pub syscalls: u64,
+    pub syscall_ns: u64,
+    pub costs: [u64; MAX_SYSCALL_COSTS],
 }
 
 /// Reads a plain-old-data record of the shared header from map bytes.
@@ -129,6 +157,14 @@ fn open_skel<'obj>(
     rodata.syscall_stacks = cfg.syscall_stacks;
     rodata.follow_children = cfg.follow_children;
     rodata.notify_exec = cfg.notify_exec;
+    rodata.phases_enabled = cfg.phases_enabled;
+    for (i, nrs) in cfg.syscall_costs.iter().enumerate().take(MAX_SYSCALL_COSTS) {
+        for &nr in nrs {
+            if let Some(bits) = rodata.syscall_cost_bits.get_mut(nr as usize) {
+                *bits |= 1 << i;
+            }
+        }
+    }
     open.maps.stacks.set_max_entries(cfg.stack_entries)?;
     for map in [
         &mut open.maps.cpu_counts,
@@ -414,6 +450,91 @@ impl<'obj> Engine<'obj> {
         Some(addrs)
     }
 
+    /// Attaches the entry probe of phase `phase` at `site`, and its exit: a uretprobe, or for
+    /// Go code uprobes on each return instruction (`returns`, file offsets).
+    pub fn attach_phase(
+        &mut self,
+        phase: u32,
+        site: &ProbeSite,
+        returns: Option<&[u64]>,
+    ) -> Result<()> {
+        let progs = &self.skel.progs;
+        let opts = |retprobe: bool| libbpf_rs::UprobeOpts {
+            cookie: phase as u64,
+            retprobe,
+            ..Default::default()
+        };
+        let what = |kind: &str| {
+            format!(
+                "attaching the {kind} probe of `{}` in {}",
+                site.symbol,
+                site.path.display()
+            )
+        };
+        let entry = progs
+            .uprobe__phase_enter
+            .attach_uprobe_with_opts(-1, &site.path, site.file_offset as usize, opts(false))
+            .with_context(|| what("entry"))?;
+        self.links.push(entry);
+        match returns {
+            None => {
+                let exit = progs
+                    .uretprobe__phase_exit
+                    .attach_uprobe_with_opts(-1, &site.path, site.file_offset as usize, opts(true))
+                    .with_context(|| what("return"))?;
+                self.links.push(exit);
+            }
+            Some(offsets) => {
+                for &off in offsets {
+                    let exit = progs
+                        .uprobe__phase_return
+                        .attach_uprobe_with_opts(-1, &site.path, off as usize, opts(false))
+                        .with_context(|| what("return-instruction"))?;
+                    self.links.push(exit);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Exact per-phase totals so far, by phase id.
+    pub fn phase_stats(&self, phases: usize) -> Result<Vec<RawPhaseStats>> {
+        let mut out = Vec::with_capacity(phases);
+        for id in 0..phases as u32 {
+            let per_cpu = self
+                .skel
+                .maps
+                .phase_stats
+                .lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY)?;
+            let mut total = RawPhaseStats::default();
+            let mut hist = vec![0u64; WALL_BUCKETS];
+            for bytes in per_cpu.unwrap_or_default() {
+                let st: types::phase_stats = pod(&bytes);
+                total.calls += st.calls;
+                total.wall_ns += st.wall_ns;
+                total.wall_max_ns = total.wall_max_ns.max(st.wall_max_ns);
+                total.cpu_ns += st.cpu_ns;
+                total.offcpu_ns += st.offcpu_ns;
+                total.syscalls += st.syscalls;
+                total.syscall_ns += st.syscall_ns;
+                for (t, c) in total.costs.iter_mut().zip(st.costs) {
+                    *t += c;
+                }
+                for (h, c) in hist.iter_mut().zip(st.wall_hist) {
+                    *h += c;
+                }
+            }
+            total.wall_hist = hist
+                .into_iter()
+                .enumerate()
+                .filter(|(_, c)| *c > 0)
+                .map(|(i, c)| (i as u32, c))
+                .collect();
+            out.push(total);
+        }
+        Ok(out)
+    }
+
     /// Everything the kernel side dropped so far, summed over CPUs.
     pub fn lost(&self) -> Result<Lost> {
         let mut lost = Lost::default();
@@ -439,6 +560,13 @@ impl<'obj> Engine<'obj> {
                 types::drop_reason::DROP_SYSCALL_START => "syscall_starts_full",
                 types::drop_reason::DROP_TARGET_FULL => "target_pids_full",
                 types::drop_reason::DROP_EVENT_RINGBUF => "event_ringbuf_full",
+                types::drop_reason::DROP_PHASE_DEPTH => "phase_depth_exceeded",
+                types::drop_reason::DROP_PHASE_THREAD => "thread_phases_full",
+                types::drop_reason::DROP_PHASE_MISMATCH => "phase_exit_mismatch",
+                types::drop_reason::INFO_PHASE_EXIT_UNMATCHED => {
+                    lost.phase_exits_before_start = n;
+                    continue;
+                }
                 types::drop_reason::INFO_SYSCALL_EXIT_UNMATCHED => {
                     lost.syscalls_in_flight_at_start = n;
                     continue;

@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use phaseprof_model::{write_profile, EventKind, Meta, Profile};
 
 use crate::engine::{Engine, EngineConfig};
+use crate::phases::{PhaseConfig, PhasePlan};
 use crate::session::Session;
 use crate::targets::{self, HeldChild, TargetSpec};
 
@@ -23,6 +24,8 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     pub engine: EngineConfig,
     pub output: PathBuf,
+    /// phases.toml, if phases are to be probed.
+    pub phases: Option<PathBuf>,
     /// How often the kernel maps are drained into the profile.
     pub window: Duration,
     pub verbose: bool,
@@ -63,10 +66,28 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
         TargetSpec::Command(argv) => Some(targets::resolve_command(&argv[0])?),
         TargetSpec::Name(_) => None,
     };
+    let plan = match &opts.phases {
+        None => None,
+        Some(file) => {
+            let cfg = PhaseConfig::load(file)?;
+            let objects = match (&opts.target, &command_path) {
+                (TargetSpec::Pids(pids), _) => targets::code_objects(pids[0])?,
+                (TargetSpec::Command(_), Some(path)) => vec![path.clone()],
+                _ => bail!(
+                    "--phases needs a target known at start: --pid or -- CMD (not --name yet)"
+                ),
+            };
+            Some(PhasePlan::build(
+                &cfg,
+                &file.display().to_string(),
+                &objects,
+            )?)
+        }
+    };
     let out_file = File::create(&opts.output)
         .with_context(|| format!("cannot write the output file {}", opts.output.display()))?;
 
-    let result = record_into(opts, command_path, interrupted);
+    let result = record_into(opts, command_path, plan.unwrap_or_default(), interrupted);
     match result {
         Ok(recorded) => {
             let mut w = BufWriter::new(out_file);
@@ -86,9 +107,16 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
 fn record_into(
     opts: &RecordOptions,
     command_path: Option<PathBuf>,
+    plan: PhasePlan,
     interrupted: Arc<AtomicBool>,
 ) -> Result<Recorded> {
     let mut engine_cfg = opts.engine.clone();
+    engine_cfg.phases_enabled = !plan.probes.is_empty();
+    engine_cfg.syscall_costs = plan
+        .syscall_costs
+        .iter()
+        .map(|(_, nrs)| nrs.clone())
+        .collect();
     engine_cfg.follow_children = matches!(opts.target, TargetSpec::Command(_));
     engine_cfg.notify_exec = matches!(opts.target, TargetSpec::Name(_));
 
@@ -97,6 +125,9 @@ fn record_into(
     let mut fallback_storage = MaybeUninit::uninit();
     let mut engine = Engine::load(&engine_cfg, &mut storage, &mut fallback_storage)?;
     engine.attach(&engine_cfg)?;
+    for probe in &plan.probes {
+        engine.attach_phase(probe.phase, &probe.site, probe.returns.as_deref())?;
+    }
     let mut meta = Meta {
         host: read_trimmed("/proc/sys/kernel/hostname"),
         kernel: read_trimmed("/proc/sys/kernel/osrelease"),
@@ -114,7 +145,7 @@ fn record_into(
         .insert("phaseprof_version".into(), env!("CARGO_PKG_VERSION").into());
     meta.notes
         .insert("sched_switch".into(), format!("{:?}", engine.flavour));
-    let mut session = Session::new(engine, meta, opts.verbose);
+    let mut session = Session::new(engine, meta, &plan, opts.verbose);
 
     let start = SystemTime::now();
     let mut child: Option<u32> = None;

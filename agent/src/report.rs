@@ -133,6 +133,9 @@ pub fn write_report(
     if let Some(p) = opts.phase {
         writeln!(out, "phase: {} only", profile.phase_name(p))?;
     }
+    if !profile.phase_stats.is_empty() && opts.event.is_none() {
+        write_phase_table(profile, &mut out)?;
+    }
     let top = if opts.top == 0 { 20 } else { opts.top };
     for kind in [EventKind::Cpu, EventKind::Offcpu, EventKind::Syscall] {
         if !profile.recorded(kind) || opts.event.is_some_and(|e| e != kind) {
@@ -164,6 +167,70 @@ pub fn write_report(
         if kind == EventKind::Syscall {
             write_syscall_table(profile, opts.phase, &mut out)?;
         }
+    }
+    Ok(())
+}
+
+/// Exact per-phase totals (inclusive of nested phases), then the same per call.
+fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<()> {
+    let rows: Vec<(u32, &phaseprof_model::PhaseStats)> = (1..profile.phase_stats.len())
+        .chain(std::iter::once(0))
+        .filter_map(|i| profile.phase_stats.get(i).map(|s| (i as u32, s)))
+        .collect();
+    let costs: Vec<&String> = rows
+        .first()
+        .map(|(_, s)| s.costs.keys().collect())
+        .unwrap_or_default();
+    writeln!(out)?;
+    writeln!(out, "== phases (exact, inclusive of nested phases) ==")?;
+    write!(
+        out,
+        "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>9}",
+        "phase", "calls", "wall p50", "p95", "p99", "max", "cpu", "off-cpu", "syscalls"
+    )?;
+    for c in &costs {
+        write!(out, " {:>15}", c)?;
+    }
+    writeln!(out)?;
+    for (i, st) in &rows {
+        write!(
+            out,
+            "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>9}",
+            profile.phase_name(*i),
+            st.calls,
+            fmt_ns(st.wall_quantile(0.5)),
+            fmt_ns(st.wall_quantile(0.95)),
+            fmt_ns(st.wall_quantile(0.99)),
+            fmt_ns(st.wall_max_ns),
+            fmt_ns(st.cpu_ns),
+            fmt_ns(st.offcpu_ns),
+            st.syscalls
+        )?;
+        for c in &costs {
+            write!(out, " {:>15}", st.costs.get(*c).copied().unwrap_or(0))?;
+        }
+        writeln!(out)?;
+    }
+    writeln!(out, "per call:")?;
+    for (i, st) in rows.iter().filter(|(_, st)| st.calls > 0) {
+        let per = |v: u64| v / st.calls;
+        write!(
+            out,
+            "{:<16} wall {:>11}  cpu {:>11}  off-cpu {:>11}  syscalls {:>8.2}",
+            profile.phase_name(*i),
+            fmt_ns(per(st.wall_ns)),
+            fmt_ns(per(st.cpu_ns)),
+            fmt_ns(per(st.offcpu_ns)),
+            st.syscalls as f64 / st.calls as f64
+        )?;
+        for c in &costs {
+            write!(
+                out,
+                "  {c} {:.2}",
+                st.costs.get(*c).copied().unwrap_or(0) as f64 / st.calls as f64
+            )?;
+        }
+        writeln!(out)?;
     }
     Ok(())
 }

@@ -5,11 +5,12 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
-use phaseprof_model::{Meta, Profile};
+use phaseprof_model::{Meta, PhaseStats, Profile};
 use regex::Regex;
 
 use crate::aggregate::Aggregator;
 use crate::engine::{Engine, TargetEvent};
+use crate::phases::PhasePlan;
 use crate::symbolize::BlazeSymbolizer;
 use crate::targets;
 use crate::window::RawWindow;
@@ -21,6 +22,9 @@ pub struct Session<'obj> {
     /// Target processes still running.
     live: BTreeSet<u32>,
     seen_tids: HashSet<u32>,
+    /// Phase names (ids 1..) and the syscall cost rules counted per phase, when phases are on.
+    phase_names: Vec<String>,
+    cost_names: Vec<String>,
     verbose: bool,
 }
 
@@ -31,13 +35,20 @@ fn unix_ns(t: SystemTime) -> u64 {
 }
 
 impl<'obj> Session<'obj> {
-    pub fn new(engine: Engine<'obj>, meta: Meta, verbose: bool) -> Self {
+    pub fn new(engine: Engine<'obj>, meta: Meta, plan: &PhasePlan, verbose: bool) -> Self {
+        let phases_on = !plan.probes.is_empty();
         Session {
             engine,
             sym: BlazeSymbolizer::default(),
-            agg: Aggregator::new(meta, vec![]),
+            agg: Aggregator::new(meta, plan.names.clone()),
             live: BTreeSet::new(),
             seen_tids: HashSet::new(),
+            phase_names: if phases_on {
+                plan.names.clone()
+            } else {
+                vec![]
+            },
+            cost_names: plan.syscall_costs.iter().map(|(n, _)| n.clone()).collect(),
             verbose,
         }
     }
@@ -148,8 +159,28 @@ impl<'obj> Session<'obj> {
         let w = self.engine.drain(true)?;
         self.fold(&w);
         let lost = self.engine.lost()?;
+        let phase_stats = if self.phase_names.is_empty() {
+            vec![]
+        } else {
+            self.engine
+                .phase_stats(self.phase_names.len() + 1)?
+                .into_iter()
+                .map(|raw| PhaseStats {
+                    calls: raw.calls,
+                    wall_ns: raw.wall_ns,
+                    wall_max_ns: raw.wall_max_ns,
+                    wall_hist: raw.wall_hist,
+                    cpu_ns: raw.cpu_ns,
+                    offcpu_ns: raw.offcpu_ns,
+                    syscalls: raw.syscalls,
+                    syscall_ns: raw.syscall_ns,
+                    costs: self.cost_names.iter().cloned().zip(raw.costs).collect(),
+                })
+                .collect()
+        };
         let b = self.agg.builder_mut();
         *b.lost_mut() = lost;
+        *b.phase_stats_mut() = phase_stats;
         b.meta_mut().start_unix_ns = unix_ns(start);
         b.meta_mut().end_unix_ns = unix_ns(end);
         Ok(self.agg.finish())

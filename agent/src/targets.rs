@@ -96,6 +96,23 @@ pub fn scan_name(re: &Regex) -> Vec<u32> {
     pids
 }
 
+/// The ELF files with code in process `pid`: its executable, then every shared object mapped
+/// executable, each once.
+pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .with_context(|| format!("reading /proc/{pid}/exe"))?;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .with_context(|| format!("reading /proc/{pid}/maps"))?;
+    let mut objects = vec![exe];
+    for vma in crate::procmaps::parse_maps(&maps) {
+        let path = PathBuf::from(vma.path.trim_end_matches(" (deleted)"));
+        if vma.is_file() && !objects.contains(&path) {
+            objects.push(path);
+        }
+    }
+    Ok(objects)
+}
+
 /// Finds `program` like execvp would, so a missing command is reported before anything starts.
 pub fn resolve_command(program: &str) -> Result<PathBuf> {
     let is_exec = |p: &Path| {

@@ -165,8 +165,9 @@ static __always_inline __u32 lowest_bit(__u64 mask)
 
 enum phase_field { PF_CPU, PF_OFFCPU };
 
-/* Adds `ns` of on-CPU or off-CPU time to every phase in `mask` (inclusive attribution). */
-static __always_inline void phases_add_time(__u64 mask, enum phase_field field, __u64 ns)
+/* Adds `ns` of on-CPU or off-CPU time to every phase in `mask` (inclusive attribution).
+ * Global functions like this one are verified once, not once per caller and path. */
+__noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns)
 {
 	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
 		__u32 id = lowest_bit(mask);
@@ -179,10 +180,11 @@ static __always_inline void phases_add_time(__u64 mask, enum phase_field field, 
 		else
 			st->offcpu_ns += ns;
 	}
+	return 0;
 }
 
 /* Counts a syscall of `nr` taking `ns` in every phase of `mask`, with its cost rules. */
-static __always_inline void phases_add_syscall(__u64 mask, __u32 nr, __u64 ns)
+__noinline int phases_add_syscall(__u64 mask, __u32 nr, __u64 ns)
 {
 	__u8 costs = syscall_cost_bits[nr & (MAX_SYSCALL_NR - 1)];
 	if (nr >= MAX_SYSCALL_NR)
@@ -195,10 +197,11 @@ static __always_inline void phases_add_syscall(__u64 mask, __u32 nr, __u64 ns)
 			continue;
 		st->syscalls += 1;
 		st->syscall_ns += ns;
+		/* Branch-free: a branch per rule would multiply the verifier's paths. */
 		for (int c = 0; c < MAX_SYSCALL_COSTS; c++)
-			if (costs & (1 << c))
-				st->costs[c] += 1;
+			st->costs[c] += (costs >> c) & 1;
 	}
+	return 0;
 }
 
 /* Log-linear bucket of a duration; see WALL_BUCKETS. */
@@ -242,6 +245,21 @@ static __always_inline void phase_stack_changed(struct thread_phase *tp)
 	tp->top = top;
 }
 
+/* FNV-1a over a stack's addresses, never 0. Global: verified once, not in every caller. */
+__noinline __u64 hash_stack(struct stack_trace *st, __u64 seed)
+{
+	if (!st)
+		return 1;
+	__u64 h = seed;
+	__u32 len = st->len;
+	for (__u32 i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= len)
+			break;
+		h = (h ^ st->ips[i]) * 0x100000001b3ULL;
+	}
+	return h ? h : 1;
+}
+
 /*
  * Stores the current stack (user with BPF_F_USER_STACK, else kernel) under the hash of its
  * addresses and returns the hash; 0 when there is no stack (-EFAULT: a kernel stack of a
@@ -262,14 +280,7 @@ static __always_inline __u64 stack_id(void *ctx, __u64 flags, enum stack_slot sl
 	__u32 len = n / sizeof(__u64);
 	st->len = len;
 	st->pad = 0;
-	/* FNV-1a over the addresses, kernel and user stacks kept apart by the seed. */
-	__u64 h = flags & BPF_F_USER_STACK ? 0xcbf29ce484222325ULL : 0x84222325cbf29ce4ULL;
-	for (__u32 i = 0; i < MAX_STACK_DEPTH; i++) {
-		if (i >= len)
-			break;
-		h = (h ^ st->ips[i]) * 0x100000001b3ULL;
-	}
-	h = h ? h : 1;
+	__u64 h = hash_stack(st, flags & BPF_F_USER_STACK ? 0xcbf29ce484222325ULL : 0x84222325cbf29ce4ULL);
 	/* Most stacks repeat: a lock-free lookup saves the bucket lock of an update. */
 	if (bpf_map_lookup_elem(&stacks, &h))
 		return h;

@@ -178,6 +178,9 @@ pub struct Lost {
     /// are not, so they are not counted. Not a loss.
     #[serde(default)]
     pub syscalls_in_flight_at_start: u64,
+    /// Returns from phase functions entered before recording started. Not a loss.
+    #[serde(default)]
+    pub phase_exits_before_start: u64,
 }
 
 impl Lost {

@@ -88,6 +88,7 @@ impl Summary {
                 serde_json::json!({"count": count, "total_ns": total_ns, "by_name": by_name}),
             );
         }
+        let phases = phase_summaries(profile);
         Summary {
             version: 1,
             target: Target {
@@ -102,7 +103,7 @@ impl Summary {
             duration_ns: profile.duration_ns(),
             events,
             costs,
-            phases: Vec::new(),
+            phases,
             lost: LostSummary {
                 events: profile.lost.events,
                 stacks: profile.lost.stacks,
@@ -111,6 +112,49 @@ impl Summary {
             },
         }
     }
+}
+
+/// One `phases` member per phase with exact kernel totals: named phases in config order, then
+/// `(none)`. Values are inclusive of nested phases.
+pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
+    let order = (1..profile.phase_stats.len()).chain(std::iter::once(0));
+    order
+        .filter_map(|i| profile.phase_stats.get(i).map(|st| (i, st)))
+        .map(|(i, st)| {
+            let per_call = |v: u64| {
+                if st.calls == 0 {
+                    0.0
+                } else {
+                    v as f64 / st.calls as f64
+                }
+            };
+            let per_call_costs: BTreeMap<&String, f64> =
+                st.costs.iter().map(|(k, v)| (k, per_call(*v))).collect();
+            serde_json::json!({
+                "name": profile.phase_name(i as u32),
+                "calls": st.calls,
+                "wall_ns": {
+                    "total": st.wall_ns,
+                    "p50": st.wall_quantile(0.50),
+                    "p95": st.wall_quantile(0.95),
+                    "p99": st.wall_quantile(0.99),
+                    "max": st.wall_max_ns,
+                },
+                "cpu_ns": st.cpu_ns,
+                "offcpu_ns": st.offcpu_ns,
+                "syscalls": st.syscalls,
+                "syscall_ns": st.syscall_ns,
+                "costs": st.costs,
+                "per_call": {
+                    "wall_ns": per_call(st.wall_ns),
+                    "cpu_ns": per_call(st.cpu_ns),
+                    "offcpu_ns": per_call(st.offcpu_ns),
+                    "syscalls": per_call(st.syscalls),
+                    "costs": per_call_costs,
+                },
+            })
+        })
+        .collect()
 }
 
 /// Syscall count and time by name, over all phases and stacks.

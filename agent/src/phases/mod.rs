@@ -3,6 +3,8 @@
 //! ELF objects.
 
 pub mod config;
+pub mod plan;
 pub mod symbols;
 
 pub use config::{CostEvent, CostRule, PhaseConfig, PhaseSpec};
+pub use plan::{PhasePlan, PhaseProbe};
