@@ -4,6 +4,7 @@
 mod errors;
 mod exactness;
 mod exports;
+mod phases;
 mod symbols;
 
 /// Returns early (skipping, loudly) from a test that needs root when not root.

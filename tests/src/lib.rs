@@ -148,16 +148,32 @@ pub fn read_until(reader: &mut impl std::io::BufRead, needle: &str) -> String {
 
 /// Sums the folded cpu stacks of a profile: (all samples, samples whose stack `pick` selects).
 pub fn folded_cpu_share(file: &Path, pick: impl Fn(&str) -> bool) -> (u64, u64) {
-    let folded = phaseprof_ok(&[
-        "export",
-        file.to_str().unwrap(),
-        "--format",
-        "folded",
-        "--event",
-        "cpu",
-        "-o",
-        "-",
-    ]);
+    let path = file.to_str().expect("UTF-8 path");
+    folded_share(
+        &[
+            "export", path, "--format", "folded", "--event", "cpu", "-o", "-",
+        ],
+        pick,
+    )
+}
+
+/// The same for the cpu stacks recorded inside `phase` (`export --phase`, inclusive).
+pub fn folded_cpu_share_in_phase(
+    file: &Path,
+    phase: &str,
+    pick: impl Fn(&str) -> bool,
+) -> (u64, u64) {
+    let path = file.to_str().expect("UTF-8 path");
+    folded_share(
+        &[
+            "export", path, "--format", "folded", "--event", "cpu", "--phase", phase, "-o", "-",
+        ],
+        pick,
+    )
+}
+
+fn folded_share(args: &[&str], pick: impl Fn(&str) -> bool) -> (u64, u64) {
+    let folded = phaseprof_ok(args);
     let (mut total, mut picked) = (0, 0);
     for line in String::from_utf8(folded.stdout)
         .expect("folded is UTF-8")

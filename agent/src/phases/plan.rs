@@ -5,7 +5,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
 
 use super::config::{CostEvent, PhaseConfig};
 use super::symbols::{function_symbols, resolve, FunctionSymbol, ProbeSite};
@@ -35,23 +35,76 @@ fn is_go(symbols: &[FunctionSymbol]) -> bool {
     symbols.iter().any(|s| s.raw == "runtime.main")
 }
 
-/// File offsets of every `ret` in the function at `site`, decoded from its machine code.
-pub fn return_offsets(path: &Path, file_offset: u64, size: u64) -> Result<Vec<u64>> {
+/// The instructions of the function at `file_offset`, with their file offsets as `ip`.
+fn decode_function(path: &Path, file_offset: u64, size: u64) -> Result<Vec<Instruction>> {
     if size == 0 {
-        bail!("the symbol has no size, so its return instructions cannot be found");
+        bail!("the symbol has no size, so its code cannot be decoded");
     }
     let mut code = vec![0u8; size as usize];
     let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     f.seek(SeekFrom::Start(file_offset))?;
     f.read_exact(&mut code)?;
     let mut decoder = Decoder::with_ip(64, &code, file_offset, DecoderOptions::NONE);
-    let mut rets = Vec::new();
+    let mut insns = Vec::new();
     while decoder.can_decode() {
-        let insn = decoder.decode();
-        if insn.mnemonic() == Mnemonic::Ret {
-            rets.push(insn.ip());
+        insns.push(decoder.decode());
+    }
+    Ok(insns)
+}
+
+/// x86 uprobes refuse instructions with a LOCK or an ES/CS/DS/SS prefix (the kernel's
+/// `is_prefix_bad`): a probe there is never installed, silently.
+fn uprobe_refuses(insn: &Instruction) -> bool {
+    insn.has_lock_prefix()
+        || matches!(
+            insn.segment_prefix(),
+            Register::ES | Register::CS | Register::DS | Register::SS
+        )
+}
+
+/// Where to put a function's entry probe (and its uretprobe, which reads the return address at
+/// the stack top): the first instruction, or when the kernel refuses it, the first later one
+/// that every call still executes exactly once with the return address on top of the stack —
+/// before any branch, call or stack change, and not a branch target.
+pub fn entry_offset(path: &Path, file_offset: u64, size: u64) -> Result<u64> {
+    let insns = decode_function(path, file_offset, size.max(1))?;
+    let Some(first) = insns.first() else {
+        bail!("the function is empty")
+    };
+    if !uprobe_refuses(first) {
+        return Ok(first.ip());
+    }
+    let targets: Vec<u64> = insns
+        .iter()
+        .filter(|i| {
+            matches!(
+                i.flow_control(),
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+            )
+        })
+        .map(|i| i.near_branch_target())
+        .collect();
+    for insn in &insns[1..] {
+        let straight = insn.flow_control() == FlowControl::Next
+            && insn.stack_pointer_increment() == 0
+            && insn.op0_register() != Register::RSP;
+        if !straight || targets.contains(&insn.ip()) {
+            break;
+        }
+        if !uprobe_refuses(insn) {
+            return Ok(insn.ip());
         }
     }
+    bail!("its first instructions cannot be uprobed (LOCK or segment prefix) and no later instruction of its entry block qualifies")
+}
+
+/// File offsets of every `ret` in the function at `site`, decoded from its machine code.
+pub fn return_offsets(path: &Path, file_offset: u64, size: u64) -> Result<Vec<u64>> {
+    let rets: Vec<u64> = decode_function(path, file_offset, size)?
+        .iter()
+        .filter(|i| i.mnemonic() == Mnemonic::Ret)
+        .map(|i| i.ip())
+        .collect();
     if rets.is_empty() {
         bail!("no return instruction found (the function never returns, or ends in a tail call)");
     }
@@ -78,20 +131,35 @@ impl PhasePlan {
                     sites.len()
                 );
             }
-            for site in sites {
+            for mut site in sites {
+                let func_start = site.file_offset;
+                let entry =
+                    entry_offset(&site.path, site.file_offset, site.size).with_context(|| {
+                        format!(
+                            "phase `{}`: function `{}` cannot be probed",
+                            spec.name, site.symbol
+                        )
+                    })?;
+                if entry != site.file_offset {
+                    eprintln!(
+                        "phaseprof: phase `{}`: `{}` starts with an instruction uprobes refuse; probing it at +{:#x}",
+                        spec.name,
+                        site.symbol,
+                        entry - site.file_offset
+                    );
+                    site.file_offset = entry;
+                }
                 let go = symbols
                     .iter()
                     .any(|(p, syms)| *p == site.path && is_go(syms));
                 let returns = if go {
                     Some(
-                        return_offsets(&site.path, site.file_offset, site.size).with_context(
-                            || {
-                                format!(
-                                    "phase `{}`: placing return probes in Go function `{}`",
-                                    spec.name, site.symbol
-                                )
-                            },
-                        )?,
+                        return_offsets(&site.path, func_start, site.size).with_context(|| {
+                            format!(
+                                "phase `{}`: placing return probes in Go function `{}`",
+                                spec.name, site.symbol
+                            )
+                        })?,
                     )
                 } else {
                     None
@@ -125,6 +193,43 @@ impl PhasePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    /// Starts with `lock inc` (the atomic increment), which uprobes refuse.
+    #[inline(never)]
+    pub fn starts_locked(x: u64) -> u64 {
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::hint::black_box(x) + 1
+    }
+
+    // Checks that an entry probe moves past a LOCK-prefixed first instruction, and stays at the
+    // entry otherwise.
+    #[test]
+    fn entry_probe_avoids_refused_instructions() {
+        assert_eq!(starts_locked(1), 2);
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let syms = function_symbols(&exe).unwrap();
+        let find = |suffix: &str| {
+            syms.iter()
+                .find(|s| s.name.ends_with(suffix))
+                .unwrap()
+                .clone()
+        };
+        let locked = find("plan::tests::starts_locked");
+        let insns = decode_function(&exe, locked.file_offset, locked.size).unwrap();
+        assert!(
+            insns[0].has_lock_prefix(),
+            "the test function must start with a locked instruction"
+        );
+        let entry = entry_offset(&exe, locked.file_offset, locked.size).unwrap();
+        assert_eq!(entry, insns[1].ip());
+        let plain = find("symbols::tests::a_phase_function_for_tests");
+        assert_eq!(
+            entry_offset(&exe, plain.file_offset, plain.size).unwrap(),
+            plain.file_offset
+        );
+    }
 
     // Checks return-instruction decoding on a real function of this test binary.
     #[test]

@@ -34,6 +34,7 @@ pub struct Config {
 /// What actually happened, summed over threads.
 #[derive(Default)]
 pub struct Truth {
+    pub block_calls: AtomicU64,
     pub propose_calls: AtomicU64,
     pub replay_calls: AtomicU64,
     pub finalize_calls: AtomicU64,
@@ -88,9 +89,7 @@ fn run_thread(config: &Config, truth: &Truth) {
     let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
     let source = vec![7u8; config.clone_bytes as usize];
     for block in 0..config.blocks {
-        phases::propose(config, truth, block);
-        phases::replay(config, truth, &source);
-        phases::finalize(config, truth, &mut out, block);
+        phases::block(config, truth, &source, &mut out, block);
     }
 }
 
@@ -130,7 +129,7 @@ fn main() {
     let json = format!(
         concat!(
             "{{\"pid\":{},\"blocks\":{},\"threads\":{},",
-            "\"calls\":{{\"propose\":{},\"replay\":{},\"finalize\":{}}},",
+            "\"calls\":{{\"block\":{},\"propose\":{},\"replay\":{},\"finalize\":{}}},",
             "\"flushes\":{},\"write_syscalls\":{},\"clone_bytes\":{},",
             "\"burn_fn\":\"validator_sim::work::burn_cpu\",\"burn_cpu_ns\":{},",
             "\"sleep_requested_ns\":{},\"slept_ns\":{},\"elapsed_ns\":{}}}\n"
@@ -138,6 +137,7 @@ fn main() {
         std::process::id(),
         config.blocks,
         config.threads,
+        g(&truth.block_calls),
         g(&truth.propose_calls),
         g(&truth.replay_calls),
         g(&truth.finalize_calls),

@@ -1,10 +1,20 @@
-//! The phase functions phaseprof probes by name: `validator_sim::phases::{propose,replay,finalize}`.
+//! The phase functions phaseprof probes by name: `validator_sim::phases::{block,propose,replay,finalize}`
+//! (`block` calls the other three, for nested-phase tests).
 use std::hint::black_box;
 use std::io::Write;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use crate::{work, Config, Truth};
+
+/// One block: the three phases in order. Probed as a phase of its own, it nests the others.
+#[inline(never)]
+pub fn block(config: &Config, truth: &Truth, source: &Vec<u8>, out: &mut impl Write, block: u64) {
+    truth.block_calls.fetch_add(1, Relaxed);
+    propose(config, truth, block);
+    replay(config, truth, source);
+    finalize(config, truth, out, block);
+}
 
 #[inline(never)]
 pub fn propose(config: &Config, truth: &Truth, block: u64) {
