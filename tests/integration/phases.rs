@@ -188,3 +188,60 @@ fn unknown_phase_function_suggests_near_names() {
     );
     assert!(!dir.join("x.phaseprof").exists());
 }
+
+// Checks a Go target: relay-sim runs 10,000 iterations under phase probes (exits probed on
+// return instructions, since a uretprobe would corrupt the goroutine stacks verify grows) without
+// crashing, with exact calls and flush_syscalls per phase.
+#[test]
+fn go_relay_phases_are_exact() {
+    require_root!();
+    let Some(go) = go_binary() else {
+        eprintln!("SKIPPED: Go is not installed");
+        return;
+    };
+    let _g = bpf_lock();
+    let dir = scratch("relay");
+    let bin = dir.join("relay-sim");
+    let status = std::process::Command::new(go)
+        .args(["build", "-o", bin.to_str().unwrap(), "."])
+        .current_dir(root().join("tests/workloads/relay-sim"))
+        .env("GOFLAGS", "-mod=mod")
+        .status()
+        .unwrap();
+    assert!(status.success(), "go build failed");
+    let out = dir.join("relay.phaseprof");
+    let cfg = root().join("tests/workloads/relay-sim/phases.toml");
+    let o = phaseprof_ok(&[
+        "record",
+        "--phases",
+        cfg.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+        "-iterations",
+        "10000",
+        "-subscribers",
+        "3",
+        "-depth",
+        "3000",
+    ]);
+    let truth = truth_from(&o.stdout);
+    assert_eq!(u(&truth["iterations"]), 10000, "relay-sim completed");
+    let report = report_json(&out);
+    for name in ["ingest", "verify", "commit", "fanout"] {
+        assert_eq!(
+            phase(&report, name)["calls"],
+            truth["calls"][name],
+            "{name} calls"
+        );
+    }
+    let flushes = |name: &str| u(&phase(&report, name)["costs"]["flush_syscalls"]);
+    assert_eq!(
+        flushes("commit"),
+        u(&truth["commit_writes"]) + u(&truth["fsyncs"])
+    );
+    assert_eq!(flushes("fanout"), u(&truth["fanout_flushes"]));
+    assert_eq!(flushes("ingest") + flushes("verify"), 0);
+    assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
+}

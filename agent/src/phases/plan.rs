@@ -98,6 +98,28 @@ pub fn entry_offset(path: &Path, file_offset: u64, size: u64) -> Result<u64> {
     bail!("its first instructions cannot be uprobed (LOCK or segment prefix) and no later instruction of its entry block qualifies")
 }
 
+/// Go functions open with a stack check (`cmp rsp, [r14+16]; jbe morestack`) whose slow path
+/// grows the stack and jumps back to the entry: a probe there would fire twice for one call.
+/// The entry probe of a Go function goes right after that check; functions without one keep
+/// their first instruction.
+pub fn go_entry_offset(path: &Path, file_offset: u64, size: u64) -> Result<u64> {
+    let insns = decode_function(path, file_offset, size)?;
+    for (i, insn) in insns.iter().enumerate().take(4) {
+        if insn.flow_control() == FlowControl::ConditionalBranch {
+            let checks_stack = insns[..i]
+                .iter()
+                .any(|c| c.mnemonic() == Mnemonic::Cmp && c.memory_base() == Register::R14);
+            if checks_stack {
+                if let Some(body) = insns.get(i + 1) {
+                    return Ok(body.ip());
+                }
+            }
+            break;
+        }
+    }
+    Ok(file_offset)
+}
+
 /// File offsets of every `ret` in the function at `site`, decoded from its machine code.
 pub fn return_offsets(path: &Path, file_offset: u64, size: u64) -> Result<Vec<u64>> {
     let rets: Vec<u64> = decode_function(path, file_offset, size)?
@@ -133,37 +155,35 @@ impl PhasePlan {
             }
             for mut site in sites {
                 let func_start = site.file_offset;
-                let entry =
-                    entry_offset(&site.path, site.file_offset, site.size).with_context(|| {
-                        format!(
-                            "phase `{}`: function `{}` cannot be probed",
-                            spec.name, site.symbol
-                        )
-                    })?;
-                if entry != site.file_offset {
-                    eprintln!(
-                        "phaseprof: phase `{}`: `{}` starts with an instruction uprobes refuse; probing it at +{:#x}",
-                        spec.name,
-                        site.symbol,
-                        entry - site.file_offset
-                    );
-                    site.file_offset = entry;
-                }
                 let go = symbols
                     .iter()
                     .any(|(p, syms)| *p == site.path && is_go(syms));
-                let returns = if go {
-                    Some(
-                        return_offsets(&site.path, func_start, site.size).with_context(|| {
-                            format!(
-                                "phase `{}`: placing return probes in Go function `{}`",
-                                spec.name, site.symbol
-                            )
-                        })?,
+                let cannot = || {
+                    format!(
+                        "phase `{}`: function `{}` cannot be probed",
+                        spec.name, site.symbol
                     )
-                } else {
-                    None
                 };
+                let (entry, returns) = if go {
+                    let entry =
+                        go_entry_offset(&site.path, func_start, site.size).with_context(cannot)?;
+                    let returns =
+                        return_offsets(&site.path, func_start, site.size).with_context(cannot)?;
+                    (entry, Some(returns))
+                } else {
+                    let entry =
+                        entry_offset(&site.path, func_start, site.size).with_context(cannot)?;
+                    if entry != func_start {
+                        eprintln!(
+                            "phaseprof: phase `{}`: `{}` starts with an instruction uprobes refuse; probing it at +{:#x}",
+                            spec.name,
+                            site.symbol,
+                            entry - func_start
+                        );
+                    }
+                    (entry, None)
+                };
+                site.file_offset = entry;
                 plan.probes.push(PhaseProbe {
                     phase,
                     site,

@@ -1,0 +1,3 @@
+module phaseprof.test/relaysim
+
+go 1.19
