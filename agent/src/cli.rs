@@ -262,6 +262,13 @@ pub fn run(cli: Cli) -> Result<i32> {
                 event: parse_event(&args.event)?,
                 phase: phase_of(&profile, args.phase.as_ref())?,
             };
+            if let Some(p) = opts.phase {
+                eprintln!(
+                    "phaseprof: exporting {} stacks recorded inside phase `{}` (phases nested in it included)",
+                    opts.event,
+                    profile.phase_name(p)
+                );
+            }
             if args.output.as_os_str() == "-" {
                 export(&profile, &opts, std::io::stdout().lock())?;
             } else {

@@ -131,7 +131,11 @@ pub fn write_report(
         }
     )?;
     if let Some(p) = opts.phase {
-        writeln!(out, "phase: {} only", profile.phase_name(p))?;
+        writeln!(
+            out,
+            "phase: {} only (stacks recorded inside it, phases nested in it included)",
+            profile.phase_name(p)
+        )?;
     }
     if !profile.phase_stats.is_empty() && opts.event.is_none() {
         write_phase_table(profile, &mut out)?;

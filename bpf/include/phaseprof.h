@@ -130,8 +130,18 @@ struct thread_phase {
 	__u32 depth;           /* entries, including overflowed ones beyond MAX_PHASE_DEPTH */
 	__u32 top;             /* innermost stored phase, PHASE_NONE when empty */
 	__u64 mask;            /* phases on the stack; 1 (bit 0) when empty */
-	__u64 oncpu_since;     /* when the thread last went on-CPU (0: unknown) */
+	__u64 oncpu_since;     /* start of the current on-CPU segment (0: off-CPU or unknown) */
+	/*
+	 * On-CPU time is charged per scheduler slice: segments between phase boundaries add wall
+	 * time to `pending`, and at switch-out the slice's wall time is rescaled to the task's
+	 * own runtime (se.sum_exec_runtime), which leaves out time the hypervisor stole (and IRQ
+	 * time where the kernel accounts it), so per-phase CPU matches the thread's CPU time.
+	 */
+	__u64 slice_start;     /* ktime at switch-in (0: unknown) */
+	__u64 runtime_in;      /* se.sum_exec_runtime at switch-in */
+	__u64 pending_mask;    /* phases with pending wall time this slice */
 	struct phase_frame frames[MAX_PHASE_DEPTH];
+	__u64 pending[MAX_PHASES];
 };
 
 /* Exact per-phase totals, inclusive of nested phases (per-CPU array indexed by phase id). */

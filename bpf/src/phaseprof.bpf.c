@@ -106,10 +106,18 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 8192);
 	__type(key, __u32); /* tid */
 	__type(value, struct thread_phase);
 } thread_phases SEC(".maps");
+
+/* A zeroed thread_phase to insert from: the record is too big for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_phase);
+} thread_phase_zero SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -146,8 +154,29 @@ static __always_inline __u32 thread_phase_of(__u32 tid, __u64 *mask)
 	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
 	if (!tp)
 		return PHASE_NONE;
-	*mask = tp->mask;
+	*mask = tp->mask ? tp->mask : 1;
 	return tp->top;
+}
+
+/* The phase state of thread `tid`, created empty when missing (NULL when the map is full). */
+static __always_inline struct thread_phase *thread_phase_get(__u32 tid)
+{
+	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
+	if (tp)
+		return tp;
+	__u32 zero = 0;
+	struct thread_phase *empty = bpf_map_lookup_elem(&thread_phase_zero, &zero);
+	if (!empty)
+		return NULL;
+	bpf_map_update_elem(&thread_phases, &tid, empty, BPF_NOEXIST);
+	tp = bpf_map_lookup_elem(&thread_phases, &tid);
+	if (!tp) {
+		count_drop(DROP_PHASE_THREAD);
+		return NULL;
+	}
+	if (!tp->mask)
+		tp->mask = 1;
+	return tp;
 }
 
 /* Index of the lowest set bit (de Bruijn multiplication: BPF has no ctz). */
@@ -221,12 +250,44 @@ static __always_inline __u32 wall_bucket(__u64 ns)
 	return idx < WALL_BUCKETS ? idx : WALL_BUCKETS - 1;
 }
 
-/* Charges the thread's on-CPU time since `oncpu_since` to its current phases. */
+/* Adds the on-CPU segment since `oncpu_since` to the pending time of the current phases. */
 static __always_inline void charge_cpu(struct thread_phase *tp, __u64 now)
 {
-	if (tp->oncpu_since && now > tp->oncpu_since)
-		phases_add_time(tp->mask, PF_CPU, now - tp->oncpu_since);
+	if (tp->oncpu_since && now > tp->oncpu_since) {
+		__u64 seg = now - tp->oncpu_since;
+		__u64 mask = tp->mask;
+		tp->pending_mask |= mask;
+		for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
+			__u32 id = lowest_bit(mask) & (MAX_PHASES - 1);
+			mask &= mask - 1;
+			tp->pending[id] += seg;
+		}
+	}
 	tp->oncpu_since = now;
+}
+
+/* At switch-out: charges the slice's pending time, rescaled from wall time to the task's
+ * runtime over the slice (`runtime_now` = se.sum_exec_runtime), and starts a new slice. */
+static __always_inline void end_slice(struct thread_phase *tp, __u64 now, __u64 runtime_now)
+{
+	charge_cpu(tp, now);
+	/* 16.16 fixed point; 1.0 when the slice's start is unknown (attached mid-slice). */
+	__u64 scale = 1 << 16;
+	if (tp->slice_start && now > tp->slice_start && runtime_now >= tp->runtime_in)
+		scale = ((runtime_now - tp->runtime_in) << 16) / (now - tp->slice_start);
+	__u64 mask = tp->pending_mask;
+	for (int i = 0; i < MAX_PHASES && mask; i++) {
+		__u32 id = lowest_bit(mask) & (MAX_PHASES - 1);
+		mask &= mask - 1;
+		__u64 ns = (tp->pending[id] * scale) >> 16;
+		tp->pending[id] = 0;
+		struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &id);
+		if (st)
+			st->cpu_ns += ns;
+	}
+	tp->pending_mask = 0;
+	tp->oncpu_since = 0;
+	tp->slice_start = 0;
 }
 
 /* Recomputes `top` and `mask` from the stored frames. */
@@ -398,8 +459,7 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 		if (phases_enabled) {
 			struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &prev_tid);
 			if (tp) {
-				charge_cpu(tp, now);
-				tp->oncpu_since = 0;
+				end_slice(tp, now, BPF_CORE_READ(prev, se.sum_exec_runtime));
 				mask = tp->mask;
 				phase = tp->top;
 			}
@@ -419,16 +479,12 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 
 	__u32 next_tid = BPF_CORE_READ(next, pid);
 	if (phases_enabled && is_active(BPF_CORE_READ(next, tgid))) {
-		struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &next_tid);
-		if (!tp) {
-			struct thread_phase fresh = { .mask = 1 };
-			bpf_map_update_elem(&thread_phases, &next_tid, &fresh, BPF_NOEXIST);
-			tp = bpf_map_lookup_elem(&thread_phases, &next_tid);
-			if (!tp)
-				count_drop(DROP_PHASE_THREAD);
-		}
-		if (tp)
+		struct thread_phase *tp = thread_phase_get(next_tid);
+		if (tp) {
 			tp->oncpu_since = now;
+			tp->slice_start = now;
+			tp->runtime_in = BPF_CORE_READ(next, se.sum_exec_runtime);
+		}
 	}
 	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &next_tid);
 	if (!start)
@@ -571,16 +627,9 @@ int uprobe__phase_enter(struct pt_regs *ctx)
 	__u32 tid = (__u32)id;
 	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
 	__u64 now = bpf_ktime_get_ns();
-	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
-	if (!tp) {
-		struct thread_phase fresh = { .mask = 1 };
-		bpf_map_update_elem(&thread_phases, &tid, &fresh, BPF_NOEXIST);
-		tp = bpf_map_lookup_elem(&thread_phases, &tid);
-		if (!tp) {
-			count_drop(DROP_PHASE_THREAD);
-			return 0;
-		}
-	}
+	struct thread_phase *tp = thread_phase_get(tid);
+	if (!tp)
+		return 0;
 	__u32 d = tp->depth;
 	/* Direct recursion: one call, counted at the outermost entry. */
 	if (d >= 1 && d <= MAX_PHASE_DEPTH && tp->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].phase == phase) {

@@ -27,7 +27,7 @@ pub struct Summary {
     pub target: Target,
     pub duration_ns: u64,
     pub events: BTreeMap<String, serde_json::Value>,
-    pub costs: BTreeMap<String, u64>,
+    pub costs: BTreeMap<String, Option<u64>>,
     pub phases: Vec<serde_json::Value>,
     pub lost: LostSummary,
 }
@@ -82,12 +82,13 @@ impl Summary {
                 .filter_map(|n| by_name.get(*n))
                 .map(|c| c.count)
                 .sum();
-            costs.insert("flush_syscalls".into(), flushes);
+            costs.insert("flush_syscalls".into(), Some(flushes));
             events.insert(
                 "syscall".into(),
                 serde_json::json!({"count": count, "total_ns": total_ns, "by_name": by_name}),
             );
         }
+        costs.entry("clone_bytes".into()).or_insert(None);
         let phases = phase_summaries(profile);
         Summary {
             version: 1,
@@ -144,7 +145,11 @@ pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
                 "offcpu_ns": st.offcpu_ns,
                 "syscalls": st.syscalls,
                 "syscall_ns": st.syscall_ns,
-                "costs": st.costs,
+                // Recorded by `--events pagefault` / `alloc` only: null means "not recorded".
+                "page_faults": null,
+                "alloc_bytes": null,
+                "allocs": null,
+                "costs": with_unmeasured_costs(&st.costs),
                 "per_call": {
                     "wall_ns": per_call(st.wall_ns),
                     "cpu_ns": per_call(st.cpu_ns),
@@ -155,6 +160,15 @@ pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
             })
         })
         .collect()
+}
+
+/// The measured costs plus the built-in ones this profile could not measure, as null
+/// (`clone_bytes` needs `--events alloc`).
+fn with_unmeasured_costs(costs: &BTreeMap<String, u64>) -> BTreeMap<String, Option<u64>> {
+    let mut all: BTreeMap<String, Option<u64>> =
+        costs.iter().map(|(k, v)| (k.clone(), Some(*v))).collect();
+    all.entry("clone_bytes".into()).or_insert(None);
+    all
 }
 
 /// Syscall count and time by name, over all phases and stacks.

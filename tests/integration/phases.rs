@@ -155,7 +155,7 @@ fn nested_phases_are_inclusive() {
 }
 
 // Checks that a function glob matching nothing fails before recording, naming file, line and
-// the closest function names.
+// the closest function names, and that a function that exists only inlined is called so.
 #[test]
 fn unknown_phase_function_suggests_near_names() {
     require_root!();
@@ -187,6 +187,30 @@ fn unknown_phase_function_suggests_near_names() {
         "{err}"
     );
     assert!(!dir.join("x.phaseprof").exists());
+
+    // parse_args exists only inlined into main (just its closure has a symbol): say so.
+    std::fs::write(
+        &cfg,
+        "[[phase]]\nname = \"args\"\nfunction = \"validator_sim::parse_args\"\n",
+    )
+    .unwrap();
+    let out = dir.join("x.phaseprof");
+    let o = phaseprof(&[
+        "record",
+        "--phases",
+        cfg.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        sim.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("`parse_args` appears in the binary but in no symbol"),
+        "{err}"
+    );
+    assert!(err.contains("inlined copies cannot be probed"), "{err}");
 }
 
 // Checks a Go target: relay-sim runs 10,000 iterations under phase probes (exits probed on

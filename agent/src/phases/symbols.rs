@@ -34,7 +34,11 @@ pub struct ProbeSite {
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error(
-        "{file}:{line}: phase `{phase}`: function `{function}` matches no function in {objects}{}",
+        "{file}:{line}: phase `{phase}`: function `{function}` matches no function in {objects}{}{}",
+        inlined.as_ref().map(|name| format!(
+            "; `{name}` appears in the binary but in no symbol, so it likely exists only inlined (or was optimized away): \
+             inlined copies cannot be probed, mark it #[inline(never)] / __attribute__((noinline))"
+        )).unwrap_or_default(),
         if near.is_empty() { String::new() } else { format!("; closest names: {}", near.join(", ")) }
     )]
     NoMatch {
@@ -43,6 +47,8 @@ pub enum ResolveError {
         phase: String,
         function: String,
         objects: String,
+        /// The name's last segment, when an object mentions it although no symbol has it.
+        inlined: Option<String>,
         near: Vec<String>,
     },
     #[error("cannot read the symbols of {path}: {message}")]
@@ -156,6 +162,37 @@ pub fn near_matches<'a>(
         .collect()
 }
 
+/// The last literal segment of `pattern` (`verify_event` of `*::verify_event*`) when one of the
+/// objects contains it as a string (its DWARF names inlined functions) though no symbol matched.
+fn mentioned_without_symbol(
+    pattern: &str,
+    objects: &[(PathBuf, Vec<FunctionSymbol>)],
+) -> Option<String> {
+    let tail = pattern
+        .rsplit("::")
+        .next()
+        .unwrap_or(pattern)
+        .rsplit('.')
+        .next()
+        .unwrap_or(pattern);
+    let tail: String = tail
+        .split(['*', '?'])
+        .max_by_key(|s| s.len())
+        .unwrap_or("")
+        .to_string();
+    if tail.len() < 4 {
+        return None;
+    }
+    objects
+        .iter()
+        .any(|(path, _)| {
+            std::fs::read(path)
+                .map(|bytes| memchr::memmem::find(&bytes, tail.as_bytes()).is_some())
+                .unwrap_or(false)
+        })
+        .then_some(tail)
+}
+
 /// Every function of `objects` that `spec.function` matches, or an error that lists the closest
 /// names.
 pub fn resolve(
@@ -190,6 +227,7 @@ pub fn resolve(
                 .map(|(p, _)| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
+            inlined: mentioned_without_symbol(&spec.function, objects),
             near: near_matches(&spec.function, names, 5),
         });
     }

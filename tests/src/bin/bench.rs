@@ -1,6 +1,7 @@
 //! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
 //!
-//! Run as root after `cargo build --release --workspace`: `target/release/bench [--rounds N]`.
+//! Run as root after `cargo build --release --workspace`:
+//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|agent]`.
 //! Prints: ns per syscall of a getppid loop bare / with our probes attached but the loop not a
 //! target (the floor) / under `record` (stacks on and off) / under bpftrace doing the same
 //! counting; validator-sim's wall time bare vs recorded; the agent's CPU% and peak RSS while
@@ -8,7 +9,7 @@
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use phaseprof_e2e::{phaseprof_bin, read_until, rust_workload, truth_from};
+use phaseprof_e2e::{go_binary, phaseprof_bin, read_until, root, rust_workload, truth_from};
 
 const LOOP_CALLS: u64 = 2_000_000;
 
@@ -53,6 +54,19 @@ fn wait_rusage(child: std::process::Child) -> (f64, i64) {
     (secs(ru.ru_utime) + secs(ru.ru_stime), ru.ru_maxrss)
 }
 
+/// Builds relay-sim (Go) into the temp dir.
+fn build_relay_sim() -> std::path::PathBuf {
+    let bin = std::env::temp_dir().join("phaseprof-bench-relay-sim");
+    let go = go_binary().expect("Go is needed for the Go phase benchmark");
+    let status = Command::new(go)
+        .args(["build", "-o", bin.to_str().unwrap(), "."])
+        .current_dir(root().join("tests/workloads/relay-sim"))
+        .status()
+        .expect("go build");
+    assert!(status.success(), "building relay-sim failed");
+    bin
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("syscall-loop") {
@@ -64,6 +78,12 @@ fn main() {
         .position(|a| a == "--rounds")
         .map(|i| args[i + 1].parse().unwrap())
         .unwrap_or(5);
+    // `--only syscalls|sim|phases|agent` runs one section.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|i| args[i + 1].clone());
+    let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
     let me = std::env::current_exe().unwrap();
     let pp = phaseprof_bin();
     let tmp = std::env::temp_dir().join("phaseprof-bench.phaseprof");
@@ -77,79 +97,81 @@ fn main() {
             .status();
     }
 
-    // 1. Syscall-heavy loop: every variant once per round, rounds alternating. Each variant
-    //    returns the loop's ns per call.
-    let loop_cmd = format!("{} syscall-loop {n}", me.display());
-    let measure = |mut c: Command| {
-        // bpftrace prints its maps after the loop's own line; keep the loop's number.
-        let out = run(&mut c);
-        let own: Vec<&str> = out.lines().filter(|l| !l.starts_with('@')).collect();
-        ns_per_call(&own.join("\n"))
-    };
-    let bare = || {
-        let mut c = Command::new(&me);
-        c.args(["syscall-loop", &n]);
-        c
-    };
-    let bpftrace = |script: &'static str| {
-        let mut c = Command::new("bpftrace");
-        c.args(["-q", "-e", script, "-c", &loop_cmd]);
-        c
-    };
-    let record = |extra: &[&str]| {
-        let mut c = Command::new(&pp);
-        c.arg("record")
-            .args(extra)
-            .args(["-o", tmp, "--"])
-            .arg(&me)
-            .args(["syscall-loop", &n]);
-        c
-    };
-    // Our own floor: probes attached (recording a decoy), the loop not a target.
-    let attached_not_target = || {
-        let mut decoy = Command::new("sleep").arg("3600").spawn().expect("sleep");
-        let mut agent = Command::new(&pp)
-            .args([
-                "record",
-                "-v",
-                "--events",
-                "syscall",
-                "--pid",
-                &decoy.id().to_string(),
-                "-o",
-                tmp,
-            ])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("phaseprof");
-        let mut stderr = std::io::BufReader::new(agent.stderr.take().expect("piped"));
-        read_until(&mut stderr, "probes attached");
-        let ns = measure(bare());
-        // SAFETY: signalling a child we spawned.
-        unsafe { libc::kill(agent.id() as i32, libc::SIGINT) };
-        let _ = agent.wait();
-        let _ = decoy.kill();
-        let _ = decoy.wait();
-        ns
-    };
-    let mut variants: Vec<(&str, Box<dyn Fn() -> f64 + '_>)> = vec![
-        ("bare", Box::new(|| measure(bare()))),
-        (
-            "phaseprof attached, loop not a target",
-            Box::new(attached_not_target),
-        ),
-        (
-            "record --syscall-stacks false",
-            Box::new(|| measure(record(&["--syscall-stacks", "false"]))),
-        ),
-        (
-            "record (syscall stacks on)",
-            Box::new(|| measure(record(&[]))),
-        ),
-    ];
-    if has_bpftrace {
-        // The rows of BPF-NOTES, re-measured in this run: bpftrace probes doing the same jobs.
-        variants.push((
+    let sim = rust_workload("validator-sim");
+    if wanted("syscalls") {
+        // 1. Syscall-heavy loop: every variant once per round, rounds alternating. Each variant
+        //    returns the loop's ns per call.
+        let loop_cmd = format!("{} syscall-loop {n}", me.display());
+        let measure = |mut c: Command| {
+            // bpftrace prints its maps after the loop's own line; keep the loop's number.
+            let out = run(&mut c);
+            let own: Vec<&str> = out.lines().filter(|l| !l.starts_with('@')).collect();
+            ns_per_call(&own.join("\n"))
+        };
+        let bare = || {
+            let mut c = Command::new(&me);
+            c.args(["syscall-loop", &n]);
+            c
+        };
+        let bpftrace = |script: &'static str| {
+            let mut c = Command::new("bpftrace");
+            c.args(["-q", "-e", script, "-c", &loop_cmd]);
+            c
+        };
+        let record = |extra: &[&str]| {
+            let mut c = Command::new(&pp);
+            c.arg("record")
+                .args(extra)
+                .args(["-o", tmp, "--"])
+                .arg(&me)
+                .args(["syscall-loop", &n]);
+            c
+        };
+        // Our own floor: probes attached (recording a decoy), the loop not a target.
+        let attached_not_target = || {
+            let mut decoy = Command::new("sleep").arg("3600").spawn().expect("sleep");
+            let mut agent = Command::new(&pp)
+                .args([
+                    "record",
+                    "-v",
+                    "--events",
+                    "syscall",
+                    "--pid",
+                    &decoy.id().to_string(),
+                    "-o",
+                    tmp,
+                ])
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("phaseprof");
+            let mut stderr = std::io::BufReader::new(agent.stderr.take().expect("piped"));
+            read_until(&mut stderr, "probes attached");
+            let ns = measure(bare());
+            // SAFETY: signalling a child we spawned.
+            unsafe { libc::kill(agent.id() as i32, libc::SIGINT) };
+            let _ = agent.wait();
+            let _ = decoy.kill();
+            let _ = decoy.wait();
+            ns
+        };
+        let mut variants: Vec<(&str, Box<dyn Fn() -> f64 + '_>)> = vec![
+            ("bare", Box::new(|| measure(bare()))),
+            (
+                "phaseprof attached, loop not a target",
+                Box::new(attached_not_target),
+            ),
+            (
+                "record --syscall-stacks false",
+                Box::new(|| measure(record(&["--syscall-stacks", "false"]))),
+            ),
+            (
+                "record (syscall stacks on)",
+                Box::new(|| measure(record(&[]))),
+            ),
+        ];
+        if has_bpftrace {
+            // The rows of BPF-NOTES, re-measured in this run: bpftrace probes doing the same jobs.
+            variants.push((
             "bpftrace: empty enter+exit probes",
             Box::new(|| {
                 measure(bpftrace(
@@ -157,7 +179,7 @@ fn main() {
                 ))
             }),
         ));
-        variants.push((
+            variants.push((
             "bpftrace: count + latency",
             Box::new(|| {
                 measure(bpftrace(
@@ -166,7 +188,7 @@ fn main() {
                 ))
             }),
         ));
-        variants.push((
+            variants.push((
             "bpftrace: count + latency + ustack",
             Box::new(|| {
                 measure(bpftrace(
@@ -175,126 +197,203 @@ fn main() {
                 ))
             }),
         ));
-    }
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
-    for _ in 0..rounds {
-        for (i, (_, variant)) in variants.iter_mut().enumerate() {
-            samples[i].push(variant());
+        }
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+        for _ in 0..rounds {
+            for (i, (_, variant)) in variants.iter_mut().enumerate() {
+                samples[i].push(variant());
+            }
+        }
+        let b = median(samples[0].clone());
+        println!("getppid loop, median of {rounds} alternating rounds ({LOOP_CALLS} calls each):");
+        for ((label, _), s) in variants.iter().zip(samples) {
+            let m = median(s);
+            println!(
+                "  {label:<36} {m:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
+                m / b,
+                m - b
+            );
         }
     }
-    let b = median(samples[0].clone());
-    println!("getppid loop, median of {rounds} alternating rounds ({LOOP_CALLS} calls each):");
-    for ((label, _), s) in variants.iter().zip(samples) {
-        let m = median(s);
-        println!(
-            "  {label:<36} {m:8.1} ns/call  ratio {:.2}x  (+{:.0} ns)",
-            m / b,
-            m - b
-        );
-    }
-
-    // 2. validator-sim, default events, A/B alternating.
-    let sim = rust_workload("validator-sim");
-    let sim_args = [
-        "--blocks",
-        "40",
-        "--threads",
-        "2",
-        "--burn-ms",
-        "10",
-        "--flushes",
-        "200",
-        "--sleep-ms",
-        "2",
-        "--clone-bytes",
-        "65536",
-    ];
-    let (mut sb, mut sr) = (vec![], vec![]);
-    for _ in 0..rounds {
-        let t = truth_from(run(Command::new(&sim).args(sim_args)).as_bytes());
-        sb.push(t["elapsed_ns"].as_f64().unwrap());
-        let t = truth_from(
-            run(Command::new(&pp)
-                .args(["record", "-o", tmp, "--"])
-                .arg(&sim)
-                .args(sim_args))
-            .as_bytes(),
-        );
-        sr.push(t["elapsed_ns"].as_f64().unwrap());
-    }
-    let (sb, sr) = (median(sb), median(sr));
-    println!(
-        "validator-sim {}: bare {:.1} ms, recorded {:.1} ms, ratio {:.4}x",
-        sim_args.join(" "),
-        sb / 1e6,
-        sr / 1e6,
-        sr / sb
-    );
-
-    // 3. Agent cost while recording a 16-thread target at 99 Hz: steady state (CPU time read
-    //    from /proc between 3 s and 28 s) and in total (wait4, including load and first
-    //    symbolization), with peak RSS.
-    let mut target = Command::new(&sim)
-        .args([
+    if wanted("sim") {
+        // 2. validator-sim, default events, A/B alternating.
+        let sim_args = [
             "--blocks",
-            "1500",
+            "40",
             "--threads",
-            "16",
-            "--burn-ms",
             "2",
+            "--burn-ms",
+            "10",
             "--flushes",
-            "8",
+            "200",
             "--sleep-ms",
-            "20",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
+            "2",
+            "--clone-bytes",
+            "65536",
+        ];
+        let (mut sb, mut sr) = (vec![], vec![]);
+        for _ in 0..rounds {
+            let t = truth_from(run(Command::new(&sim).args(sim_args)).as_bytes());
+            sb.push(t["elapsed_ns"].as_f64().unwrap());
+            let t = truth_from(
+                run(Command::new(&pp)
+                    .args(["record", "-o", tmp, "--"])
+                    .arg(&sim)
+                    .args(sim_args))
+                .as_bytes(),
+            );
+            sr.push(t["elapsed_ns"].as_f64().unwrap());
+        }
+        let (sb, sr) = (median(sb), median(sr));
+        println!(
+            "validator-sim {}: bare {:.1} ms, recorded {:.1} ms, ratio {:.4}x",
+            sim_args.join(" "),
+            sb / 1e6,
+            sr / 1e6,
+            sr / sb
+        );
+    }
+    if wanted("phases") {
+        // 3. Phase probes: ns added per phase call (entry + exit probe) on a native and a Go target,
+        //    against a bare bpftrace uprobe on the same Go function in the same run.
+        let blocks = 200_000u64;
+        let phases_native = root().join("tests/workloads/validator-sim/phases.toml");
+        let relay = build_relay_sim();
+        let go_phases = std::env::temp_dir().join("phaseprof-bench-ingest.toml");
+        std::fs::write(
+            &go_phases,
+            "[[phase]]\nname = \"ingest\"\nfunction = \"main.ingest\"\n",
+        )
         .unwrap();
-    let t = Instant::now();
-    let agent = Command::new(&pp)
-        .args([
-            "record",
-            "--pid",
-            &target.id().to_string(),
-            "--duration",
-            "30s",
-            "-o",
-            tmp,
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let cpu_now = |pid: u32| -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r.split_whitespace().collect())
-            .unwrap_or_default();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        (fields
-            .get(11)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            + fields
-                .get(12)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0))
-            / hz
-    };
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    let (c0, t0) = (cpu_now(agent.id()), Instant::now());
-    std::thread::sleep(std::time::Duration::from_secs(25));
-    let (c1, steady_wall) = (cpu_now(agent.id()), t0.elapsed().as_secs_f64());
-    let (cpu, rss_kib) = wait_rusage(agent);
-    let wall = t.elapsed().as_secs_f64();
-    let _ = target.kill();
-    let _ = target.wait();
-    println!(
-        "agent recording a 16-thread validator-sim at 99 Hz: steady state {:.2}% of one core; \
-         whole {wall:.1} s run incl. load and symbolization {:.2}%; peak RSS {:.1} MiB",
-        100.0 * (c1 - c0) / steady_wall,
-        100.0 * cpu / wall,
-        rss_kib as f64 / 1024.0
+        let go_calls = 1_000_000u64.to_string();
+        let blocks_arg = blocks.to_string();
+        let per_block =
+            |out: &str| truth_from(out.as_bytes())["elapsed_ns"].as_f64().unwrap() / blocks as f64;
+        let (mut nb, mut np, mut gb, mut gp, mut gf) = (vec![], vec![], vec![], vec![], vec![]);
+        for _ in 0..rounds {
+            nb.push(per_block(&run(
+                Command::new(&sim).args(["--blocks", &blocks_arg])
+            )));
+            np.push(per_block(&run(Command::new(&pp)
+                .args([
+                    "record",
+                    "--events",
+                    "cpu",
+                    "--phases",
+                    phases_native.to_str().unwrap(),
+                    "-o",
+                    tmp,
+                    "--",
+                ])
+                .arg(&sim)
+                .args(["--blocks", &blocks_arg]))));
+            gb.push(ns_per_call(&run(
+                Command::new(&relay).args(["-bench-calls", &go_calls])
+            )));
+            gp.push(ns_per_call(&run(Command::new(&pp)
+                .args([
+                    "record",
+                    "--events",
+                    "cpu",
+                    "--phases",
+                    go_phases.to_str().unwrap(),
+                    "-o",
+                    tmp,
+                    "--",
+                ])
+                .arg(&relay)
+                .args(["-bench-calls", &go_calls]))));
+            if has_bpftrace {
+                let script = format!("uprobe:{}:main.ingest {{}}", relay.display());
+                let out = run(Command::new("bpftrace")
+                    .args(["-q", "-e", &script, "-c"])
+                    .arg(format!("{} -bench-calls {go_calls}", relay.display())));
+                gf.push(ns_per_call(&out));
+            }
+        }
+        let (nb, np, gb, gp) = (median(nb), median(np), median(gb), median(gp));
+        println!("phase probes, median of {rounds} alternating rounds:");
+        println!(
+        "  native (validator-sim, 3 phase calls per block): {:.0} ns per phase entry+exit (uprobe + uretprobe)",
+        (np - nb) / 3.0
     );
+        println!("  Go (relay-sim main.ingest): {:.0} ns per phase entry+exit (uprobe at entry + uprobe on the ret)", gp - gb);
+        if !gf.is_empty() {
+            println!(
+                "  floor: bare bpftrace uprobe on main.ingest, entry only: {:.0} ns",
+                median(gf) - gb
+            );
+        }
+        println!(
+            "  BPF-NOTES floor: +555 ns uprobe, +850 ns uprobe+uretprobe (malloc, tight C loop)"
+        );
+    }
+    if wanted("agent") {
+        // 4. Agent cost while recording a 16-thread target at 99 Hz: steady state (CPU time read
+        //    from /proc between 3 s and 28 s) and in total (wait4, including load and first
+        //    symbolization), with peak RSS.
+        let mut target = Command::new(&sim)
+            .args([
+                "--blocks",
+                "1500",
+                "--threads",
+                "16",
+                "--burn-ms",
+                "2",
+                "--flushes",
+                "8",
+                "--sleep-ms",
+                "20",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        let agent = Command::new(&pp)
+            .args([
+                "record",
+                "--pid",
+                &target.id().to_string(),
+                "--duration",
+                "30s",
+                "-o",
+                tmp,
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let cpu_now = |pid: u32| -> f64 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace().collect())
+                .unwrap_or_default();
+            // SAFETY: sysconf has no preconditions.
+            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+            (fields
+                .get(11)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+                + fields
+                    .get(12)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0))
+                / hz
+        };
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let (c0, t0) = (cpu_now(agent.id()), Instant::now());
+        std::thread::sleep(std::time::Duration::from_secs(25));
+        let (c1, steady_wall) = (cpu_now(agent.id()), t0.elapsed().as_secs_f64());
+        let (cpu, rss_kib) = wait_rusage(agent);
+        let wall = t.elapsed().as_secs_f64();
+        let _ = target.kill();
+        let _ = target.wait();
+        println!(
+            "agent recording a 16-thread validator-sim at 99 Hz: steady state {:.2}% of one core; \
+         whole {wall:.1} s run incl. load and symbolization {:.2}%; peak RSS {:.1} MiB",
+            100.0 * (c1 - c0) / steady_wall,
+            100.0 * cpu / wall,
+            rss_kib as f64 / 1024.0
+        );
+    }
 }

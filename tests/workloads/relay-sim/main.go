@@ -17,6 +17,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 )
 
 type truth struct {
@@ -93,7 +94,18 @@ func main() {
 	depth := flag.Int("depth", 2000, "recursion depth in verify")
 	waitStdin := flag.Bool("wait-stdin", false, "start after a line on stdin")
 	out := flag.String("commit-to", "", "file to commit to (default: a temp file)")
+	benchCalls := flag.Int("bench-calls", 0, "only call ingest this many times and print ns per call (probe-cost benchmark)")
 	flag.Parse()
+
+	if *benchCalls > 0 {
+		runtime.LockOSThread()
+		start := time.Now()
+		for i := 0; i < *benchCalls; i++ {
+			ingest(i, 1)
+		}
+		fmt.Printf("%f\n", float64(time.Since(start).Nanoseconds())/float64(*benchCalls))
+		return
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
