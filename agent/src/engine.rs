@@ -11,7 +11,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 use phaseprof_bpf::types;
 use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkel, PhaseprofSkelBuilder};
-use phaseprof_model::{EventKind, Lost};
+use phaseprof_model::{EventKind, Lost, PhaseStats};
 
 use crate::cpu_clock::{online_cpus, open_cpu_clock};
 use crate::phases::symbols::ProbeSite;
@@ -84,21 +84,6 @@ pub struct Engine<'obj> {
 pub const MAX_SYSCALL_COSTS: usize = 8;
 /// Buckets of the kernel's wall-time histogram (WALL_BUCKETS in the shared header).
 const WALL_BUCKETS: usize = 1024;
-
-/// Per-phase totals read back from the kernel, summed over CPUs.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RawPhaseStats {
-    pub calls: u64,
-    pub wall_ns: u64,
-    pub wall_max_ns: u64,
-    /// (bucket, count) for non-empty buckets.
-    pub wall_hist: Vec<(u32, u64)>,
-    pub cpu_ns: u64,
-    pub offcpu_ns: u64,
-    pub syscalls: u64,
-    pub syscall_ns: u64,
-    pub costs: [u64; MAX_SYSCALL_COSTS],
-}
 
 /// Reads a plain-old-data record of the shared header from map bytes.
 fn pod<T: Copy>(bytes: &[u8]) -> T {
@@ -497,8 +482,9 @@ impl<'obj> Engine<'obj> {
         Ok(())
     }
 
-    /// Exact per-phase totals so far, by phase id.
-    pub fn phase_stats(&self, phases: usize) -> Result<Vec<RawPhaseStats>> {
+    /// Exact per-phase totals so far, by phase id (0 = `(none)`), summed over CPUs; syscall cost
+    /// rule i is reported under `cost_names[i]`.
+    pub fn phase_stats(&self, phases: usize, cost_names: &[String]) -> Result<Vec<PhaseStats>> {
         let mut out = Vec::with_capacity(phases);
         for id in 0..phases as u32 {
             let per_cpu = self
@@ -506,7 +492,8 @@ impl<'obj> Engine<'obj> {
                 .maps
                 .phase_stats
                 .lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY)?;
-            let mut total = RawPhaseStats::default();
+            let mut total = PhaseStats::default();
+            let mut costs = [0u64; MAX_SYSCALL_COSTS];
             let mut hist = vec![0u64; WALL_BUCKETS];
             for bytes in per_cpu.unwrap_or_default() {
                 let st: types::phase_stats = pod(&bytes);
@@ -517,7 +504,7 @@ impl<'obj> Engine<'obj> {
                 total.offcpu_ns += st.offcpu_ns;
                 total.syscalls += st.syscalls;
                 total.syscall_ns += st.syscall_ns;
-                for (t, c) in total.costs.iter_mut().zip(st.costs) {
+                for (t, c) in costs.iter_mut().zip(st.costs) {
                     *t += c;
                 }
                 for (h, c) in hist.iter_mut().zip(st.wall_hist) {
@@ -530,6 +517,7 @@ impl<'obj> Engine<'obj> {
                 .filter(|(_, c)| *c > 0)
                 .map(|(i, c)| (i as u32, c))
                 .collect();
+            total.costs = cost_names.iter().cloned().zip(costs).collect();
             out.push(total);
         }
         Ok(out)

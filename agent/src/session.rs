@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
-use phaseprof_model::{Meta, PhaseStats, Profile};
+use phaseprof_model::{Meta, Profile};
 use regex::Regex;
 
 use crate::aggregate::Aggregator;
@@ -163,20 +163,7 @@ impl<'obj> Session<'obj> {
             vec![]
         } else {
             self.engine
-                .phase_stats(self.phase_names.len() + 1)?
-                .into_iter()
-                .map(|raw| PhaseStats {
-                    calls: raw.calls,
-                    wall_ns: raw.wall_ns,
-                    wall_max_ns: raw.wall_max_ns,
-                    wall_hist: raw.wall_hist,
-                    cpu_ns: raw.cpu_ns,
-                    offcpu_ns: raw.offcpu_ns,
-                    syscalls: raw.syscalls,
-                    syscall_ns: raw.syscall_ns,
-                    costs: self.cost_names.iter().cloned().zip(raw.costs).collect(),
-                })
-                .collect()
+                .phase_stats(self.phase_names.len() + 1, &self.cost_names)?
         };
         let b = self.agg.builder_mut();
         *b.lost_mut() = lost;

@@ -219,20 +219,12 @@ fn unknown_phase_function_suggests_near_names() {
 #[test]
 fn go_relay_phases_are_exact() {
     require_root!();
-    let Some(go) = go_binary() else {
+    let Some(bin) = go_workload("relay-sim") else {
         eprintln!("SKIPPED: Go is not installed");
         return;
     };
     let _g = bpf_lock();
     let dir = scratch("relay");
-    let bin = dir.join("relay-sim");
-    let status = std::process::Command::new(go)
-        .args(["build", "-o", bin.to_str().unwrap(), "."])
-        .current_dir(root().join("tests/workloads/relay-sim"))
-        .env("GOFLAGS", "-mod=mod")
-        .status()
-        .unwrap();
-    assert!(status.success(), "go build failed");
     let out = dir.join("relay.phaseprof");
     let cfg = root().join("tests/workloads/relay-sim/phases.toml");
     let o = phaseprof_ok(&[

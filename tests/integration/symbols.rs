@@ -1,5 +1,4 @@
 //! Symbolization of targets in other languages.
-use std::process::Command;
 
 use phaseprof_e2e::*;
 
@@ -10,20 +9,12 @@ use crate::require_root;
 #[test]
 fn go_frames_have_go_names() {
     require_root!();
-    let Some(go) = go_binary() else {
+    let Some(bin) = go_workload("go-spin") else {
         eprintln!("SKIPPED: Go is not installed");
         return;
     };
     let _g = bpf_lock();
     let dir = scratch("gospin");
-    let bin = dir.join("go-spin");
-    let status = Command::new(go)
-        .args(["build", "-o", bin.to_str().unwrap(), "."])
-        .current_dir(root().join("tests/workloads/go-spin"))
-        .env("GOFLAGS", "-mod=mod")
-        .status()
-        .unwrap();
-    assert!(status.success(), "go build failed");
     let out = dir.join("go.phaseprof");
     let o = phaseprof_ok(&[
         "record",

@@ -188,3 +188,25 @@ fn folded_share(args: &[&str], pick: impl Fn(&str) -> bool) -> (u64, u64) {
     }
     (total, picked)
 }
+
+/// Builds the Go workload `tests/workloads/<name>` once per process; None when Go is absent.
+pub fn go_workload(name: &str) -> Option<PathBuf> {
+    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    let go = go_binary()?;
+    let bin = std::env::temp_dir().join(format!("phaseprof-{}-{name}", std::process::id()));
+    let mut built = BUILT
+        .get_or_init(|| Mutex::new(Vec::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let status = Command::new(go)
+            .args(["build", "-o", bin.to_str().expect("UTF-8 temp dir"), "."])
+            .current_dir(root().join("tests/workloads").join(name))
+            .env("GOFLAGS", "-mod=mod")
+            .status()
+            .expect("running go build");
+        assert!(status.success(), "building Go workload {name} failed");
+        built.push(name.to_string());
+    }
+    Some(bin)
+}

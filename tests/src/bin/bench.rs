@@ -9,7 +9,7 @@
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use phaseprof_e2e::{go_binary, phaseprof_bin, read_until, root, rust_workload, truth_from};
+use phaseprof_e2e::{go_workload, phaseprof_bin, read_until, root, rust_workload, truth_from};
 
 const LOOP_CALLS: u64 = 2_000_000;
 
@@ -52,19 +52,6 @@ fn wait_rusage(child: std::process::Child) -> (f64, i64) {
     std::mem::forget(child); // reaped above
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (secs(ru.ru_utime) + secs(ru.ru_stime), ru.ru_maxrss)
-}
-
-/// Builds relay-sim (Go) into the temp dir.
-fn build_relay_sim() -> std::path::PathBuf {
-    let bin = std::env::temp_dir().join("phaseprof-bench-relay-sim");
-    let go = go_binary().expect("Go is needed for the Go phase benchmark");
-    let status = Command::new(go)
-        .args(["build", "-o", bin.to_str().unwrap(), "."])
-        .current_dir(root().join("tests/workloads/relay-sim"))
-        .status()
-        .expect("go build");
-    assert!(status.success(), "building relay-sim failed");
-    bin
 }
 
 fn main() {
@@ -258,7 +245,7 @@ fn main() {
         //    against a bare bpftrace uprobe on the same Go function in the same run.
         let blocks = 200_000u64;
         let phases_native = root().join("tests/workloads/validator-sim/phases.toml");
-        let relay = build_relay_sim();
+        let relay = go_workload("relay-sim").expect("Go is needed for the Go phase benchmark");
         let go_phases = std::env::temp_dir().join("phaseprof-bench-ingest.toml");
         std::fs::write(
             &go_phases,
