@@ -33,6 +33,23 @@ pub enum Command {
     Report(ReportArgs),
     /// Write a profile's stacks as folded text, pprof or an SVG flamegraph.
     Export(ExportArgs),
+    /// Memory growth of a live process: RSS and its classes sampled, slopes fitted.
+    Soak(SoakArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SoakArgs {
+    #[arg(long)]
+    pub pid: u32,
+    /// How long to sample.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Time between samples.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -238,6 +255,23 @@ pub fn run(cli: Cli) -> Result<i32> {
                 p.lost.events,
                 p.lost.stacks
             );
+            Ok(0)
+        }
+        Command::Soak(args) => {
+            if args.interval.is_zero() {
+                bail!("--interval must be greater than zero");
+            }
+            let report = crate::soak::soak(&crate::soak::SoakOptions {
+                pid: args.pid,
+                duration: args.duration,
+                interval: args.interval,
+            })?;
+            if args.json {
+                serde_json::to_writer_pretty(std::io::stdout().lock(), &report)?;
+                println!();
+            } else {
+                crate::soak::write_human(&report, std::io::stdout().lock())?;
+            }
             Ok(0)
         }
         Command::Report(args) => {

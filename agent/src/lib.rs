@@ -14,6 +14,7 @@ pub mod procmaps;
 pub mod record;
 pub mod report;
 pub mod session;
+pub mod soak;
 pub mod symbolize;
 pub mod targets;
 pub mod window;

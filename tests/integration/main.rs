@@ -5,6 +5,7 @@ mod errors;
 mod exactness;
 mod exports;
 mod phases;
+mod soak;
 mod symbols;
 
 /// Returns early (skipping, loudly) from a test that needs root when not root.

@@ -11,6 +11,8 @@
 //! `replay` clones a `Vec<u8>` of `--clone-bytes`; `finalize` does `--flushes` BufWriter flushes
 //! (each exactly one `write(2)`) and sleeps `--sleep-ms`. With `--threads 1` (the default) the main
 //! thread does the work itself, so no thread waits in `join` and off-CPU time is the sleep alone.
+//! `--leak-bytes B` makes `replay` leak B bytes per block (touched, so resident) through
+//! `validator_sim::work::leak`.
 
 mod phases;
 mod work;
@@ -29,6 +31,7 @@ pub struct Config {
     pub sleep_ms: u64,
     pub wait_stdin: bool,
     pub flush_to: String,
+    pub leak_bytes: u64,
 }
 
 /// What actually happened, summed over threads.
@@ -42,6 +45,7 @@ pub struct Truth {
     pub clone_bytes: AtomicU64,
     pub burn_cpu_ns: AtomicU64,
     pub slept_ns: AtomicU64,
+    pub leaked_bytes: AtomicU64,
 }
 
 fn parse_args() -> Result<Config, String> {
@@ -54,6 +58,7 @@ fn parse_args() -> Result<Config, String> {
         sleep_ms: 0,
         wait_stdin: false,
         flush_to: "/dev/null".into(),
+        leak_bytes: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -69,10 +74,11 @@ fn parse_args() -> Result<Config, String> {
             "--flushes" => c.flushes = num("--flushes")?,
             "--sleep-ms" => c.sleep_ms = num("--sleep-ms")?,
             "--wait-stdin" => c.wait_stdin = true,
+            "--leak-bytes" => c.leak_bytes = num("--leak-bytes")?,
             "--flush-to" => c.flush_to = args.next().ok_or("--flush-to needs a path")?,
             "-h" | "--help" => {
                 return Err("usage: validator-sim [--blocks N] [--threads N] [--burn-ms MS] \
-                     [--clone-bytes B] [--flushes N] [--sleep-ms MS] [--wait-stdin] [--flush-to PATH]"
+                     [--clone-bytes B] [--flushes N] [--sleep-ms MS] [--leak-bytes B] [--wait-stdin] [--flush-to PATH]"
                     .into())
             }
             other => return Err(format!("unknown flag `{other}`")),
@@ -132,7 +138,7 @@ fn main() {
             "\"calls\":{{\"block\":{},\"propose\":{},\"replay\":{},\"finalize\":{}}},",
             "\"flushes\":{},\"write_syscalls\":{},\"clone_bytes\":{},",
             "\"burn_fn\":\"validator_sim::work::burn_cpu\",\"burn_cpu_ns\":{},",
-            "\"sleep_requested_ns\":{},\"slept_ns\":{},\"elapsed_ns\":{}}}\n"
+            "\"sleep_requested_ns\":{},\"slept_ns\":{},\"leaked_bytes\":{},\"elapsed_ns\":{}}}\n"
         ),
         std::process::id(),
         config.blocks,
@@ -147,6 +153,7 @@ fn main() {
         g(&truth.burn_cpu_ns),
         config.sleep_ms * 1_000_000 * config.blocks * config.threads,
         g(&truth.slept_ns),
+        g(&truth.leaked_bytes),
         elapsed,
     );
     // One write(2): the whole line goes out in a single call.

@@ -39,3 +39,10 @@ pub fn burn_cpu(wall: Duration, seed: u64) -> u64 {
     }
     thread_cpu_ns() - cpu_start
 }
+
+/// Allocates `bytes`, touches every page (so the memory is resident) and never frees it.
+#[inline(never)]
+pub fn leak(bytes: usize) {
+    let v = black_box(vec![1u8; bytes]);
+    std::mem::forget(v);
+}
