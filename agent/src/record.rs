@@ -66,28 +66,30 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
         TargetSpec::Command(argv) => Some(targets::resolve_command(&argv[0])?),
         TargetSpec::Name(_) => None,
     };
+    // Phases resolve in the target's objects now, or for --name in the first process found.
+    let mut deferred = None;
     let plan = match &opts.phases {
-        None => None,
+        None => PhasePlan::default(),
         Some(file) => {
             let cfg = PhaseConfig::load(file)?;
-            let objects = match (&opts.target, &command_path) {
-                (TargetSpec::Pids(pids), _) => targets::code_objects(pids[0])?,
-                (TargetSpec::Command(_), Some(path)) => vec![path.clone()],
-                _ => bail!(
-                    "--phases needs a target known at start: --pid or -- CMD (not --name yet)"
-                ),
-            };
-            Some(PhasePlan::build(
-                &cfg,
-                &file.display().to_string(),
-                &objects,
-            )?)
+            let file = file.display().to_string();
+            let mut plan = PhasePlan::from_config(&cfg, &file)?;
+            match (&opts.target, &command_path) {
+                (TargetSpec::Pids(pids), _) => {
+                    plan.resolve(&cfg, &file, &targets::code_objects(pids[0])?)?
+                }
+                (TargetSpec::Command(_), Some(path)) => {
+                    plan.resolve(&cfg, &file, std::slice::from_ref(path))?
+                }
+                _ => deferred = Some((cfg, file)),
+            }
+            plan
         }
     };
     let out_file = File::create(&opts.output)
         .with_context(|| format!("cannot write the output file {}", opts.output.display()))?;
 
-    let result = record_into(opts, command_path, plan.unwrap_or_default(), interrupted);
+    let result = record_into(opts, command_path, plan, deferred, interrupted);
     match result {
         Ok(recorded) => {
             let mut w = BufWriter::new(out_file);
@@ -108,10 +110,11 @@ fn record_into(
     opts: &RecordOptions,
     command_path: Option<PathBuf>,
     plan: PhasePlan,
+    deferred: Option<(PhaseConfig, String)>,
     interrupted: Arc<AtomicBool>,
 ) -> Result<Recorded> {
     let mut engine_cfg = opts.engine.clone();
-    engine_cfg.phases_enabled = !plan.probes.is_empty();
+    engine_cfg.phases_enabled = !plan.names.is_empty();
     engine_cfg.syscall_costs = plan
         .syscall_costs
         .iter()
@@ -146,6 +149,7 @@ fn record_into(
     meta.notes
         .insert("sched_switch".into(), format!("{:?}", engine.flavour));
     let mut session = Session::new(engine, meta, &plan, opts.verbose);
+    session.resolve_phases_on_first_target(deferred);
 
     let start = SystemTime::now();
     let mut child: Option<u32> = None;
@@ -157,10 +161,10 @@ fn record_into(
         }
         TargetSpec::Name(re) => {
             for pid in targets::scan_name(re) {
+                session.add_target(pid)?;
                 if opts.verbose {
                     eprintln!("phaseprof: pid {pid} matches /{re}/: recording it");
                 }
-                session.add_target(pid)?;
             }
             if session.live().is_empty() {
                 eprintln!("phaseprof: no process matches /{re}/ yet; waiting for one to start (Ctrl-C to stop)");

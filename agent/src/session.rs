@@ -10,7 +10,7 @@ use regex::Regex;
 
 use crate::aggregate::Aggregator;
 use crate::engine::{Engine, TargetEvent};
-use crate::phases::PhasePlan;
+use crate::phases::{PhaseConfig, PhasePlan};
 use crate::symbolize::BlazeSymbolizer;
 use crate::targets;
 use crate::window::RawWindow;
@@ -25,6 +25,8 @@ pub struct Session<'obj> {
     /// Phase names (ids 1..) and the syscall cost rules counted per phase, when phases are on.
     phase_names: Vec<String>,
     cost_names: Vec<String>,
+    /// A phases config to resolve in the first target's objects (`--name`: unknown at start).
+    deferred_phases: Option<(PhaseConfig, String)>,
     verbose: bool,
 }
 
@@ -36,7 +38,7 @@ fn unix_ns(t: SystemTime) -> u64 {
 
 impl<'obj> Session<'obj> {
     pub fn new(engine: Engine<'obj>, meta: Meta, plan: &PhasePlan, verbose: bool) -> Self {
-        let phases_on = !plan.probes.is_empty();
+        let phases_on = !plan.names.is_empty();
         Session {
             engine,
             sym: BlazeSymbolizer::default(),
@@ -49,8 +51,14 @@ impl<'obj> Session<'obj> {
                 vec![]
             },
             cost_names: plan.syscall_costs.iter().map(|(n, _)| n.clone()).collect(),
+            deferred_phases: None,
             verbose,
         }
+    }
+
+    /// Resolves and attaches `phases` (config, file name) when the first target is added.
+    pub fn resolve_phases_on_first_target(&mut self, phases: Option<(PhaseConfig, String)>) {
+        self.deferred_phases = phases;
     }
 
     pub fn engine(&self) -> &Engine<'obj> {
@@ -74,6 +82,15 @@ impl<'obj> Session<'obj> {
 
     /// Records `pid` from now on, all its threads included, and caches its mappings.
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
+        if let Some((cfg, file)) = self.deferred_phases.take() {
+            // Probes first, so the target's phases are seen from its first moment as a target.
+            let mut plan = PhasePlan::default();
+            plan.resolve(&cfg, &file, &targets::code_objects(pid)?)?;
+            for probe in &plan.probes {
+                self.engine
+                    .attach_phase(probe.phase, &probe.site, probe.returns.as_deref())?;
+            }
+        }
         self.engine.add_target(pid)?;
         self.sym.track(pid);
         let meta = self.agg.builder_mut().meta_mut();
@@ -108,10 +125,10 @@ impl<'obj> Session<'obj> {
             match ev {
                 TargetEvent::Exec { pid, .. } if !self.live.contains(&pid) => {
                     if let Some(re) = name.filter(|re| targets::matches_name(pid, re)) {
+                        self.add_target(pid)?;
                         if self.verbose {
                             eprintln!("phaseprof: pid {pid} matches /{re}/: recording it");
                         }
-                        self.add_target(pid)?;
                     }
                 }
                 TargetEvent::Exec { pid, .. } | TargetEvent::MapsChanged { pid } => {

@@ -269,8 +269,8 @@ fn syscall_counts_equal_strace() {
     assert_nothing_lost(&report);
 }
 
-// Checks `--name`: a process that starts after recording began is found by its command line
-// and its writes are counted exactly.
+// Checks `--name`: a process that starts after recording began is found by its command line,
+// its writes are counted exactly, and `--phases` resolves in it once it is found.
 #[test]
 fn name_finds_processes_started_later() {
     require_root!();
@@ -278,10 +278,13 @@ fn name_finds_processes_started_later() {
     let sim = rust_workload("validator-sim");
     let dir = scratch("name");
     let out = dir.join("name.phaseprof");
+    let phases = root().join("tests/workloads/validator-sim/phases.toml");
     let mut rec = Command::new(phaseprof_bin())
         .args([
             "record",
             "-v",
+            "--phases",
+            phases.to_str().unwrap(),
             "--name",
             "validator-sim.*--flushes 17",
             "--duration",
@@ -315,6 +318,15 @@ fn name_finds_processes_started_later() {
         write_count(&report),
         truth["write_syscalls"].as_u64().unwrap()
     );
+    // Phases resolved in the process found by name, before it ran its first block.
+    let finalize = report["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "finalize")
+        .unwrap();
+    assert_eq!(finalize["calls"], truth["calls"]["finalize"]);
+    assert_eq!(finalize["costs"]["flush_syscalls"], truth["flushes"]);
     assert_nothing_lost(&report);
 }
 

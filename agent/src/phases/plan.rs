@@ -135,13 +135,43 @@ pub fn return_offsets(path: &Path, file_offset: u64, size: u64) -> Result<Vec<u6
 
 impl PhasePlan {
     /// Resolves every phase of `cfg` in `objects` (the target's executable and shared objects).
-    /// Prints how many functions a glob matched when it matched more than one.
     pub fn build(cfg: &PhaseConfig, file: &str, objects: &[PathBuf]) -> Result<PhasePlan> {
+        let mut plan = PhasePlan::from_config(cfg, file)?;
+        plan.resolve(cfg, file, objects)?;
+        Ok(plan)
+    }
+
+    /// Phase names and syscall cost rules, without probes yet (`resolve` adds them once the
+    /// target's objects are known).
+    pub fn from_config(cfg: &PhaseConfig, file: &str) -> Result<PhasePlan> {
+        let mut plan = PhasePlan {
+            names: cfg.phases.iter().map(|p| p.name.clone()).collect(),
+            ..PhasePlan::default()
+        };
+        for rule in cfg.costs.iter().filter(|r| r.event == CostEvent::Syscall) {
+            if plan.syscall_costs.len() == MAX_SYSCALL_COSTS {
+                bail!(
+                    "{file}:{}: at most {MAX_SYSCALL_COSTS} syscall costs are supported",
+                    rule.line
+                );
+            }
+            let nrs = rule
+                .syscalls
+                .iter()
+                .filter_map(|s| phaseprof_model::syscall_nr(s))
+                .collect();
+            plan.syscall_costs.push((rule.name.clone(), nrs));
+        }
+        Ok(plan)
+    }
+
+    /// Finds every phase's functions in `objects` and plans their probes. Prints how many
+    /// functions a glob matched when it matched more than one.
+    pub fn resolve(&mut self, cfg: &PhaseConfig, file: &str, objects: &[PathBuf]) -> Result<()> {
         let mut symbols = Vec::new();
         for path in objects {
             symbols.push((path.clone(), function_symbols(path)?));
         }
-        let mut plan = PhasePlan::default();
         for (i, spec) in cfg.phases.iter().enumerate() {
             let phase = i as u32 + 1;
             let sites = resolve(spec, file, &symbols)?;
@@ -184,29 +214,14 @@ impl PhasePlan {
                     (entry, None)
                 };
                 site.file_offset = entry;
-                plan.probes.push(PhaseProbe {
+                self.probes.push(PhaseProbe {
                     phase,
                     site,
                     returns,
                 });
             }
-            plan.names.push(spec.name.clone());
         }
-        for rule in cfg.costs.iter().filter(|r| r.event == CostEvent::Syscall) {
-            if plan.syscall_costs.len() == MAX_SYSCALL_COSTS {
-                bail!(
-                    "{file}:{}: at most {MAX_SYSCALL_COSTS} syscall costs are supported",
-                    rule.line
-                );
-            }
-            let nrs = rule
-                .syscalls
-                .iter()
-                .filter_map(|s| phaseprof_model::syscall_nr(s))
-                .collect();
-            plan.syscall_costs.push((rule.name.clone(), nrs));
-        }
-        Ok(plan)
+        Ok(())
     }
 }
 
