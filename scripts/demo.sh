@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: profile the bundled validator-sim, print its report and write its flamegraph.
+# The main job: profile the bundled validator-sim per phase, print its report and write its
+# flamegraphs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -7,7 +8,8 @@ cargo build --release --workspace
 (cd tests/workloads/validator-sim && cargo build --release --quiet)
 out=${OUT:-target/demo}
 mkdir -p "$out"
-./target/release/phaseprof record -v -o "$out/validator-sim.phaseprof" -- \
+./target/release/phaseprof record -v --phases tests/workloads/validator-sim/phases.toml \
+  -o "$out/validator-sim.phaseprof" -- \
   tests/workloads/validator-sim/target/release/validator-sim \
   --blocks 40 --threads 4 --burn-ms 25 --clone-bytes 1048576 --flushes 16 --sleep-ms 10
 ./target/release/phaseprof report "$out/validator-sim.phaseprof"
