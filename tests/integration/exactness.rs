@@ -26,26 +26,23 @@ fn command_writes_exact_and_offcpu_matches_sleep() {
     require_root!();
     let _g = bpf_lock();
     let sim = rust_workload("validator-sim");
-    let dir = scratch("cmd");
-    let out = dir.join("cmd.phaseprof");
-    let o = phaseprof_ok(&[
-        "record",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        sim.to_str().unwrap(),
-        "--blocks",
-        "25",
-        "--flushes",
-        "13",
-        "--sleep-ms",
-        "20",
-        "--burn-ms",
-        "4",
-        "--clone-bytes",
-        "4096",
-    ]);
-    let truth = truth_from(&o.stdout);
+    let (out, truth) = record_workload(
+        "cmd",
+        &[],
+        &sim,
+        &[
+            "--blocks",
+            "25",
+            "--flushes",
+            "13",
+            "--sleep-ms",
+            "20",
+            "--burn-ms",
+            "4",
+            "--clone-bytes",
+            "4096",
+        ],
+    );
     let report = report_json(&out);
     assert_eq!(
         write_count(&report),
@@ -127,42 +124,14 @@ fn cpu_samples_land_in_the_burn_function() {
     require_root!();
     let _g = bpf_lock();
     let sim = rust_workload("validator-sim");
-    let dir = scratch("burn");
-    let out = dir.join("burn.phaseprof");
-    let o = phaseprof_ok(&[
-        "record",
-        "--freq",
-        "199",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        sim.to_str().unwrap(),
-        "--blocks",
-        "8",
-        "--burn-ms",
-        "200",
-    ]);
-    let truth = truth_from(&o.stdout);
+    let (out, truth) = record_workload(
+        "burn",
+        &["--freq", "199"],
+        &sim,
+        &["--blocks", "8", "--burn-ms", "200"],
+    );
     let burn_fn = truth["burn_fn"].as_str().unwrap();
-    let folded = phaseprof_ok(&[
-        "export",
-        out.to_str().unwrap(),
-        "--format",
-        "folded",
-        "--event",
-        "cpu",
-        "-o",
-        "-",
-    ]);
-    let (mut total, mut burning) = (0u64, 0u64);
-    for line in String::from_utf8(folded.stdout).unwrap().lines() {
-        let (stack, n) = line.rsplit_once(' ').unwrap();
-        let n: u64 = n.parse().unwrap();
-        total += n;
-        if stack.split(';').any(|f| f == burn_fn) {
-            burning += n;
-        }
-    }
+    let (total, burning) = folded_cpu_share(&out, |stack| stack.split(';').any(|f| f == burn_fn));
     let share = burning as f64 / total as f64;
     eprintln!(
         "{burning}/{total} samples in {burn_fn} ({:.1}%)",

@@ -5,23 +5,15 @@ use phaseprof_e2e::*;
 
 use crate::require_root;
 
-fn record_burn(dir: &std::path::Path) -> (std::path::PathBuf, serde_json::Value) {
+/// validator-sim burning CPU (with a few flushes), recorded with default events.
+fn record_burn(name: &str) -> (std::path::PathBuf, serde_json::Value) {
     let sim = rust_workload("validator-sim");
-    let out = dir.join("burn.phaseprof");
-    let o = phaseprof_ok(&[
-        "record",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        sim.to_str().unwrap(),
-        "--blocks",
-        "6",
-        "--burn-ms",
-        "150",
-        "--flushes",
-        "2",
-    ]);
-    (out, truth_from(&o.stdout))
+    record_workload(
+        name,
+        &[],
+        &sim,
+        &["--blocks", "6", "--burn-ms", "150", "--flushes", "2"],
+    )
 }
 
 // Checks that `go tool pprof -top` reads the exported pprof and lists the burn function first.
@@ -33,8 +25,8 @@ fn go_pprof_lists_the_burn_function_first() {
         return;
     };
     let _g = bpf_lock();
-    let dir = scratch("pprof");
-    let (file, truth) = record_burn(&dir);
+    let (file, truth) = record_burn("pprof");
+    let dir = file.parent().unwrap().to_path_buf();
     let pb = dir.join("cpu.pb.gz");
     phaseprof_ok(&[
         "export",
@@ -77,8 +69,8 @@ fn go_pprof_lists_the_burn_function_first() {
 fn svg_and_folded_agree_with_the_report() {
     require_root!();
     let _g = bpf_lock();
-    let dir = scratch("svg");
-    let (file, truth) = record_burn(&dir);
+    let (file, truth) = record_burn("svg");
+    let dir = file.parent().unwrap().to_path_buf();
     let svg = dir.join("cpu.svg");
     phaseprof_ok(&[
         "export",

@@ -25,29 +25,24 @@ fn phases_match_ground_truth() {
     require_root!();
     let _g = bpf_lock();
     let sim = rust_workload("validator-sim");
-    let dir = scratch("phases");
-    let out = dir.join("phases.phaseprof");
     let cfg = root().join("tests/workloads/validator-sim/phases.toml");
-    let o = phaseprof_ok(&[
-        "record",
-        "--phases",
-        cfg.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        sim.to_str().unwrap(),
-        "--blocks",
-        "30",
-        "--burn-ms",
-        "20",
-        "--flushes",
-        "5",
-        "--sleep-ms",
-        "15",
-        "--clone-bytes",
-        "4096",
-    ]);
-    let truth = truth_from(&o.stdout);
+    let (out, truth) = record_workload(
+        "phases",
+        &["--phases", cfg.to_str().unwrap()],
+        &sim,
+        &[
+            "--blocks",
+            "30",
+            "--burn-ms",
+            "20",
+            "--flushes",
+            "5",
+            "--sleep-ms",
+            "15",
+            "--clone-bytes",
+            "4096",
+        ],
+    );
     let report = report_json(&out);
     for name in ["propose", "replay", "finalize"] {
         assert_eq!(
@@ -97,27 +92,22 @@ fn nested_phases_are_inclusive() {
     require_root!();
     let _g = bpf_lock();
     let sim = rust_workload("validator-sim");
-    let dir = scratch("nested");
-    let out = dir.join("nested.phaseprof");
     let cfg = root().join("tests/workloads/validator-sim/phases-nested.toml");
-    let o = phaseprof_ok(&[
-        "record",
-        "--phases",
-        cfg.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        sim.to_str().unwrap(),
-        "--blocks",
-        "12",
-        "--burn-ms",
-        "15",
-        "--flushes",
-        "3",
-        "--sleep-ms",
-        "10",
-    ]);
-    let truth = truth_from(&o.stdout);
+    let (out, truth) = record_workload(
+        "nested",
+        &["--phases", cfg.to_str().unwrap()],
+        &sim,
+        &[
+            "--blocks",
+            "12",
+            "--burn-ms",
+            "15",
+            "--flushes",
+            "3",
+            "--sleep-ms",
+            "10",
+        ],
+    );
     let report = report_json(&out);
     let (block, propose, finalize) = (
         phase(&report, "block"),
@@ -224,25 +214,20 @@ fn go_relay_phases_are_exact() {
         return;
     };
     let _g = bpf_lock();
-    let dir = scratch("relay");
-    let out = dir.join("relay.phaseprof");
     let cfg = root().join("tests/workloads/relay-sim/phases.toml");
-    let o = phaseprof_ok(&[
-        "record",
-        "--phases",
-        cfg.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        bin.to_str().unwrap(),
-        "-iterations",
-        "10000",
-        "-subscribers",
-        "3",
-        "-depth",
-        "3000",
-    ]);
-    let truth = truth_from(&o.stdout);
+    let (out, truth) = record_workload(
+        "relay",
+        &["--phases", cfg.to_str().unwrap()],
+        &bin,
+        &[
+            "-iterations",
+            "10000",
+            "-subscribers",
+            "3",
+            "-depth",
+            "3000",
+        ],
+    );
     assert_eq!(u(&truth["iterations"]), 10000, "relay-sim completed");
     let report = report_json(&out);
     for name in ["ingest", "verify", "commit", "fanout"] {

@@ -14,17 +14,7 @@ fn go_frames_have_go_names() {
         return;
     };
     let _g = bpf_lock();
-    let dir = scratch("gospin");
-    let out = dir.join("go.phaseprof");
-    let o = phaseprof_ok(&[
-        "record",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        bin.to_str().unwrap(),
-        "800",
-    ]);
-    let truth = truth_from(&o.stdout);
+    let (out, truth) = record_workload("gospin", &[], &bin, &["800"]);
     let burn_fn = truth["burn_fn"].as_str().unwrap();
     // Only the main goroutine's work counts: runtime threads (sysmon, GC workers) have no
     // main.main frame and may take samples when the machine is busy.

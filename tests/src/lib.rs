@@ -210,3 +210,25 @@ pub fn go_workload(name: &str) -> Option<PathBuf> {
     }
     Some(bin)
 }
+
+/// `phaseprof record [opts] -o <scratch>/<name>.phaseprof -- <program> <args>`: returns the
+/// profile's path and the workload's truth line.
+pub fn record_workload(
+    name: &str,
+    opts: &[&str],
+    program: &Path,
+    args: &[&str],
+) -> (PathBuf, serde_json::Value) {
+    let out = scratch(name).join(format!("{name}.phaseprof"));
+    let mut all: Vec<&str> = vec!["record"];
+    all.extend_from_slice(opts);
+    all.extend_from_slice(&[
+        "-o",
+        out.to_str().expect("UTF-8 path"),
+        "--",
+        program.to_str().expect("UTF-8 path"),
+    ]);
+    all.extend_from_slice(args);
+    let o = phaseprof_ok(&all);
+    (out, truth_from(&o.stdout))
+}
