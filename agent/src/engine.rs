@@ -74,6 +74,9 @@ pub struct Engine<'obj> {
     ring: RingBuffer<'static>,
     events: Receiver<TargetEvent>,
     stack_cache: HashMap<u64, Vec<u64>>,
+    cpu_counts: Counters,
+    offcpu_counts: Counters,
+    syscall_counts: Counters,
     /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
     detached_at_ns: Option<u64>,
     pub flavour: SwitchFlavour,
@@ -107,9 +110,8 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Removes and returns every entry of a map whose key `wanted` selects. Keys are listed
-/// first and then taken one by one, so concurrent inserts of the other window parity cannot
-/// make the iteration restart or skip.
+/// Removes and returns every entry of a map whose key `wanted` selects (used once probes are
+/// detached, when nothing writes any more).
 fn take_window<K: Copy, V: Copy>(
     map: &dyn MapCore,
     wanted: impl Fn(&K) -> bool,
@@ -124,6 +126,71 @@ fn take_window<K: Copy, V: Copy>(
         }
     }
     Ok(taken)
+}
+
+/// Drains a counters map (values made of u64 counters) without racing its writers.
+///
+/// A program that read the old window parity just before the flip may still add to an
+/// old-parity entry after the drain's grace period: a vCPU the hypervisor deschedules mid-program
+/// stalls for milliseconds. Deleting the entry then would lose that increment (it would land in
+/// a freed element). So a drain reads entries and reports their growth since the last read, and
+/// deletes an entry only after a whole parity cycle (two windows) without change.
+#[derive(Default)]
+struct Counters {
+    seen: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+fn sub_counters(new: &[u8], old: &[u8]) -> Vec<u8> {
+    new.chunks_exact(8)
+        .zip(old.chunks_exact(8))
+        .flat_map(|(n, o)| {
+            let n = u64::from_ne_bytes(n.try_into().expect("8 bytes"));
+            let o = u64::from_ne_bytes(o.try_into().expect("8 bytes"));
+            n.wrapping_sub(o).to_ne_bytes()
+        })
+        .collect()
+}
+
+impl Counters {
+    /// Increments since the last drain of the entries `wanted` selects; `everything` (after
+    /// detach) takes and deletes every entry.
+    fn take<K: Copy, V: Copy>(
+        &mut self,
+        map: &dyn MapCore,
+        wanted: impl Fn(&K) -> bool,
+        everything: bool,
+    ) -> Result<Vec<(K, V)>> {
+        let mut taken = Vec::new();
+        for key in map.keys().collect::<Vec<_>>() {
+            let k: K = pod(&key);
+            if !wanted(&k) {
+                continue;
+            }
+            let value = if everything {
+                map.lookup_and_delete(&key)?
+            } else {
+                map.lookup(&key, MapFlags::ANY)?
+            };
+            let Some(value) = value else { continue };
+            let delta = match self.seen.get(&key) {
+                Some(prev) => sub_counters(&value, prev),
+                None => value.clone(),
+            };
+            if everything {
+                self.seen.remove(&key);
+            } else if self.seen.get(&key) == Some(&value) {
+                // Unchanged for a whole parity cycle: no writer can still hold it.
+                map.delete(&key)?;
+                self.seen.remove(&key);
+            } else {
+                self.seen.insert(key.clone(), value);
+            }
+            if delta.iter().any(|&b| b != 0) {
+                taken.push((k, pod::<V>(&delta)));
+            }
+        }
+        Ok(taken)
+    }
 }
 
 fn open_skel<'obj>(
@@ -234,6 +301,9 @@ impl<'obj> Engine<'obj> {
             ring,
             events: rx,
             stack_cache: HashMap::new(),
+            cpu_counts: Counters::default(),
+            offcpu_counts: Counters::default(),
+            syscall_counts: Counters::default(),
             detached_at_ns: None,
             flavour,
             cpus: 0,
@@ -332,8 +402,8 @@ impl<'obj> Engine<'obj> {
     }
 
     /// Drains one window. While attached: flips the window parity, gives programs that read
-    /// the old parity time to finish, then takes every old-parity key (nothing writes them any
-    /// more, so nothing is lost between read and delete). After `detach`, `everything` drains
+    /// the old parity time to finish, then takes the growth of every old-parity key (see
+    /// `Counters` for why keys are not deleted right away). After `detach`, `everything` drains
     /// both parities.
     pub fn drain(&mut self, everything: bool) -> Result<RawWindow> {
         let ptr = self.window_ptr();
@@ -351,13 +421,23 @@ impl<'obj> Engine<'obj> {
         let mut raw = RawWindow::default();
 
         let maps = &self.skel.maps;
-        let cpu = take_window::<types::cpu_key, u64>(&maps.cpu_counts, |k| take(k.window))?;
-        let offcpu =
-            take_window::<types::offcpu_key, u64>(&maps.offcpu_counts, |k| take(k.window))?;
-        let syscalls =
-            take_window::<types::syscall_key, types::syscall_value>(&maps.syscall_counts, |k| {
-                take(k.window)
-            })?;
+        let cpu = self.cpu_counts.take::<types::cpu_key, u64>(
+            &maps.cpu_counts,
+            |k| take(k.window),
+            everything,
+        )?;
+        let offcpu = self.offcpu_counts.take::<types::offcpu_key, u64>(
+            &maps.offcpu_counts,
+            |k| take(k.window),
+            everything,
+        )?;
+        let syscalls = self
+            .syscall_counts
+            .take::<types::syscall_key, types::syscall_value>(
+                &maps.syscall_counts,
+                |k| take(k.window),
+                everything,
+            )?;
         for (k, count) in cpu {
             raw.cpu.push(RawCpu {
                 pid: k.tgid,
