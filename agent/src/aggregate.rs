@@ -2,9 +2,9 @@
 //! windows) and sums samples with equal keys.
 use std::collections::{HashMap, HashSet};
 
-use phaseprof_model::{Frame, Meta, PhaseAt, Profile, ProfileBuilder};
+use phaseprof_model::{Frame, LiveSample, Meta, PhaseAt, Profile, ProfileBuilder};
 
-use crate::window::RawWindow;
+use crate::window::{RawLive, RawWindow};
 
 /// Turns addresses into frames. Implemented over blazesym for live recording and by hand in
 /// tests.
@@ -35,6 +35,24 @@ pub struct Aggregator {
     builder: ProfileBuilder,
     user_frames: HashMap<(u32, u64), Vec<u32>>,
     kernel_frames: HashMap<u64, Vec<u32>>,
+    /// Go allocation estimates per phase id (inclusive), added to the phase totals at the end.
+    go_phase_allocs: HashMap<u32, (f64, f64)>,
+}
+
+/// Go's default `runtime.MemProfileRate`.
+const GO_DEFAULT_RATE: f64 = 512.0 * 1024.0;
+
+/// The bytes and allocations one Go heap-profile sample of `size` bytes stands for. Go samples
+/// by a Poisson process of mean `rate` bytes, so an allocation of `size` is sampled with
+/// probability 1 - exp(-size/rate); weighing by the inverse is unbiased (pprof's
+/// scaleHeapSample does the same).
+pub fn go_sample_weight(size: u64, rate: i64) -> (f64, f64) {
+    let rate = if rate > 0 { rate as f64 } else { GO_DEFAULT_RATE };
+    if rate <= 1.0 || size == 0 {
+        return (size as f64, 1.0);
+    }
+    let p = 1.0 - (-(size as f64) / rate).exp();
+    (size as f64 / p, 1.0 / p)
 }
 
 /// Return addresses point after the call; symbolize the call itself (as perf does), except for
@@ -53,7 +71,13 @@ impl Aggregator {
             builder: ProfileBuilder::new(meta, phases),
             user_frames: HashMap::new(),
             kernel_frames: HashMap::new(),
+            go_phase_allocs: HashMap::new(),
         }
+    }
+
+    /// Go allocation estimates by phase id (bytes, allocations), inclusive of nested phases.
+    pub fn go_phase_allocs(&self) -> &HashMap<u32, (f64, f64)> {
+        &self.go_phase_allocs
     }
 
     pub fn builder_mut(&mut self) -> &mut ProfileBuilder {
@@ -83,6 +107,99 @@ impl Aggregator {
                 s.total_ns,
             );
         }
+        for t in &w.alloc_totals {
+            self.builder.add_alloc_total(
+                t.pid,
+                at(t.phase, t.phase_mask),
+                t.bytes,
+                t.count,
+                t.frees,
+            );
+        }
+        for s in &w.allocs {
+            let stack = self.stack(s.pid, s.user.as_deref(), None);
+            // Ratio estimate of the allocations: samples scaled as their bytes were.
+            let count = if s.sampled_bytes == 0 {
+                s.samples as f64
+            } else {
+                s.samples as f64 * s.est_bytes as f64 / s.sampled_bytes as f64
+            };
+            self.builder.add_alloc(
+                s.pid,
+                at(s.phase, s.phase_mask),
+                stack,
+                s.est_bytes,
+                count,
+                s.samples,
+            );
+        }
+        for g in &w.go_allocs {
+            let stack = self.stack(g.pid, g.user.as_deref(), None);
+            let (bytes, count) = go_sample_weight(g.size, g.rate);
+            let at = at(g.phase, g.phase_mask);
+            self.builder
+                .add_alloc(g.pid, at, stack, bytes.round() as u64, count, 1);
+            self.builder
+                .add_alloc_total(g.pid, at, bytes.round() as u64, count.round() as u64, 0);
+            let mut mask = g.phase_mask;
+            while mask != 0 {
+                let id = mask.trailing_zeros();
+                mask &= mask - 1;
+                let e = self.go_phase_allocs.entry(id).or_default();
+                e.0 += bytes;
+                e.1 += count;
+            }
+        }
+        for s in &w.page_faults {
+            let stack = self.stack(s.pid, s.user.as_deref(), None);
+            self.builder
+                .add_page_faults(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.count);
+        }
+    }
+
+    /// Folds the live heap read at CLOCK_MONOTONIC `now_ns` into per-stack totals with ages.
+    pub fn set_live(&mut self, live: &[RawLive], now_ns: u64, sym: &mut dyn Symbolize) {
+        let as_window = RawWindow {
+            allocs: live
+                .iter()
+                .map(|l| crate::window::RawAlloc {
+                    pid: l.pid,
+                    phase: l.phase,
+                    phase_mask: l.phase_mask,
+                    user: l.user.clone(),
+                    est_bytes: 0,
+                    samples: 0,
+                    sampled_bytes: 0,
+                })
+                .collect(),
+            ..RawWindow::default()
+        };
+        self.symbolize_new(&as_window, sym);
+        let mut by_key: HashMap<(u32, u32, u64, u32), LiveSample> = HashMap::new();
+        for l in live {
+            let stack = self.stack(l.pid, l.user.as_deref(), None);
+            let age = now_ns.saturating_sub(l.allocated_at_ns);
+            let e = by_key
+                .entry((l.pid, l.phase, l.phase_mask, stack))
+                .or_insert(LiveSample {
+                    pid: l.pid,
+                    phase: l.phase,
+                    phase_mask: l.phase_mask,
+                    stack,
+                    bytes: 0,
+                    samples: 0,
+                    oldest_ns: 0,
+                    mean_age_ns: 0,
+                });
+            e.bytes += l.est_bytes;
+            e.samples += 1;
+            e.oldest_ns = e.oldest_ns.max(age);
+            let n = e.samples as u128;
+            e.mean_age_ns = ((e.mean_age_ns as u128 * (n - 1) + age as u128) / n) as u64;
+        }
+        let mut live: Vec<LiveSample> = by_key.into_values().collect();
+        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        self.builder.set_live(live);
     }
 
     /// Symbolizes, in one batch per process and one for the kernel, every address of `w` not
@@ -106,6 +223,15 @@ impl Aggregator {
             note_user(s.pid, &s.user, &self.user_frames);
         }
         for s in &w.syscalls {
+            note_user(s.pid, &s.user, &self.user_frames);
+        }
+        for s in &w.allocs {
+            note_user(s.pid, &s.user, &self.user_frames);
+        }
+        for s in &w.go_allocs {
+            note_user(s.pid, &s.user, &self.user_frames);
+        }
+        for s in &w.page_faults {
             note_user(s.pid, &s.user, &self.user_frames);
         }
         let kernel_addrs = w

@@ -63,7 +63,7 @@ pub struct RecordArgs {
     /// Stop after this long (e.g. 30s, 500ms, 2m). Default: until the command exits or Ctrl-C.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Event kinds, comma separated: cpu, offcpu, syscall.
+    /// Event kinds, comma separated: cpu, offcpu, syscall, alloc, pagefault.
     #[arg(long, default_value = "cpu,offcpu,syscall", value_delimiter = ',')]
     pub events: Vec<String>,
     /// Phases to attribute costs to (phases.toml: [[phase]] name + function glob, [[cost]] rules).
@@ -81,6 +81,19 @@ pub struct RecordArgs {
     /// Distinct stacks the kernel side can hold (preallocated, ~1 KiB each).
     #[arg(long, default_value_t = 16384)]
     pub stack_entries: u32,
+    /// With alloc: capture an allocation's stack once per this many bytes (as jemalloc's
+    /// heap profiler does; 1 = every allocation). Totals are exact either way.
+    #[arg(long, default_value = "512KiB", value_parser = parse_bytes, value_name = "BYTES")]
+    pub alloc_sample_bytes: u64,
+    /// With alloc: keep the slowdown the allocation probes cause under this share of the
+    /// target's CPU time (e.g. 1%) by attaching them for part of each second; totals are then
+    /// extrapolated, and the report says so.
+    #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
+    pub alloc_budget: Option<f64>,
+    /// With alloc: where allocator probes go: `auto` (an instruction the kernel emulates) or
+    /// `entry` (the first instruction, as naive tools do; for benchmarks).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "entry"])]
+    pub alloc_placement: String,
     /// Output file.
     #[arg(short, long, value_name = "OUT.phaseprof")]
     pub output: PathBuf,
@@ -130,6 +143,43 @@ pub struct ExportArgs {
     /// Output file (`-` for stdout).
     #[arg(short, long)]
     pub output: PathBuf,
+}
+
+/// Parses a byte count: `4096`, `512KiB`, `64k`, `1MiB`, `2m`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count like 4096, 512KiB or 1MiB"))?;
+    let mult = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use KiB, MiB or GiB)")),
+    };
+    match n.checked_mul(mult) {
+        Some(0) | None => Err(format!("`{s}`: must be between 1 byte and 2^64")),
+        Some(v) => Ok(v),
+    }
+}
+
+/// Parses `1%` or `0.5%` into a fraction (0.01, 0.005).
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let num = t
+        .strip_suffix('%')
+        .ok_or_else(|| format!("`{s}`: give a percentage like 1%"))?;
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage like 1%"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(format!("`{s}`: the budget must be above 0% and at most 100%"));
+    }
+    Ok(v / 100.0)
 }
 
 /// Parses `30s`, `500ms`, `2m`, `1h` or plain seconds.
@@ -198,17 +248,15 @@ impl RecordArgs {
         let mut events = Vec::new();
         for e in &self.events {
             let k = parse_event(e)?;
-            if matches!(k, EventKind::Alloc | EventKind::Pagefault) {
-                bail!(
-                    "--events {k} is not available in this version (cpu, offcpu and syscall are)"
-                );
-            }
             if !events.contains(&k) {
                 events.push(k);
             }
         }
         if self.freq == 0 || self.freq > 10_000 {
             bail!("--freq must be between 1 and 10000 Hz");
+        }
+        if self.alloc_budget.is_some() && !events.contains(&EventKind::Alloc) {
+            bail!("--alloc-budget limits the allocation probes: add alloc to --events");
         }
         Ok(RecordOptions {
             target,
@@ -218,8 +266,11 @@ impl RecordArgs {
                 freq_hz: self.freq,
                 syscall_stacks: self.syscall_stacks,
                 stack_entries: self.stack_entries,
+                alloc_sample_bytes: self.alloc_sample_bytes,
                 ..EngineConfig::default()
             },
+            alloc_budget: self.alloc_budget,
+            alloc_at_entry: self.alloc_placement == "entry",
             output: self.output,
             phases: self.phases,
             window: self.window,

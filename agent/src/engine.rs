@@ -13,9 +13,12 @@ use phaseprof_bpf::types;
 use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkel, PhaseprofSkelBuilder};
 use phaseprof_model::{EventKind, Lost, PhaseStats};
 
-use crate::cpu_clock::{online_cpus, open_cpu_clock};
+use crate::alloc::sites::{AllocKind, AllocSite};
+use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
 use crate::phases::symbols::ProbeSite;
-use crate::window::{RawCpu, RawOffCpu, RawSyscall, RawWindow};
+use crate::window::{
+    RawAlloc, RawAllocTotal, RawCpu, RawGoAlloc, RawLive, RawOffCpu, RawSyscall, RawWindow,
+};
 
 /// How to configure the programs before loading them.
 #[derive(Clone, Debug)]
@@ -34,6 +37,10 @@ pub struct EngineConfig {
     /// Syscall cost rules counted per phase in the kernel: rule i counts these syscall numbers
     /// (at most MAX_SYSCALL_COSTS rules).
     pub syscall_costs: Vec<Vec<u32>>,
+    /// Allocation stacks are sampled once per this many bytes (1: every allocation).
+    pub alloc_sample_bytes: u64,
+    /// Track sampled allocations until freed (the live heap).
+    pub alloc_live: bool,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +55,8 @@ impl Default for EngineConfig {
             key_entries: 65536,
             phases_enabled: false,
             syscall_costs: Vec::new(),
+            alloc_sample_bytes: 512 * 1024,
+            alloc_live: true,
         }
     }
 }
@@ -71,12 +80,19 @@ pub enum SwitchFlavour {
 pub struct Engine<'obj> {
     skel: PhaseprofSkel<'obj>,
     links: Vec<Link>,
+    /// Allocator probes, by target: detached and re-attached when duty-cycling.
+    alloc_links: HashMap<u32, Vec<Link>>,
     ring: RingBuffer<'static>,
     events: Receiver<TargetEvent>,
+    /// Go samples with the hash of their stack, which the drain resolves.
+    go_allocs: Receiver<(u64, RawGoAlloc)>,
     stack_cache: HashMap<u64, Vec<u64>>,
     cpu_counts: Counters,
     offcpu_counts: Counters,
     syscall_counts: Counters,
+    alloc_totals: Counters,
+    alloc_stacks: Counters,
+    pagefault_counts: Counters,
     /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
     detached_at_ns: Option<u64>,
     pub flavour: SwitchFlavour,
@@ -100,7 +116,7 @@ fn pod<T: Copy>(bytes: &[u8]) -> T {
     unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
 }
 
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -108,6 +124,15 @@ fn monotonic_ns() -> u64 {
     // SAFETY: ts is a valid timespec for clock_gettime to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A stack captured at a return probe starts with the return address: moved back into the call
+/// instruction, its leaf symbolizes to the call (with its inlined callers), not to what follows.
+fn into_call(mut stack: Vec<u64>) -> Vec<u64> {
+    if let Some(leaf) = stack.first_mut() {
+        *leaf = leaf.saturating_sub(1);
+    }
+    stack
 }
 
 /// Removes and returns every entry of a map whose key `wanted` selects (used once probes are
@@ -210,6 +235,8 @@ fn open_skel<'obj>(
     rodata.follow_children = cfg.follow_children;
     rodata.notify_exec = cfg.notify_exec;
     rodata.phases_enabled = cfg.phases_enabled;
+    rodata.alloc_sample_bytes = cfg.alloc_sample_bytes.max(1);
+    rodata.alloc_live = cfg.alloc_live;
     for (i, nrs) in cfg.syscall_costs.iter().enumerate().take(MAX_SYSCALL_COSTS) {
         for &nr in nrs {
             if let Some(bits) = rodata.syscall_cost_bits.get_mut(nr as usize) {
@@ -222,6 +249,8 @@ fn open_skel<'obj>(
         &mut open.maps.cpu_counts,
         &mut open.maps.offcpu_counts,
         &mut open.maps.syscall_counts,
+        &mut open.maps.alloc_stacks,
+        &mut open.maps.pagefault_counts,
     ] {
         map.set_max_entries(cfg.key_entries)?;
     }
@@ -243,6 +272,17 @@ fn open_skel<'obj>(
     open.progs
         .raw_tp__sys_exit
         .set_autoload(has(EventKind::Syscall));
+    for prog in [
+        &mut open.progs.uprobe__alloc_enter,
+        &mut open.progs.uretprobe__alloc_exit,
+        &mut open.progs.uprobe__free,
+        &mut open.progs.uprobe__go_alloc_sample,
+    ] {
+        prog.set_autoload(has(EventKind::Alloc));
+    }
+    open.progs
+        .perf_event__pagefault
+        .set_autoload(has(EventKind::Pagefault));
     Ok(open)
 }
 
@@ -294,16 +334,39 @@ impl<'obj> Engine<'obj> {
             }
             0
         })?;
+        let (go_tx, go_rx) = channel();
+        let go_handle = MapHandle::try_from(&skel.maps.alloc_samples)?;
+        builder.add(&go_handle, move |data: &[u8]| {
+            let n = std::mem::size_of::<types::go_alloc_sample>();
+            if data.len() >= n {
+                let s: types::go_alloc_sample = pod(&data[..n]);
+                let sample = RawGoAlloc {
+                    pid: s.tgid,
+                    phase: s.phase,
+                    phase_mask: s.phase_mask,
+                    user: None,
+                    size: s.size,
+                    rate: s.rate,
+                };
+                let _ = go_tx.send((s.user_stack, sample));
+            }
+            0
+        })?;
         let ring = builder.build()?;
         Ok(Engine {
             skel,
             links: Vec::new(),
+            alloc_links: HashMap::new(),
             ring,
             events: rx,
+            go_allocs: go_rx,
             stack_cache: HashMap::new(),
             cpu_counts: Counters::default(),
             offcpu_counts: Counters::default(),
             syscall_counts: Counters::default(),
+            alloc_totals: Counters::default(),
+            alloc_stacks: Counters::default(),
+            pagefault_counts: Counters::default(),
             detached_at_ns: None,
             flavour,
             cpus: 0,
@@ -324,6 +387,16 @@ impl<'obj> Engine<'obj> {
                     .perf_event__sample
                     .attach_perf_event(fd.into_raw_fd())
                     .with_context(|| format!("attaching the cpu sampler on cpu {cpu}"))?;
+                self.links.push(link);
+            }
+        }
+        if has(EventKind::Pagefault) {
+            for cpu in online_cpus()? {
+                let fd = open_page_faults(cpu)?;
+                let link = progs
+                    .perf_event__pagefault
+                    .attach_perf_event(fd.into_raw_fd())
+                    .with_context(|| format!("attaching the page-fault counter on cpu {cpu}"))?;
                 self.links.push(link);
             }
         }
@@ -359,6 +432,7 @@ impl<'obj> Engine<'obj> {
 
     /// Detaches every program: the targets run exactly as before from here on.
     pub fn detach(&mut self) {
+        self.alloc_links.clear();
         self.links.clear();
         self.detached_at_ns = Some(monotonic_ns());
     }
@@ -438,6 +512,63 @@ impl<'obj> Engine<'obj> {
                 |k| take(k.window),
                 everything,
             )?;
+        let alloc_totals = self
+            .alloc_totals
+            .take::<types::alloc_key, types::alloc_value>(
+                &maps.alloc_totals,
+                |k| take(k.window),
+                everything,
+            )?;
+        let alloc_stacks = self
+            .alloc_stacks
+            .take::<types::alloc_stack_key, types::alloc_stack_value>(
+                &maps.alloc_stacks,
+                |k| take(k.window),
+                everything,
+            )?;
+        let faults = self.pagefault_counts.take::<types::cpu_key, u64>(
+            &maps.pagefault_counts,
+            |k| take(k.window),
+            everything,
+        )?;
+        for (k, v) in alloc_totals {
+            raw.alloc_totals.push(RawAllocTotal {
+                pid: k.tgid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                bytes: v.bytes,
+                count: v.count,
+                frees: v.frees,
+            });
+        }
+        for (k, v) in alloc_stacks {
+            raw.allocs.push(RawAlloc {
+                pid: k.tgid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                user: self.stack(k.user_stack).map(into_call),
+                est_bytes: v.est_bytes,
+                samples: v.samples,
+                sampled_bytes: v.sampled_bytes,
+            });
+        }
+        for (k, count) in faults {
+            raw.page_faults.push(RawCpu {
+                pid: k.tgid,
+                tid: k.tid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                user: self.stack(k.user_stack),
+                kernel: None,
+                count,
+            });
+        }
+        let _ = self.ring.consume();
+        let go: Vec<(u64, RawGoAlloc)> = self.go_allocs.try_iter().collect();
+        for (stack, mut g) in go {
+            g.user = self.stack(stack);
+            raw.go_allocs.push(g);
+        }
         for (k, count) in cpu {
             raw.cpu.push(RawCpu {
                 pid: k.tgid,
@@ -491,6 +622,110 @@ impl<'obj> Engine<'obj> {
             });
         }
         Ok(raw)
+    }
+
+    /// Sampled allocations not freed yet (the live heap), read without removing them.
+    pub fn live_heap(&mut self) -> Result<Vec<RawLive>> {
+        let mut out = Vec::new();
+        let map = &self.skel.maps.live_allocs;
+        let entries: Vec<(types::live_key, types::live_alloc)> = map
+            .keys()
+            .filter_map(|k| {
+                let v = map.lookup(&k, MapFlags::ANY).ok()??;
+                Some((pod(&k), pod(&v)))
+            })
+            .collect();
+        for (k, v) in entries {
+            out.push(RawLive {
+                pid: k.tgid,
+                phase: v.phase,
+                phase_mask: v.phase_mask,
+                user: self.stack(v.user_stack).map(into_call),
+                est_bytes: v.est_bytes,
+                size: v.size,
+                allocated_at_ns: v.ts,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Attaches the allocator probes of `sites` for process `pid` only (a uprobe with a pid
+    /// filter is installed in that process's memory alone, so other users of the same libc
+    /// never trap). Calls already inside an allocator are not waited for after a re-attach.
+    pub fn attach_alloc(&mut self, pid: u32, sites: &[AllocSite]) -> Result<()> {
+        self.bump_alloc_generation();
+        let progs = &self.skel.progs;
+        let mut links = Vec::new();
+        for site in sites {
+            let opts = |retprobe: bool| libbpf_rs::UprobeOpts {
+                cookie: site.kind.cookie(),
+                retprobe,
+                ..Default::default()
+            };
+            let off = site.placement.file_offset as usize;
+            let what = || {
+                format!(
+                    "attaching the allocator probe of `{}` in {} (pid {pid})",
+                    site.symbol,
+                    site.path.display()
+                )
+            };
+            let prog = match site.kind {
+                AllocKind::Free => &progs.uprobe__free,
+                AllocKind::GoSample { .. } => &progs.uprobe__go_alloc_sample,
+                _ => &progs.uprobe__alloc_enter,
+            };
+            links.push(
+                prog.attach_uprobe_with_opts(pid as i32, &site.path, off, opts(false))
+                    .with_context(what)?,
+            );
+            if site.has_return_probe() {
+                links.push(
+                    progs
+                        .uretprobe__alloc_exit
+                        .attach_uprobe_with_opts(pid as i32, &site.path, off, opts(true))
+                        .with_context(what)?,
+                );
+            }
+        }
+        self.alloc_links.entry(pid).or_default().extend(links);
+        Ok(())
+    }
+
+    /// Detaches the allocator probes of every target (duty cycling), keeping the rest.
+    pub fn detach_alloc(&mut self) {
+        self.alloc_links.clear();
+    }
+
+    fn bump_alloc_generation(&mut self) {
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("BPF object has a .bss");
+        let ptr: *mut u32 = &mut bss.alloc_generation;
+        // SAFETY: ptr points into the .bss mmap of the loaded object; volatile because BPF
+        // programs read it concurrently.
+        unsafe { std::ptr::write_volatile(ptr, std::ptr::read_volatile(ptr).wrapping_add(1)) };
+    }
+
+    /// Allocator probe hits so far, summed over CPUs: (entries + returns + frees + Go samples).
+    pub fn alloc_probe_hits(&self) -> Result<u64> {
+        let mut total = 0;
+        for i in 0..types::probe_counter::HITS_MAX.0 {
+            let per_cpu = self
+                .skel
+                .maps
+                .probe_hits
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?;
+            total += per_cpu
+                .unwrap_or_default()
+                .iter()
+                .map(|v| pod::<u64>(v))
+                .sum::<u64>();
+        }
+        Ok(total)
     }
 
     /// The addresses of stack `id` (its hash), leaf first. A stack's entry never changes once
@@ -584,6 +819,10 @@ impl<'obj> Engine<'obj> {
                 total.offcpu_ns += st.offcpu_ns;
                 total.syscalls += st.syscalls;
                 total.syscall_ns += st.syscall_ns;
+                total.alloc_bytes += st.alloc_bytes;
+                total.allocs += st.allocs;
+                total.frees += st.frees;
+                total.page_faults += st.page_faults;
                 for (t, c) in costs.iter_mut().zip(st.costs) {
                     *t += c;
                 }
@@ -631,6 +870,12 @@ impl<'obj> Engine<'obj> {
                 types::drop_reason::DROP_PHASE_DEPTH => "phase_depth_exceeded",
                 types::drop_reason::DROP_PHASE_THREAD => "thread_phases_full",
                 types::drop_reason::DROP_PHASE_MISMATCH => "phase_exit_mismatch",
+                types::drop_reason::DROP_ALLOC_KEY => "alloc_totals_full",
+                types::drop_reason::DROP_ALLOC_STACK_KEY => "alloc_stacks_full",
+                types::drop_reason::DROP_LIVE_FULL => "live_allocs_full",
+                types::drop_reason::DROP_ALLOC_THREAD => "alloc_thread_state",
+                types::drop_reason::DROP_ALLOC_RINGBUF => "alloc_samples_ringbuf_full",
+                types::drop_reason::DROP_PAGEFAULT_KEY => "pagefault_counts_full",
                 types::drop_reason::INFO_PHASE_EXIT_UNMATCHED => {
                     lost.phase_exits_before_start = n;
                     continue;

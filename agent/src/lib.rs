@@ -3,8 +3,9 @@
 //! `aggregate` → model), so the processing is tested from fixtures without root.
 
 pub mod aggregate;
+pub mod alloc;
 pub mod cli;
-pub mod cpu_clock;
+pub mod perf_events;
 pub mod engine;
 pub mod export;
 pub mod phases;

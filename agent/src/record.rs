@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context, Result};
 use phaseprof_model::{write_profile, EventKind, Meta, Profile};
 
+use crate::alloc::recorder::AllocRecorder;
 use crate::engine::{Engine, EngineConfig};
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::session::Session;
@@ -28,6 +29,10 @@ pub struct RecordOptions {
     pub phases: Option<PathBuf>,
     /// How often the kernel maps are drained into the profile.
     pub window: Duration,
+    /// Keep the allocation probes' slowdown under this fraction (duty cycling).
+    pub alloc_budget: Option<f64>,
+    /// Probe allocator functions at their first instruction instead of the chosen one.
+    pub alloc_at_entry: bool,
     pub verbose: bool,
 }
 
@@ -113,8 +118,15 @@ fn record_into(
     deferred: Option<(PhaseConfig, String)>,
     interrupted: Arc<AtomicBool>,
 ) -> Result<Recorded> {
+    let mut plan = plan;
+    if opts.phases.is_none() {
+        // Without a phases file the built-in costs still apply to the whole recording.
+        plan.alloc_costs = PhasePlan::from_config(&PhaseConfig::builtin(), "(built-in)")?.alloc_costs;
+    }
     let mut engine_cfg = opts.engine.clone();
     engine_cfg.phases_enabled = !plan.names.is_empty();
+    // Duty cycling misses the frees of off-slices, so a live heap would only grow: not tracked.
+    engine_cfg.alloc_live = opts.alloc_budget.is_none();
     engine_cfg.syscall_costs = plan
         .syscall_costs
         .iter()
@@ -150,6 +162,13 @@ fn record_into(
         .insert("sched_switch".into(), format!("{:?}", engine.flavour));
     let mut session = Session::new(engine, meta, &plan, opts.verbose);
     session.resolve_phases_on_first_target(deferred);
+    if engine_cfg.events.contains(&EventKind::Alloc) {
+        session.record_allocations(AllocRecorder::new(
+            engine_cfg.alloc_sample_bytes,
+            opts.alloc_budget,
+            opts.alloc_at_entry,
+        ));
+    }
 
     let start = SystemTime::now();
     let mut child: Option<u32> = None;
@@ -173,7 +192,7 @@ fn record_into(
         TargetSpec::Command(argv) => {
             let path = command_path.expect("resolved before recording");
             let held = HeldChild::spawn(&path, argv)?;
-            session.add_held_child(held.pid)?;
+            session.add_held_child(held.pid, &path)?;
             let meta = session.meta_mut();
             meta.command = argv.clone();
             meta.exe = std::fs::canonicalize(&path)
@@ -226,6 +245,7 @@ fn record_into(
         if matches!(opts.target, TargetSpec::Pids(_)) && session.prune_exited() == 0 {
             break StopReason::TargetsExited;
         }
+        session.tick()?;
         if Instant::now() >= next_drain {
             session.drain_window()?;
             next_drain += opts.window;

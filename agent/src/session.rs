@@ -9,6 +9,7 @@ use phaseprof_model::{Meta, Profile};
 use regex::Regex;
 
 use crate::aggregate::Aggregator;
+use crate::alloc::recorder::AllocRecorder;
 use crate::engine::{Engine, TargetEvent};
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::symbolize::BlazeSymbolizer;
@@ -27,6 +28,10 @@ pub struct Session<'obj> {
     cost_names: Vec<String>,
     /// A phases config to resolve in the first target's objects (`--name`: unknown at start).
     deferred_phases: Option<(PhaseConfig, String)>,
+    /// Allocation probes, when `alloc` events are recorded.
+    alloc: Option<AllocRecorder>,
+    /// Allocation cost rules: (name, frame globs), computed from allocation stacks.
+    alloc_costs: Vec<(String, Vec<String>)>,
     verbose: bool,
 }
 
@@ -52,8 +57,23 @@ impl<'obj> Session<'obj> {
             },
             cost_names: plan.syscall_costs.iter().map(|(n, _)| n.clone()).collect(),
             deferred_phases: None,
+            alloc: None,
+            alloc_costs: plan.alloc_costs.clone(),
             verbose,
         }
+    }
+
+    /// Records allocations of every target added from now on.
+    pub fn record_allocations(&mut self, recorder: AllocRecorder) {
+        self.alloc = Some(recorder);
+    }
+
+    /// Periodic work between drains: the allocation probes' overhead estimate and duty cycle.
+    pub fn tick(&mut self) -> Result<()> {
+        if let Some(alloc) = &mut self.alloc {
+            alloc.tick(&mut self.engine)?;
+        }
+        Ok(())
     }
 
     /// Resolves and attaches `phases` (config, file name) when the first target is added.
@@ -91,6 +111,9 @@ impl<'obj> Session<'obj> {
                     .attach_phase(probe.phase, &probe.site, probe.returns.as_deref())?;
             }
         }
+        if let Some(alloc) = &mut self.alloc {
+            alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;
+        }
         self.engine.add_target(pid)?;
         self.sym.track(pid);
         let meta = self.agg.builder_mut().meta_mut();
@@ -109,8 +132,12 @@ impl<'obj> Session<'obj> {
         Ok(())
     }
 
-    /// Registers a `record -- CMD` child held before its execve (see `targets::HeldChild`).
-    pub fn add_held_child(&mut self, pid: u32) -> Result<()> {
+    /// Registers a `record -- CMD` child held before its execve of `exe` (see
+    /// `targets::HeldChild`).
+    pub fn add_held_child(&mut self, pid: u32, exe: &std::path::Path) -> Result<()> {
+        if let Some(alloc) = &mut self.alloc {
+            alloc.add_target(&mut self.engine, pid, &targets::command_code_objects(exe))?;
+        }
         self.engine.arm_target(pid)?;
         let meta = self.agg.builder_mut().meta_mut();
         meta.pids.push(pid);
@@ -140,6 +167,9 @@ impl<'obj> Session<'obj> {
                     // Its pid may be reused by an unrelated process: stop matching it.
                     self.live.remove(&pid);
                     self.engine.remove_target(pid);
+                    if let Some(alloc) = &mut self.alloc {
+                        alloc.remove_target(pid);
+                    }
                 }
             }
         }
@@ -158,6 +188,7 @@ impl<'obj> Session<'obj> {
         let tids = w
             .cpu
             .iter()
+            .chain(&w.page_faults)
             .map(|s| (s.pid, s.tid))
             .chain(w.offcpu.iter().map(|s| (s.pid, s.tid)));
         for (pid, tid) in tids {
@@ -172,19 +203,47 @@ impl<'obj> Session<'obj> {
 
     /// Detaches every probe, drains what is left and returns the profile of `start..end`.
     pub fn finish(mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
+        let alloc = match &mut self.alloc {
+            Some(a) => {
+                let total = end.duration_since(start).unwrap_or_default();
+                Some(a.finish(&self.engine, total)?)
+            }
+            None => None,
+        };
         self.engine.detach();
+        let stopped_ns = crate::engine::monotonic_ns();
         let w = self.engine.drain(true)?;
         self.fold(&w);
         let lost = self.engine.lost()?;
-        let phase_stats = if self.phase_names.is_empty() {
+        let mut phase_stats = if self.phase_names.is_empty() {
             vec![]
         } else {
             self.engine
                 .phase_stats(self.phase_names.len() + 1, &self.cost_names)?
         };
+        if let Some((info, scale)) = alloc {
+            if info.budget.is_none() {
+                let live = self.engine.live_heap()?;
+                self.agg.set_live(&live, stopped_ns, &mut self.sym);
+            }
+            for (&id, &(bytes, count)) in self.agg.go_phase_allocs() {
+                if let Some(st) = phase_stats.get_mut(id as usize) {
+                    st.alloc_bytes += bytes.round() as u64;
+                    st.allocs += count.round() as u64;
+                }
+            }
+            let b = self.agg.builder_mut();
+            if scale != 1.0 {
+                crate::alloc::costs::extrapolate(b, &mut phase_stats, scale);
+            }
+            *b.phase_stats_mut() = phase_stats;
+            crate::alloc::costs::compute(b, &self.alloc_costs);
+            b.meta_mut().alloc = Some(info);
+        } else {
+            *self.agg.builder_mut().phase_stats_mut() = phase_stats;
+        }
         let b = self.agg.builder_mut();
         *b.lost_mut() = lost;
-        *b.phase_stats_mut() = phase_stats;
         b.meta_mut().start_unix_ns = unix_ns(start);
         b.meta_mut().end_unix_ns = unix_ns(end);
         Ok(self.agg.finish())

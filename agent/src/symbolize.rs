@@ -26,7 +26,7 @@ impl Default for BlazeSymbolizer {
         BlazeSymbolizer {
             symbolizer: Symbolizer::builder()
                 .enable_inlined_fns(true)
-                .enable_code_info(false)
+                .enable_code_info(true)
                 .enable_demangling(true)
                 .build(),
             maps: ProcMaps::default(),

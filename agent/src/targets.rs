@@ -113,6 +113,26 @@ pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
     Ok(objects)
 }
 
+/// The ELF files a command about to start will run code from, as far as they can be known
+/// before it runs: its executable and the system C library (the one phaseprof itself maps,
+/// which the dynamic loader picks for any program of this system). Libraries it loads later
+/// beyond those are not known yet.
+pub fn command_code_objects(exe: &Path) -> Vec<PathBuf> {
+    let mut objects = vec![exe.to_path_buf()];
+    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+        for vma in crate::procmaps::parse_maps(&maps) {
+            let path = PathBuf::from(&vma.path);
+            let is_libc = path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"));
+            if vma.is_file() && is_libc && !objects.contains(&path) {
+                objects.push(path);
+            }
+        }
+    }
+    objects
+}
+
 /// Finds `program` like execvp would, so a missing command is reported before anything starts.
 pub fn resolve_command(program: &str) -> Result<PathBuf> {
     let is_exec = |p: &Path| {

@@ -11,6 +11,14 @@ pub struct RawWindow {
     pub cpu: Vec<RawCpu>,
     pub offcpu: Vec<RawOffCpu>,
     pub syscalls: Vec<RawSyscall>,
+    /// Exact allocation totals per (process, phase).
+    pub alloc_totals: Vec<RawAllocTotal>,
+    /// Byte-sampled allocation stacks (native allocators).
+    pub allocs: Vec<RawAlloc>,
+    /// Go's own heap-profile samples, each to be weighed by its sampling rate.
+    pub go_allocs: Vec<RawGoAlloc>,
+    /// Page faults per (thread, phase, user stack); `kernel` is always None.
+    pub page_faults: Vec<RawCpu>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -49,8 +57,61 @@ pub struct RawSyscall {
     pub total_ns: u64,
 }
 
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawAllocTotal {
+    pub pid: u32,
+    pub phase: u32,
+    pub phase_mask: u64,
+    pub bytes: u64,
+    pub count: u64,
+    pub frees: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawAlloc {
+    pub pid: u32,
+    pub phase: u32,
+    pub phase_mask: u64,
+    pub user: Option<Addrs>,
+    /// Unbiased estimate of the bytes these samples stand for.
+    pub est_bytes: u64,
+    pub samples: u64,
+    /// The sampled allocations' own sizes.
+    pub sampled_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawGoAlloc {
+    pub pid: u32,
+    pub phase: u32,
+    pub phase_mask: u64,
+    pub user: Option<Addrs>,
+    pub size: u64,
+    /// runtime.MemProfileRate when sampled (0: unknown).
+    pub rate: i64,
+}
+
+/// A sampled allocation not freed when the heap was read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawLive {
+    pub pid: u32,
+    pub phase: u32,
+    pub phase_mask: u64,
+    pub user: Option<Addrs>,
+    pub est_bytes: u64,
+    pub size: u64,
+    /// CLOCK_MONOTONIC ns of the allocation.
+    pub allocated_at_ns: u64,
+}
+
 impl RawWindow {
     pub fn is_empty(&self) -> bool {
-        self.cpu.is_empty() && self.offcpu.is_empty() && self.syscalls.is_empty()
+        self.cpu.is_empty()
+            && self.offcpu.is_empty()
+            && self.syscalls.is_empty()
+            && self.alloc_totals.is_empty()
+            && self.allocs.is_empty()
+            && self.go_allocs.is_empty()
+            && self.page_faults.is_empty()
     }
 }

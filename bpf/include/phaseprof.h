@@ -55,6 +55,12 @@ enum drop_reason {
 	INFO_SYSCALL_EXIT_UNMATCHED,
 	/* Not drops: returns from phase functions entered before recording began. */
 	INFO_PHASE_EXIT_UNMATCHED,
+	DROP_ALLOC_KEY,           /* allocation totals map full */
+	DROP_ALLOC_STACK_KEY,     /* sampled allocation stacks map full */
+	DROP_LIVE_FULL,           /* a sampled allocation not tracked as live (map full) */
+	DROP_ALLOC_THREAD,        /* no task storage for a thread's allocator state */
+	DROP_ALLOC_RINGBUF,       /* a Go allocation sample could not be sent to user space */
+	DROP_PAGEFAULT_KEY,       /* page fault counts map full */
 	DROP_MAX,
 };
 
@@ -154,7 +160,105 @@ struct phase_stats {
 	__u64 syscalls;
 	__u64 syscall_ns;
 	__u64 costs[MAX_SYSCALL_COSTS];
+	__u64 alloc_bytes;     /* exact (native allocators); Go: sampled estimates, in go_allocs */
+	__u64 allocs;
+	__u64 frees;
+	__u64 page_faults;
 	__u64 wall_hist[WALL_BUCKETS];
+};
+
+/*
+ * Allocator entry points: the low byte of an allocator probe's attach cookie. Allocations are
+ * counted at the function's return (uretprobe), where the result is known.
+ */
+enum alloc_fn {
+	AF_MALLOC = 0,         /* size = arg0 (malloc, mallocx, mi_malloc, mi_zalloc, ...) */
+	AF_CALLOC,             /* size = arg0 * arg1 */
+	AF_REALLOC,            /* old = arg0, size = arg1; size 0 frees */
+	AF_POSIX_MEMALIGN,     /* *arg0 = result, size = arg2; returns 0 on success */
+	AF_ALIGNED_ALLOC,      /* size = arg1 (aligned_alloc, memalign) */
+	AF_FREE,               /* ptr = arg0 (free, sdallocx, dallocx, mi_free) */
+	/* Go's sampled allocation hook (runtime.mProf_Malloc): cookie bits 8..15 are the Go
+	 * register-ABI index of its size argument, bits 16.. the address of runtime.MemProfileRate
+	 * (0: unknown). */
+	AF_GO_SAMPLE,
+};
+
+/* Per-thread allocator state (task-local storage). */
+struct alloc_thread {
+	__u64 size;            /* pending call: requested bytes */
+	__u64 arg;             /* pending realloc: old pointer; posix_memalign: result slot */
+	__u64 sp;              /* pending call: stack pointer at entry (0: none pending) */
+	__u32 kind;            /* pending call: enum alloc_fn */
+	__u32 generation;      /* pending call: attach generation (see alloc_generation) */
+	__u64 until_sample;    /* bytes left before the next sampled allocation */
+};
+
+/* Exact allocation totals of one (process, phase). */
+struct alloc_key {
+	__u32 tgid;
+	__u32 phase;
+	__u32 window;
+	__u32 pad;
+	__u64 phase_mask;
+};
+
+struct alloc_value {
+	__u64 bytes;
+	__u64 count;
+	__u64 frees;
+};
+
+/* Sampled allocations of one (process, phase, stack). */
+struct alloc_stack_key {
+	__u32 tgid;
+	__u32 phase;
+	__u32 window;
+	__u32 pad;
+	__u64 phase_mask;
+	__u64 user_stack;
+};
+
+struct alloc_stack_value {
+	__u64 est_bytes;       /* unbiased estimate: each sample point stands for the sampling period */
+	__u64 samples;         /* sampled allocations */
+	__u64 sampled_bytes;   /* their actual sizes */
+};
+
+/* A sampled allocation not freed yet, keyed by (tgid, address). */
+struct live_key {
+	__u64 ptr;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct live_alloc {
+	__u64 ts;              /* bpf_ktime_get_ns at allocation */
+	__u64 est_bytes;
+	__u64 size;
+	__u64 user_stack;
+	__u64 phase_mask;
+	__u32 phase;
+	__u32 pad;
+};
+
+/* One Go heap-profile sample, sent through `alloc_samples` (rare: one per ~512 KiB). */
+struct go_alloc_sample {
+	__u32 tgid;
+	__u32 phase;
+	__u64 phase_mask;
+	__u64 size;
+	__s64 rate;            /* runtime.MemProfileRate when sampled; 0: unknown */
+	__u64 user_stack;
+};
+
+/* Per-CPU probe hit counters (index), for the overhead estimate. */
+enum probe_counter {
+	HITS_ALLOC_ENTRY = 0,
+	HITS_ALLOC_EXIT,
+	HITS_FREE,
+	HITS_GO_SAMPLE,
+	HITS_MAX,
 };
 
 /*
@@ -174,6 +278,8 @@ enum stack_slot {
 	SLOT_SAMPLE = 0,
 	SLOT_SWITCH,
 	SLOT_SYSCALL,
+	SLOT_ALLOC,
+	SLOT_FAULT,
 	SLOT_MAX,
 };
 

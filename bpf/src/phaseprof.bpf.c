@@ -31,11 +31,18 @@ const volatile bool follow_children = false;
 const volatile bool notify_exec = false;
 /* Phase probes are attached: look up thread phases in every event. */
 const volatile bool phases_enabled = false;
+/* Allocation stacks are sampled once per this many bytes (1: every allocation). */
+const volatile __u64 alloc_sample_bytes = 512 * 1024;
+/* Track sampled allocations until they are freed (the live heap). */
+const volatile bool alloc_live = true;
 /* Bit i set: syscall cost rule i counts this syscall number. */
 const volatile __u8 syscall_cost_bits[MAX_SYSCALL_NR] = {};
 
 /* Flipped by user space at every drain; see struct cpu_key. */
 __u32 window = 0;
+/* Bumped by user space whenever allocator probes are (re)attached: a call entered under an
+ * older generation may have lost its return probe to the detach and is not waited for. */
+__u32 alloc_generation = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -131,6 +138,53 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } target_events SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct alloc_thread);
+} alloc_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct alloc_key);
+	__type(value, struct alloc_value);
+} alloc_totals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct alloc_stack_key);
+	__type(value, struct alloc_stack_value);
+} alloc_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct live_key);
+	__type(value, struct live_alloc);
+} live_allocs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} alloc_samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HITS_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} probe_hits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct cpu_key);
+	__type(value, __u64); /* faults */
+} pagefault_counts SEC(".maps");
+
 static __always_inline void count_drop(enum drop_reason reason)
 {
 	__u32 key = reason;
@@ -192,10 +246,11 @@ static __always_inline __u32 lowest_bit(__u64 mask)
 	return debruijn64[((mask & -mask) * 0x03f79d71b4cb0a89ULL) >> 58];
 }
 
-enum phase_field { PF_CPU, PF_OFFCPU };
+enum phase_field { PF_CPU, PF_OFFCPU, PF_PAGE_FAULTS, PF_FREES };
 
-/* Adds `ns` of on-CPU or off-CPU time to every phase in `mask` (inclusive attribution).
- * Global functions like this one are verified once, not once per caller and path. */
+/* Adds `ns` of on-CPU or off-CPU time (or a count of another field) to every phase in `mask`
+ * (inclusive attribution). Global functions like this one are verified once, not once per
+ * caller and path. */
 __noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns)
 {
 	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
@@ -206,8 +261,27 @@ __noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns)
 			continue;
 		if (field == PF_CPU)
 			st->cpu_ns += ns;
-		else
+		else if (field == PF_OFFCPU)
 			st->offcpu_ns += ns;
+		else if (field == PF_PAGE_FAULTS)
+			st->page_faults += ns;
+		else
+			st->frees += ns;
+	}
+	return 0;
+}
+
+/* Counts one allocation of `bytes` in every phase of `mask`. */
+__noinline int phases_add_alloc(__u64 mask, __u64 bytes)
+{
+	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
+		__u32 id = lowest_bit(mask);
+		mask &= mask - 1;
+		struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &id);
+		if (!st)
+			continue;
+		st->alloc_bytes += bytes;
+		st->allocs += 1;
 	}
 	return 0;
 }
@@ -713,6 +787,308 @@ int uprobe__phase_return(struct pt_regs *ctx)
 	return 0;
 }
 
+
+/* ---- allocations ------------------------------------------------------- */
+
+static __always_inline void count_hit(enum probe_counter c)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline void add_alloc_totals(__u32 tgid, __u32 phase, __u64 mask, __u64 bytes, __u64 count, __u64 frees)
+{
+	struct alloc_key key = { .tgid = tgid, .phase = phase, .window = window, .phase_mask = mask };
+	struct alloc_value *v = bpf_map_lookup_elem(&alloc_totals, &key);
+	if (!v) {
+		struct alloc_value init = {};
+		long err = bpf_map_update_elem(&alloc_totals, &key, &init, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			count_drop(DROP_ALLOC_KEY);
+			return;
+		}
+		v = bpf_map_lookup_elem(&alloc_totals, &key);
+		if (!v) {
+			count_drop(DROP_ALLOC_KEY);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->bytes, bytes);
+	__sync_fetch_and_add(&v->count, count);
+	__sync_fetch_and_add(&v->frees, frees);
+}
+
+/*
+ * Byte sampling, as jemalloc does it: a thread samples the allocation during which its byte
+ * countdown runs out; an allocation crossing k sample points stands for k periods of bytes
+ * (an unbiased estimate of the bytes between sample points). Gaps are drawn uniformly from
+ * [1, 2 * period) so periodic allocation patterns cannot alias with the period. With a
+ * period of 1 every allocation is sampled with its exact size.
+ */
+static __always_inline __u64 sample_points(struct alloc_thread *at, __u64 size)
+{
+	__u64 period = alloc_sample_bytes ? alloc_sample_bytes : 1;
+	if (period == 1)
+		return size;
+	if (at->until_sample == 0)
+		at->until_sample = 1 + bpf_get_prandom_u32() % (2 * period - 1);
+	if (size < at->until_sample) {
+		at->until_sample -= size;
+		return 0;
+	}
+	__u64 past = size - at->until_sample;
+	__u64 k = 1 + past / period;
+	at->until_sample = 1 + bpf_get_prandom_u32() % (2 * period - 1);
+	return k;
+}
+
+/* A successful allocation of `size` bytes at `ptr` by the current thread. */
+static __always_inline void record_alloc(void *ctx, struct alloc_thread *at, __u64 ptr, __u64 size)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u64 mask;
+	__u32 phase = thread_phase_of((__u32)id, &mask);
+	add_alloc_totals(tgid, phase, mask, size, 1, 0);
+	if (phases_enabled)
+		phases_add_alloc(mask, size);
+	__u64 k = sample_points(at, size);
+	if (!k)
+		return;
+	__u64 period = alloc_sample_bytes > 1 ? alloc_sample_bytes : 1;
+	__u64 est = period == 1 ? size : k * period;
+	struct alloc_stack_key key = {
+		.tgid = tgid,
+		.phase = phase,
+		.window = window,
+		.phase_mask = mask,
+		.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_ALLOC, DROP_USER_STACK),
+	};
+	struct alloc_stack_value *v = bpf_map_lookup_elem(&alloc_stacks, &key);
+	if (!v) {
+		struct alloc_stack_value init = {};
+		long err = bpf_map_update_elem(&alloc_stacks, &key, &init, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			count_drop(DROP_ALLOC_STACK_KEY);
+			return;
+		}
+		v = bpf_map_lookup_elem(&alloc_stacks, &key);
+		if (!v) {
+			count_drop(DROP_ALLOC_STACK_KEY);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->est_bytes, est);
+	__sync_fetch_and_add(&v->samples, 1);
+	__sync_fetch_and_add(&v->sampled_bytes, size);
+	if (!alloc_live || !ptr)
+		return;
+	struct live_key lk = { .ptr = ptr, .tgid = tgid };
+	struct live_alloc la = {
+		.ts = bpf_ktime_get_ns(),
+		.est_bytes = est,
+		.size = size,
+		.user_stack = key.user_stack,
+		.phase_mask = mask,
+		.phase = phase,
+	};
+	if (bpf_map_update_elem(&live_allocs, &lk, &la, BPF_ANY))
+		count_drop(DROP_LIVE_FULL);
+}
+
+/* A free of `ptr` (non-NULL) by the current thread. */
+static __always_inline void record_free(__u64 ptr)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u64 mask;
+	__u32 phase = thread_phase_of((__u32)id, &mask);
+	add_alloc_totals(tgid, phase, mask, 0, 0, 1);
+	if (phases_enabled)
+		phases_add_time(mask, PF_FREES, 1);
+	if (alloc_live) {
+		struct live_key lk = { .ptr = ptr, .tgid = tgid };
+		bpf_map_delete_elem(&live_allocs, &lk);
+	}
+}
+
+/* The calling thread's allocator state, created on first use. */
+static __always_inline struct alloc_thread *alloc_thread_get(void)
+{
+	struct alloc_thread *at = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0,
+						       BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!at)
+		count_drop(DROP_ALLOC_THREAD);
+	return at;
+}
+
+/* An allocator call of this thread is in progress below stack pointer `sp`: calls made from
+ * inside it (glibc's realloc calls malloc, memalign may too) are internal and not counted. */
+static __always_inline bool inside_allocator(struct alloc_thread *at, __u64 sp)
+{
+	return at->sp && at->generation == alloc_generation && sp < at->sp;
+}
+
+/* Entry of malloc & co; the cookie's low byte is the enum alloc_fn. Probes sit where the
+ * return address is still on top of the stack, so sp is the caller's sp at the call. */
+SEC("uprobe")
+int uprobe__alloc_enter(struct pt_regs *ctx)
+{
+	if (!is_active(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	count_hit(HITS_ALLOC_ENTRY);
+	struct alloc_thread *at = alloc_thread_get();
+	if (!at)
+		return 0;
+	__u64 sp = PT_REGS_SP(ctx);
+	if (inside_allocator(at, sp))
+		return 0;
+	__u32 kind = bpf_get_attach_cookie(ctx) & 0xff;
+	__u64 a0 = PT_REGS_PARM1(ctx), a1 = PT_REGS_PARM2(ctx), a2 = PT_REGS_PARM3(ctx);
+	at->kind = kind;
+	at->arg = 0;
+	switch (kind) {
+	case AF_MALLOC:
+		at->size = a0;
+		break;
+	case AF_CALLOC:
+		at->size = a0 * a1;
+		break;
+	case AF_REALLOC:
+		at->arg = a0;
+		at->size = a1;
+		break;
+	case AF_POSIX_MEMALIGN:
+		at->arg = a0;
+		at->size = a2;
+		break;
+	default: /* AF_ALIGNED_ALLOC */
+		at->size = a1;
+		break;
+	}
+	at->generation = alloc_generation;
+	at->sp = sp;
+	return 0;
+}
+
+/* Return of malloc & co (uretprobe at the same site as the entry probe). */
+SEC("uretprobe")
+int uretprobe__alloc_exit(struct pt_regs *ctx)
+{
+	if (!is_active(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	count_hit(HITS_ALLOC_EXIT);
+	struct alloc_thread *at = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
+	if (!at || !at->sp || at->generation != alloc_generation)
+		return 0;
+	/* After the return the stack pointer is one slot above the entry's: anything else is the
+	 * return of an internal call. */
+	if (PT_REGS_SP(ctx) != at->sp + 8)
+		return 0;
+	at->sp = 0;
+	__u64 ret = PT_REGS_RC(ctx);
+	__u64 ptr = ret;
+	switch (at->kind) {
+	case AF_POSIX_MEMALIGN:
+		ptr = 0;
+		if ((int)ret == 0)
+			bpf_probe_read_user(&ptr, sizeof(ptr), (void *)at->arg);
+		break;
+	case AF_REALLOC:
+		/* realloc(p, 0) frees p and returns NULL; a failed realloc leaves p allocated. */
+		if (at->arg && (ret || at->size == 0))
+			record_free(at->arg);
+		break;
+	}
+	if (ptr)
+		record_alloc(ctx, at, ptr, at->size);
+	return 0;
+}
+
+/* free & co, probed past their NULL test when the code allows; the argument is still intact. */
+SEC("uprobe")
+int uprobe__free(struct pt_regs *ctx)
+{
+	if (!is_active(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	count_hit(HITS_FREE);
+	__u64 ptr = PT_REGS_PARM1(ctx);
+	if (!ptr)
+		return 0;
+	struct alloc_thread *at = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
+	if (at && inside_allocator(at, PT_REGS_SP(ctx)))
+		return 0;
+	record_free(ptr);
+	return 0;
+}
+
+/* Go's register ABI: integer arguments in RAX, RBX, RCX, RDI, RSI, R8, R9, R10 (, R11). The
+ * registers are copied first: the verifier refuses context reads at a computed offset. */
+static __always_inline __u64 go_arg(struct pt_regs *ctx, __u32 index)
+{
+	__u64 regs[8] = { ctx->ax, ctx->bx, ctx->cx, ctx->di, ctx->si, ctx->r8, ctx->r9, ctx->r10 };
+	return regs[index & 7];
+}
+
+/* Go's own heap-profile sample (runtime.mProf_Malloc): one allocation Go chose to sample;
+ * user space weighs it by the sampling rate. Go frees are not tracked (garbage collected). */
+SEC("uprobe")
+int uprobe__go_alloc_sample(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!is_active(tgid))
+		return 0;
+	count_hit(HITS_GO_SAMPLE);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 rate_addr = cookie >> 16;
+	struct go_alloc_sample *s = bpf_ringbuf_reserve(&alloc_samples, sizeof(*s), 0);
+	if (!s) {
+		count_drop(DROP_ALLOC_RINGBUF);
+		return 0;
+	}
+	__u64 mask;
+	s->tgid = tgid;
+	s->phase = thread_phase_of((__u32)id, &mask);
+	s->phase_mask = mask;
+	s->size = go_arg(ctx, (cookie >> 8) & 0xff);
+	s->rate = 0;
+	if (rate_addr)
+		bpf_probe_read_user(&s->rate, sizeof(s->rate), (void *)rate_addr);
+	s->user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_ALLOC, DROP_USER_STACK);
+	bpf_ringbuf_submit(s, 0);
+	return 0;
+}
+
+/* ---- page faults ------------------------------------------------------- */
+
+/* The software page-faults perf event, one per CPU with a period of 1: every fault. */
+SEC("perf_event")
+int perf_event__pagefault(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!tgid || !is_active(tgid))
+		return 0;
+	__u64 mask;
+	__u32 phase = thread_phase_of((__u32)id, &mask);
+	struct cpu_key key = {
+		.tgid = tgid,
+		.tid = (__u32)id,
+		.phase = phase,
+		.phase_mask = mask,
+		.window = window,
+		.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_FAULT, DROP_USER_STACK),
+		.kernel_stack = 0,
+	};
+	add_u64(&pagefault_counts, &key, 1, DROP_PAGEFAULT_KEY);
+	if (phases_enabled)
+		phases_add_time(mask, PF_PAGE_FAULTS, 1);
+	return 0;
+}
+
 /* ---- process lifecycle ------------------------------------------------- */
 
 SEC("raw_tp/sched_process_fork")
@@ -770,6 +1146,9 @@ char LICENSE[] SEC("license") = "GPL";
 /* Never used by the programs: these make the skeleton generate Rust types for
  * records that only travel through the ring buffer or index arrays. */
 struct target_event _target_event = {};
+struct go_alloc_sample _go_alloc_sample = {};
+enum alloc_fn _alloc_fn = AF_MALLOC;
+enum probe_counter _probe_counter = HITS_MAX;
 enum drop_reason _drop_reason = DROP_MAX;
 enum target_event_kind _target_event_kind = TEV_EXEC;
 enum target_state _target_state = TARGET_ACTIVE;

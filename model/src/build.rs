@@ -28,6 +28,9 @@ pub struct ProfileBuilder {
     cpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
     offcpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
     syscall_index: HashMap<(u32, u32, u64, u32, Option<u32>), usize>,
+    alloc_index: HashMap<(u32, u32, u64, u32), usize>,
+    alloc_total_index: HashMap<(u32, u32, u64), usize>,
+    fault_index: HashMap<(u32, u32, u32, u64, u32), usize>,
 }
 
 impl ProfileBuilder {
@@ -145,6 +148,80 @@ impl ProfileBuilder {
         });
         samples[i].count += count;
         samples[i].total_ns += total_ns;
+    }
+
+    /// Sampled allocations: `bytes` estimated bytes, `count` estimated allocations.
+    pub fn add_alloc(&mut self, pid: u32, at: PhaseAt, stack: u32, bytes: u64, count: f64, samples: u64) {
+        let v = &mut self.profile.allocs;
+        let i = *self
+            .alloc_index
+            .entry((pid, at.phase, at.mask, stack))
+            .or_insert_with(|| {
+                v.push(AllocSample {
+                    pid,
+                    phase: at.phase,
+                    phase_mask: at.mask,
+                    stack,
+                    bytes: 0,
+                    count: 0.0,
+                    samples: 0,
+                });
+                v.len() - 1
+            });
+        v[i].bytes += bytes;
+        v[i].count += count;
+        v[i].samples += samples;
+    }
+
+    pub fn add_alloc_total(&mut self, pid: u32, at: PhaseAt, bytes: u64, count: u64, frees: u64) {
+        let v = &mut self.profile.alloc_totals;
+        let i = *self
+            .alloc_total_index
+            .entry((pid, at.phase, at.mask))
+            .or_insert_with(|| {
+                v.push(AllocTotal {
+                    pid,
+                    phase: at.phase,
+                    phase_mask: at.mask,
+                    bytes: 0,
+                    count: 0,
+                    frees: 0,
+                });
+                v.len() - 1
+            });
+        v[i].bytes += bytes;
+        v[i].count += count;
+        v[i].frees += frees;
+    }
+
+    pub fn add_page_faults(&mut self, pid: u32, tid: u32, at: PhaseAt, stack: u32, count: u64) {
+        let v = &mut self.profile.page_faults;
+        let i = *self
+            .fault_index
+            .entry((pid, tid, at.phase, at.mask, stack))
+            .or_insert_with(|| {
+                v.push(PageFaultSample {
+                    pid,
+                    tid,
+                    phase: at.phase,
+                    phase_mask: at.mask,
+                    stack,
+                    count: 0,
+                });
+                v.len() - 1
+            });
+        v[i].count += count;
+    }
+
+    /// Replaces the live heap (it is a state, read once at the end, not a sum over windows).
+    pub fn set_live(&mut self, live: Vec<LiveSample>) {
+        self.profile.live = live;
+    }
+
+    /// The profile so far, for computations over its values before it is finished. Values may
+    /// change; keys (pids, phases, stacks) must not, or later samples would not fold in.
+    pub fn profile_mut(&mut self) -> &mut Profile {
+        &mut self.profile
     }
 
     /// A copy of the profile so far (the builder keeps accumulating).

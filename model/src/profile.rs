@@ -121,6 +121,28 @@ pub struct Meta {
     /// Everything else worth knowing (version of phaseprof, sched_switch flavour …).
     #[serde(default)]
     pub notes: BTreeMap<String, String>,
+    /// How allocations were recorded, when they were.
+    #[serde(default)]
+    pub alloc: Option<AllocInfo>,
+}
+
+/// How allocations were recorded.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct AllocInfo {
+    /// Stacks were sampled once per this many bytes (1: every allocation).
+    pub sample_bytes: u64,
+    /// Where each allocator probe went (function, offset, instruction, emulated or not).
+    pub probes: Vec<String>,
+    /// Probes were duty-cycled to stay within this slowdown (0.01 = 1%); None: always on.
+    pub budget: Option<f64>,
+    /// Fraction of the recording the probes were attached (1 without a budget). Totals and
+    /// stacks were scaled up by its inverse.
+    pub attached_fraction: f64,
+    /// Estimated slowdown of the target while the probes were attached.
+    pub estimated_overhead: f64,
+    /// Go targets: allocations are Go's own heap-profile samples, weighed by its rate, so
+    /// totals are estimates.
+    pub go_sampled: bool,
 }
 
 /// On-CPU samples of one (thread, phase, stack).
@@ -203,8 +225,70 @@ pub struct Profile {
     /// Exact per-phase totals by phase index (inclusive of nested phases); empty without phases.
     #[serde(default)]
     pub phase_stats: Vec<PhaseStats>,
+    /// Allocations per (process, phase): exact for native allocators.
+    #[serde(default)]
+    pub alloc_totals: Vec<AllocTotal>,
+    /// Sampled allocation stacks with estimated bytes.
+    #[serde(default)]
+    pub allocs: Vec<AllocSample>,
+    /// Sampled allocations still live at the end, by stack.
+    #[serde(default)]
+    pub live: Vec<LiveSample>,
+    #[serde(default)]
+    pub page_faults: Vec<PageFaultSample>,
+    /// Named costs over the whole recording that are computed from stacks (`event = "alloc"`).
+    #[serde(default)]
+    pub costs: BTreeMap<String, u64>,
     pub lost: Lost,
 }
+
+/// Allocations of one (process, phase), counted in the kernel.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct AllocTotal {
+    pub pid: u32,
+    pub phase: u32,
+    #[serde(default)]
+    pub phase_mask: u64,
+    pub bytes: u64,
+    pub count: u64,
+    pub frees: u64,
+}
+
+/// Sampled allocations of one (process, phase, stack).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct AllocSample {
+    pub pid: u32,
+    pub phase: u32,
+    #[serde(default)]
+    pub phase_mask: u64,
+    pub stack: u32,
+    /// Estimated bytes allocated from this stack (exact with a sample period of 1).
+    pub bytes: u64,
+    /// Estimated allocations.
+    pub count: f64,
+    /// Allocations actually sampled.
+    pub samples: u64,
+}
+
+/// Sampled allocations of one (process, phase, stack) that were never freed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct LiveSample {
+    pub pid: u32,
+    pub phase: u32,
+    #[serde(default)]
+    pub phase_mask: u64,
+    pub stack: u32,
+    /// Estimated live bytes.
+    pub bytes: u64,
+    /// Sampled allocations still live.
+    pub samples: u64,
+    /// Age of the oldest and the mean age of these allocations at the end of the recording.
+    pub oldest_ns: u64,
+    pub mean_age_ns: u64,
+}
+
+/// Page faults of one (thread, phase, user stack).
+pub type PageFaultSample = CpuSample;
 
 /// Exact totals of one phase, kept in the kernel. Values include nested phases.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -219,8 +303,17 @@ pub struct PhaseStats {
     pub offcpu_ns: u64,
     pub syscalls: u64,
     pub syscall_ns: u64,
-    /// Named costs counted for this phase (syscall cost rules).
+    /// Named costs of this phase (syscall rules counted in the kernel, alloc rules from stacks).
     pub costs: BTreeMap<String, u64>,
+    /// Allocated bytes and allocations (exact for native allocators), frees.
+    #[serde(default)]
+    pub alloc_bytes: u64,
+    #[serde(default)]
+    pub allocs: u64,
+    #[serde(default)]
+    pub frees: u64,
+    #[serde(default)]
+    pub page_faults: u64,
 }
 
 /// Buckets below this are one nanosecond wide; above, 16 per power of two (as in the kernel).
@@ -358,8 +451,41 @@ impl Profile {
                     value: s.count,
                 })
                 .collect(),
-            EventKind::Alloc | EventKind::Pagefault => Vec::new(),
+            EventKind::Alloc => self
+                .allocs
+                .iter()
+                .filter(|s| keep(s.phase, s.phase_mask))
+                .map(|s| Weighted {
+                    frames: self.stack_frames(s.stack),
+                    leaf_label: None,
+                    phase: s.phase,
+                    phase_mask: s.phase_mask,
+                    value: s.bytes,
+                })
+                .collect(),
+            EventKind::Pagefault => self
+                .page_faults
+                .iter()
+                .filter(|s| keep(s.phase, s.phase_mask))
+                .map(|s| Weighted {
+                    frames: self.stack_frames(s.stack),
+                    leaf_label: None,
+                    phase: s.phase,
+                    phase_mask: s.phase_mask,
+                    value: s.count,
+                })
+                .collect(),
         }
+    }
+
+    /// Whether any frame of `stack` (a function name, inlined frames included) matches `pred`.
+    pub fn stack_has_frame(&self, stack: u32, pred: impl Fn(&str) -> bool) -> bool {
+        self.stacks.get(stack as usize).is_some_and(|s| {
+            s.frames
+                .iter()
+                .filter_map(|&f| self.frames.get(f as usize))
+                .any(|f| pred(&f.function))
+        })
     }
 
     /// Frame names of a weighted stack, root first, with its synthetic leaf last.

@@ -88,6 +88,35 @@ impl Summary {
                 serde_json::json!({"count": count, "total_ns": total_ns, "by_name": by_name}),
             );
         }
+        if profile.recorded(EventKind::Alloc) {
+            let (bytes, count, frees) = profile.alloc_totals.iter().fold((0, 0, 0), |a, t| {
+                (a.0 + t.bytes, a.1 + t.count, a.2 + t.frees)
+            });
+            let info = m.alloc.clone().unwrap_or_default();
+            let live_bytes: u64 = profile.live.iter().map(|l| l.bytes).sum();
+            events.insert(
+                "alloc".into(),
+                serde_json::json!({
+                    "bytes": bytes,
+                    "count": count,
+                    "frees": frees,
+                    // Exact unless Go's sampling or a duty cycle made them estimates.
+                    "exact": !info.go_sampled && info.budget.is_none(),
+                    "sample_bytes": info.sample_bytes,
+                    "live_bytes": live_bytes,
+                    "attached_fraction": info.attached_fraction,
+                    "estimated_overhead": info.estimated_overhead,
+                    "probes": info.probes,
+                }),
+            );
+        }
+        if profile.recorded(EventKind::Pagefault) {
+            let count: u64 = profile.page_faults.iter().map(|s| s.count).sum();
+            events.insert("pagefault".into(), serde_json::json!({"count": count}));
+        }
+        for (name, v) in &profile.costs {
+            costs.insert(name.clone(), Some(*v));
+        }
         costs.entry("clone_bytes".into()).or_insert(None);
         let phases = phase_summaries(profile);
         Summary {
@@ -122,6 +151,7 @@ pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
     order
         .filter_map(|i| profile.phase_stats.get(i).map(|st| (i, st)))
         .map(|(i, st)| {
+            let recorded = |k: EventKind, v: u64| profile.recorded(k).then_some(v);
             let per_call = |v: u64| {
                 if st.calls == 0 {
                     0.0
@@ -146,15 +176,19 @@ pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
                 "syscalls": st.syscalls,
                 "syscall_ns": st.syscall_ns,
                 // Recorded by `--events pagefault` / `alloc` only: null means "not recorded".
-                "page_faults": null,
-                "alloc_bytes": null,
-                "allocs": null,
+                "page_faults": recorded(EventKind::Pagefault, st.page_faults),
+                "alloc_bytes": recorded(EventKind::Alloc, st.alloc_bytes),
+                "allocs": recorded(EventKind::Alloc, st.allocs),
+                "frees": recorded(EventKind::Alloc, st.frees),
                 "costs": with_unmeasured_costs(&st.costs),
                 "per_call": {
                     "wall_ns": per_call(st.wall_ns),
                     "cpu_ns": per_call(st.cpu_ns),
                     "offcpu_ns": per_call(st.offcpu_ns),
                     "syscalls": per_call(st.syscalls),
+                    "page_faults": per_call(st.page_faults),
+                    "alloc_bytes": per_call(st.alloc_bytes),
+                    "allocs": per_call(st.allocs),
                     "costs": per_call_costs,
                 },
             })

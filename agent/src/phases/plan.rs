@@ -28,15 +28,17 @@ pub struct PhasePlan {
     pub probes: Vec<PhaseProbe>,
     /// Syscall cost rules the kernel counts per phase: (name, syscall numbers).
     pub syscall_costs: Vec<(String, Vec<u32>)>,
+    /// Allocation cost rules computed from allocation stacks: (name, frame globs).
+    pub alloc_costs: Vec<(String, Vec<String>)>,
 }
 
 /// Go binaries carry `runtime.main`; their functions get return-instruction probes.
-fn is_go(symbols: &[FunctionSymbol]) -> bool {
+pub(crate) fn is_go(symbols: &[FunctionSymbol]) -> bool {
     symbols.iter().any(|s| s.raw == "runtime.main")
 }
 
 /// The instructions of the function at `file_offset`, with their file offsets as `ip`.
-fn decode_function(path: &Path, file_offset: u64, size: u64) -> Result<Vec<Instruction>> {
+pub(crate) fn decode_function(path: &Path, file_offset: u64, size: u64) -> Result<Vec<Instruction>> {
     if size == 0 {
         bail!("the symbol has no size, so its code cannot be decoded");
     }
@@ -54,7 +56,7 @@ fn decode_function(path: &Path, file_offset: u64, size: u64) -> Result<Vec<Instr
 
 /// x86 uprobes refuse instructions with a LOCK or an ES/CS/DS/SS prefix (the kernel's
 /// `is_prefix_bad`): a probe there is never installed, silently.
-fn uprobe_refuses(insn: &Instruction) -> bool {
+pub(crate) fn uprobe_refuses(insn: &Instruction) -> bool {
     insn.has_lock_prefix()
         || matches!(
             insn.segment_prefix(),
@@ -148,6 +150,12 @@ impl PhasePlan {
             names: cfg.phases.iter().map(|p| p.name.clone()).collect(),
             ..PhasePlan::default()
         };
+        plan.alloc_costs = cfg
+            .costs
+            .iter()
+            .filter(|r| r.event == CostEvent::Alloc)
+            .map(|r| (r.name.clone(), r.frames.clone()))
+            .collect();
         for rule in cfg.costs.iter().filter(|r| r.event == CostEvent::Syscall) {
             if plan.syscall_costs.len() == MAX_SYSCALL_COSTS {
                 bail!(

@@ -70,30 +70,41 @@ pub fn demangle(raw: &str) -> String {
     raw.to_string()
 }
 
-/// Every function symbol of the ELF file at `path` with a file offset, one per offset.
-pub fn function_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, ResolveError> {
+/// Calls `f` with every symbol (functions and variables, aliases included) of the ELF file at
+/// `path`, from its symbol table or, when stripped, its dynamic symbol table.
+pub fn for_each_symbol(
+    path: &Path,
+    mut f: impl FnMut(&blazesym::inspect::SymInfo<'_>),
+) -> Result<(), ResolveError> {
     let inspector = Inspector::new();
     let mut src = Elf::new(path);
     src.debug_syms = false;
-    let mut by_offset: BTreeMap<u64, FunctionSymbol> = BTreeMap::new();
     inspector
         .for_each(&Source::Elf(src), |sym| {
-            if sym.sym_type == SymType::Function {
-                if let Some(off) = sym.file_offset {
-                    by_offset.entry(off).or_insert_with(|| FunctionSymbol {
-                        name: demangle(&sym.name),
-                        raw: sym.name.to_string(),
-                        file_offset: off,
-                        size: sym.size.unwrap_or(0) as u64,
-                    });
-                }
-            }
+            f(sym);
             ControlFlow::Continue(())
         })
         .map_err(|e| ResolveError::Unreadable {
             path: path.display().to_string(),
             message: e.to_string(),
-        })?;
+        })
+}
+
+/// Every function symbol of the ELF file at `path` with a file offset, one per offset.
+pub fn function_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, ResolveError> {
+    let mut by_offset: BTreeMap<u64, FunctionSymbol> = BTreeMap::new();
+    for_each_symbol(path, |sym| {
+        if sym.sym_type == SymType::Function {
+            if let Some(off) = sym.file_offset {
+                by_offset.entry(off).or_insert_with(|| FunctionSymbol {
+                    name: demangle(&sym.name),
+                    raw: sym.name.to_string(),
+                    file_offset: off,
+                    size: sym.size.unwrap_or(0) as u64,
+                });
+            }
+        }
+    })?;
     Ok(by_offset.into_values().collect())
 }
 

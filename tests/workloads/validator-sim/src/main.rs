@@ -12,10 +12,15 @@
 //! (each exactly one `write(2)`) and sleeps `--sleep-ms`. With `--threads 1` (the default) the main
 //! thread does the work itself, so no thread waits in `join` and off-CPU time is the sleep alone.
 //! `--leak-bytes B` makes `replay` leak B bytes per block (touched, so resident) through
-//! `validator_sim::work::leak`.
+//! `validator_sim::work::leak`. A counting global allocator gives `alloc_bytes`, `allocs` and
+//! `frees` up to the truth line itself.
 
+mod counting;
 mod phases;
 mod work;
+
+#[global_allocator]
+static ALLOCATOR: counting::Counting = counting::Counting;
 
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -131,6 +136,12 @@ fn main() {
     }
     let elapsed = start.elapsed().as_nanos();
     let g = |a: &AtomicU64| a.load(Ordering::SeqCst);
+    // Read before the truth line is formatted: its own allocations come after.
+    let (alloc_bytes, allocs, frees) = (
+        g(&counting::BYTES),
+        g(&counting::ALLOCS),
+        g(&counting::FREES),
+    );
     let flushes = g(&truth.flushes);
     let json = format!(
         concat!(
@@ -138,7 +149,8 @@ fn main() {
             "\"calls\":{{\"block\":{},\"propose\":{},\"replay\":{},\"finalize\":{}}},",
             "\"flushes\":{},\"write_syscalls\":{},\"clone_bytes\":{},",
             "\"burn_fn\":\"validator_sim::work::burn_cpu\",\"burn_cpu_ns\":{},",
-            "\"sleep_requested_ns\":{},\"slept_ns\":{},\"leaked_bytes\":{},\"elapsed_ns\":{}}}\n"
+            "\"sleep_requested_ns\":{},\"slept_ns\":{},\"leaked_bytes\":{},",
+            "\"alloc_bytes\":{},\"allocs\":{},\"frees\":{},\"elapsed_ns\":{}}}\n"
         ),
         std::process::id(),
         config.blocks,
@@ -154,6 +166,9 @@ fn main() {
         config.sleep_ms * 1_000_000 * config.blocks * config.threads,
         g(&truth.slept_ns),
         g(&truth.leaked_bytes),
+        alloc_bytes,
+        allocs,
+        frees,
         elapsed,
     );
     // One write(2): the whole line goes out in a single call.

@@ -1,5 +1,6 @@
-//! The software `cpu-clock` perf events that drive on-CPU sampling: libbpf-rs does not open
-//! perf events, so we call perf_event_open ourselves, one event per online CPU.
+//! The software perf events that drive on-CPU sampling (`cpu-clock`) and page-fault counting
+//! (`page-faults`): libbpf-rs does not open perf events, so we call perf_event_open ourselves,
+//! one event per online CPU.
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
@@ -50,17 +51,17 @@ struct PerfEventAttr {
 
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_COUNT_SW_PAGE_FAULTS: u64 = 2;
 const PERF_ATTR_FLAG_FREQ: u64 = 1 << 10;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 
-/// Opens a cpu-clock sampling event on `cpu` for every process.
-pub fn open_cpu_clock(cpu: usize, freq_hz: u64) -> Result<OwnedFd> {
+fn open_software(cpu: usize, config: u64, period_or_freq: u64, freq: bool, what: &str) -> Result<OwnedFd> {
     let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: PERF_COUNT_SW_CPU_CLOCK,
-        sample_freq: freq_hz,
-        flags: PERF_ATTR_FLAG_FREQ,
+        config,
+        sample_freq: period_or_freq,
+        flags: if freq { PERF_ATTR_FLAG_FREQ } else { 0 },
         ..Default::default()
     };
     // SAFETY: attr is a valid, fully initialized perf_event_attr of the size it declares.
@@ -76,10 +77,21 @@ pub fn open_cpu_clock(cpu: usize, freq_hz: u64) -> Result<OwnedFd> {
     };
     if fd < 0 {
         let err = std::io::Error::last_os_error();
-        bail!("perf_event_open(cpu-clock, cpu {cpu}) failed: {err}");
+        bail!("perf_event_open({what}, cpu {cpu}) failed: {err}");
     }
     // SAFETY: the syscall returned a new file descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Opens a cpu-clock sampling event on `cpu` for every process, at `freq_hz`.
+pub fn open_cpu_clock(cpu: usize, freq_hz: u64) -> Result<OwnedFd> {
+    open_software(cpu, PERF_COUNT_SW_CPU_CLOCK, freq_hz, true, "cpu-clock")
+}
+
+/// Opens the page-faults event on `cpu` for every process with a period of 1: the program
+/// sees every fault, so counts are exact.
+pub fn open_page_faults(cpu: usize) -> Result<OwnedFd> {
+    open_software(cpu, PERF_COUNT_SW_PAGE_FAULTS, 1, false, "page-faults")
 }
 
 #[cfg(test)]

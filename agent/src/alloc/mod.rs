@@ -1,0 +1,7 @@
+//! Allocation profiling: which allocator functions a target has, where their probes go, and
+//! how much of the target's time they may cost.
+pub mod budget;
+pub mod costs;
+pub mod placement;
+pub mod recorder;
+pub mod sites;
