@@ -2,6 +2,7 @@
 //! how much of the target's time they may cost.
 pub mod budget;
 pub mod costs;
+pub mod go_rate;
 pub mod placement;
 pub mod recorder;
 pub mod sites;

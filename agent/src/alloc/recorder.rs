@@ -8,7 +8,8 @@ use anyhow::Result;
 use phaseprof_model::AllocInfo;
 
 use super::budget::{overhead, DutyCycle};
-use super::sites::{self, AllocSite};
+use super::go_rate::GoRate;
+use super::sites::{self, AllocKind, AllocSite};
 use crate::engine::Engine;
 
 /// How often the estimated overhead is printed while recording.
@@ -32,6 +33,7 @@ pub struct AllocRecorder {
     hits_total: u64,
     cpu_while_on: u64,
     go_sampled: bool,
+    go_rates: Vec<GoRate>,
 }
 
 /// CPU time of every thread of `pids`, in ns (exact: schedstat, not clock ticks).
@@ -74,6 +76,7 @@ impl AllocRecorder {
             hits_total: 0,
             cpu_while_on: 0,
             go_sampled: false,
+            go_rates: Vec::new(),
         }
     }
 
@@ -90,7 +93,14 @@ impl AllocRecorder {
             self.probes = sites::describe(&found).split("; ").map(String::from).collect();
             self.go_sampled = found
                 .iter()
-                .any(|s| matches!(s.kind, sites::AllocKind::GoSample { .. }));
+                .any(|s| matches!(s.kind, AllocKind::GoSample { .. }));
+        }
+        for s in &found {
+            if let AllocKind::GoSample { rate_addr, .. } = s.kind {
+                if rate_addr != 0 {
+                    self.go_rates.push(GoRate { pid, addr: rate_addr, replaced: None });
+                }
+            }
         }
         if self.attached {
             engine.attach_alloc(pid, &found)?;
@@ -101,6 +111,7 @@ impl AllocRecorder {
 
     pub fn remove_target(&mut self, pid: u32) {
         self.sites.remove(&pid);
+        self.go_rates.retain(|g| g.pid != pid);
     }
 
     pub fn probes(&self) -> &[String] {
@@ -112,6 +123,9 @@ impl AllocRecorder {
     pub fn tick(&mut self, engine: &mut Engine<'_>) -> Result<()> {
         let now = Instant::now();
         let pids: Vec<u32> = self.sites.keys().copied().collect();
+        for g in &mut self.go_rates {
+            g.ensure_sampling();
+        }
         if let Some(duty) = &mut self.duty {
             let elapsed = now - self.slice_start;
             if self.attached && elapsed >= duty.on_time() {
@@ -178,6 +192,9 @@ impl AllocRecorder {
     /// and the factor that scales what was counted while attached up to the whole recording.
     pub fn finish(&mut self, engine: &Engine<'_>, total: Duration) -> Result<(AllocInfo, f64)> {
         let now = Instant::now();
+        for g in &mut self.go_rates {
+            g.restore();
+        }
         let pids: Vec<u32> = self.sites.keys().copied().collect();
         let (hits, cpu) = if self.duty.is_some() {
             if self.attached {
