@@ -47,9 +47,57 @@ pub struct SoakArgs {
     /// Time between samples.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub interval: Duration,
+    /// Also record, for the soak's duration: `alloc` (live-heap growth by stack) and/or
+    /// `pagefault` (page faults by stack and phase); `none` for the memory classes alone.
+    #[arg(long, default_value = "alloc", value_delimiter = ',')]
+    pub events: Vec<String>,
+    /// Phases to attribute allocations and page faults to.
+    #[arg(long, value_name = "PHASES.toml")]
+    pub phases: Option<PathBuf>,
+    /// Allocation stack sampling period (see `record --alloc-sample-bytes`).
+    #[arg(long, default_value = "512KiB", value_parser = parse_bytes, value_name = "BYTES")]
+    pub alloc_sample_bytes: u64,
+    /// Keep the recording made during the soak (a .phaseprof).
+    #[arg(short, long, value_name = "OUT.phaseprof")]
+    pub output: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+impl SoakArgs {
+    /// The recording to run alongside the soak, if any events were asked for.
+    fn recording(&self) -> Result<Option<RecordOptions>> {
+        let mut events = Vec::new();
+        for e in self.events.iter().filter(|e| e.as_str() != "none") {
+            let k = parse_event(e)?;
+            if !matches!(k, EventKind::Alloc | EventKind::Pagefault) {
+                bail!("soak --events takes alloc and pagefault (record the other kinds with `record`)");
+            }
+            events.push(k);
+        }
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let output = self.output.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("phaseprof-soak-{}.phaseprof", std::process::id()))
+        });
+        Ok(Some(RecordOptions {
+            target: TargetSpec::Pids(vec![self.pid]),
+            duration: Some(self.duration),
+            engine: EngineConfig {
+                events,
+                alloc_sample_bytes: self.alloc_sample_bytes,
+                ..EngineConfig::default()
+            },
+            output,
+            phases: self.phases.clone(),
+            window: Duration::from_secs(1),
+            alloc_budget: None,
+            alloc_at_entry: false,
+            verbose: false,
+        }))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -111,7 +159,7 @@ pub struct ReportArgs {
     /// Print the JSON summary instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Only this event kind (cpu, offcpu, syscall).
+    /// Only this event kind (cpu, offcpu, syscall, alloc, pagefault).
     #[arg(long)]
     pub event: Option<String>,
     /// Only stacks recorded in this phase.
@@ -120,6 +168,10 @@ pub struct ReportArgs {
     /// Rows per table.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
+    /// Show the live heap at the end of the recording: allocations never freed, by stack,
+    /// with their age (needs --events alloc).
+    #[arg(long)]
+    pub live: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -312,11 +364,28 @@ pub fn run(cli: Cli) -> Result<i32> {
             if args.interval.is_zero() {
                 bail!("--interval must be greater than zero");
             }
-            let report = crate::soak::soak(&crate::soak::SoakOptions {
+            crate::soak::check_pid(args.pid)?;
+            let recording = args.recording()?.map(|opts| {
+                let keep = args.output.is_some();
+                std::thread::spawn(move || {
+                    let rec = record(&opts, Arc::new(AtomicBool::new(false)));
+                    if !keep {
+                        let _ = std::fs::remove_file(&opts.output);
+                    }
+                    rec
+                })
+            });
+            let mut report = crate::soak::soak(&crate::soak::SoakOptions {
                 pid: args.pid,
                 duration: args.duration,
                 interval: args.interval,
             })?;
+            if let Some(handle) = recording {
+                let rec = handle
+                    .join()
+                    .map_err(|_| anyhow!("the recording thread panicked"))??;
+                (report.live_heap, report.page_faults) = crate::soak::stack_growth(&rec.profile);
+            }
             if args.json {
                 serde_json::to_writer_pretty(std::io::stdout().lock(), &report)?;
                 println!();
@@ -332,6 +401,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 event: args.event.as_deref().map(parse_event).transpose()?,
                 phase: phase_of(&profile, args.phase.as_ref())?,
                 top: args.top,
+                live: args.live,
             };
             write_report(&profile, &opts, std::io::stdout().lock())?;
             Ok(0)

@@ -15,6 +15,8 @@ pub struct ReportOptions {
     /// Only stacks recorded in this phase.
     pub phase: Option<u32>,
     pub top: usize,
+    /// Show the live heap (allocations not freed at the end) by stack, with ages.
+    pub live: bool,
 }
 
 /// Self and inclusive value of one function.
@@ -88,11 +90,116 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
+pub fn fmt_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else if b >= (1 << 20) as f64 {
+        format!("{:.2} MiB", b / (1 << 20) as f64)
+    } else if b >= (1 << 10) as f64 {
+        format!("{:.1} KiB", b / (1 << 10) as f64)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
 fn fmt_value(kind: EventKind, v: u64) -> String {
     match kind {
         EventKind::Offcpu => fmt_ns(v),
+        EventKind::Alloc => fmt_bytes(v),
         _ => v.to_string(),
     }
+}
+
+/// A stack in one line, leaf first, allocator frames left out: `leak ← replay ← block`.
+fn stack_line(profile: &Profile, stack: u32, max: usize) -> String {
+    let names: Vec<&str> = profile
+        .stacks
+        .get(stack as usize)
+        .map(|s| {
+            s.frames
+                .iter()
+                .filter_map(|&f| profile.frames.get(f as usize))
+                .map(|f| f.function.as_str())
+                .filter(|f| !crate::soak::is_allocator_frame(f))
+                .take(max)
+                .collect()
+        })
+        .unwrap_or_default();
+    if names.is_empty() {
+        "[no stack]".into()
+    } else {
+        names.join(" ← ")
+    }
+}
+
+fn write_alloc_header(profile: &Profile, mut out: impl Write) -> std::io::Result<()> {
+    let (bytes, count, frees) = profile.alloc_totals.iter().fold((0, 0, 0), |a, t| {
+        (a.0 + t.bytes, a.1 + t.count, a.2 + t.frees)
+    });
+    let info = profile.meta.alloc.clone().unwrap_or_default();
+    let exact = if info.go_sampled {
+        "estimated from Go's heap samples"
+    } else if info.budget.is_some() {
+        "extrapolated"
+    } else {
+        "exact"
+    };
+    writeln!(
+        out,
+        "== alloc: {} in {count} allocations, {frees} frees ({exact}); stacks sampled every {} ==",
+        fmt_bytes(bytes),
+        fmt_bytes(info.sample_bytes)
+    )?;
+    if let Some(b) = info.budget {
+        writeln!(
+            out,
+            "   budget {:.2}%: probes attached {:.1}% of the time, totals scaled up by {:.1}x",
+            b * 100.0,
+            info.attached_fraction * 100.0,
+            1.0 / info.attached_fraction.max(1e-9)
+        )?;
+    }
+    writeln!(
+        out,
+        "   estimated slowdown while attached: {:.2}% of the target's CPU time",
+        info.estimated_overhead * 100.0
+    )?;
+    for p in &info.probes {
+        writeln!(out, "   probe {p}")?;
+    }
+    Ok(())
+}
+
+/// Sampled allocations not freed when recording stopped, by stack, largest first.
+fn write_live(profile: &Profile, top: usize, mut out: impl Write) -> std::io::Result<()> {
+    writeln!(out)?;
+    if !profile.recorded(EventKind::Alloc) {
+        return writeln!(out, "== live heap: not recorded (record with --events alloc) ==");
+    }
+    if profile.meta.alloc.as_ref().is_some_and(|a| a.budget.is_some()) {
+        return writeln!(out, "== live heap: not tracked (duty-cycled probes miss frees) ==");
+    }
+    let total: u64 = profile.live.iter().map(|l| l.bytes).sum();
+    writeln!(out, "== live heap at the end: {} (estimated from sampled allocations) ==", fmt_bytes(total))?;
+    writeln!(
+        out,
+        "{:>12} {:>8} {:>10} {:>10}  {:<12} stack",
+        "bytes", "samples", "oldest", "mean age", "phase"
+    )?;
+    for l in profile.live.iter().take(top) {
+        writeln!(
+            out,
+            "{:>12} {:>8} {:>10} {:>10}  {:<12} {}",
+            fmt_bytes(l.bytes),
+            l.samples,
+            fmt_ns(l.oldest_ns),
+            fmt_ns(l.mean_age_ns),
+            profile.phase_name(l.phase),
+            stack_line(profile, l.stack, 6)
+        )?;
+    }
+    Ok(())
 }
 
 pub fn write_report(
@@ -141,7 +248,10 @@ pub fn write_report(
         write_phase_table(profile, &mut out)?;
     }
     let top = if opts.top == 0 { 20 } else { opts.top };
-    for kind in [EventKind::Cpu, EventKind::Offcpu, EventKind::Syscall] {
+    if opts.live {
+        return write_live(profile, top, &mut out);
+    }
+    for kind in EventKind::ALL {
         if !profile.recorded(kind) || opts.event.is_some_and(|e| e != kind) {
             continue;
         }
@@ -150,7 +260,9 @@ pub fn write_report(
         match kind {
             EventKind::Cpu => writeln!(out, "== cpu: {grand} samples at {} Hz ==", m.frequency_hz)?,
             EventKind::Offcpu => writeln!(out, "== off-cpu: {} ==", fmt_ns(grand))?,
-            _ => writeln!(out, "== syscalls: {grand} calls ==")?,
+            EventKind::Syscall => writeln!(out, "== syscalls: {grand} calls ==")?,
+            EventKind::Alloc => write_alloc_header(profile, &mut out)?,
+            EventKind::Pagefault => writeln!(out, "== page faults: {grand} ==")?,
         }
         writeln!(
             out,
@@ -185,6 +297,8 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
         .first()
         .map(|(_, s)| s.costs.keys().collect())
         .unwrap_or_default();
+    let allocs = profile.recorded(EventKind::Alloc);
+    let faults = profile.recorded(EventKind::Pagefault);
     writeln!(out)?;
     writeln!(out, "== phases (exact, inclusive of nested phases) ==")?;
     write!(
@@ -192,6 +306,12 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
         "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>9}",
         "phase", "calls", "wall p50", "p95", "p99", "max", "cpu", "off-cpu", "syscalls"
     )?;
+    if allocs {
+        write!(out, " {:>12} {:>9} {:>9}", "alloc", "allocs", "frees")?;
+    }
+    if faults {
+        write!(out, " {:>9}", "faults")?;
+    }
     for c in &costs {
         write!(out, " {:>15}", c)?;
     }
@@ -210,6 +330,12 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
             fmt_ns(st.offcpu_ns),
             st.syscalls
         )?;
+        if allocs {
+            write!(out, " {:>12} {:>9} {:>9}", fmt_bytes(st.alloc_bytes), st.allocs, st.frees)?;
+        }
+        if faults {
+            write!(out, " {:>9}", st.page_faults)?;
+        }
         for c in &costs {
             write!(out, " {:>15}", st.costs.get(*c).copied().unwrap_or(0))?;
         }
@@ -227,6 +353,17 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
             fmt_ns(per(st.offcpu_ns)),
             st.syscalls as f64 / st.calls as f64
         )?;
+        if allocs {
+            write!(
+                out,
+                "  alloc {} in {:.2}",
+                fmt_bytes(per(st.alloc_bytes)),
+                st.allocs as f64 / st.calls as f64
+            )?;
+        }
+        if faults {
+            write!(out, "  faults {:.2}", st.page_faults as f64 / st.calls as f64)?;
+        }
         for c in &costs {
             write!(
                 out,

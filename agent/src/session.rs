@@ -210,8 +210,10 @@ impl<'obj> Session<'obj> {
             }
             None => None,
         };
-        self.engine.detach();
+        // Ages of live allocations are taken at the stop, not after the detach (which waits for
+        // the kernel to retire the uprobes, up to a second).
         let stopped_ns = crate::engine::monotonic_ns();
+        self.engine.detach();
         let w = self.engine.drain(true)?;
         self.fold(&w);
         let lost = self.engine.lost()?;

@@ -28,6 +28,68 @@ pub struct SoakOptions {
     pub interval: Duration,
 }
 
+/// What grew, by stack: from a recording made alongside the soak (`--events alloc,pagefault`).
+#[derive(Clone, Debug, Serialize)]
+pub struct StackGrowth {
+    pub phase: String,
+    /// Frames, leaf first.
+    pub frames: Vec<String>,
+    /// Live heap: estimated bytes allocated during the soak and not freed; page faults: count.
+    pub value: u64,
+    /// Live heap: growth in MiB/s over the soak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mib_s: Option<f64>,
+    /// Live heap: age of the oldest live allocation, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_s: Option<f64>,
+}
+
+/// Rows per stack table.
+const TOP_STACKS: usize = 10;
+
+/// The live-heap growth and page faults by stack of a profile recorded during the soak.
+pub fn stack_growth(p: &phaseprof_model::Profile) -> (Vec<StackGrowth>, Vec<StackGrowth>) {
+    let frames = |stack: u32| -> Vec<String> {
+        p.stacks
+            .get(stack as usize)
+            .map(|s| {
+                s.frames
+                    .iter()
+                    .filter_map(|&f| p.frames.get(f as usize))
+                    .map(|f| f.function.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let secs = (p.duration_ns() as f64 / 1e9).max(1e-9);
+    let live = p
+        .live
+        .iter()
+        .take(TOP_STACKS)
+        .map(|l| StackGrowth {
+            phase: p.phase_name(l.phase).to_string(),
+            frames: frames(l.stack),
+            value: l.bytes,
+            mib_s: Some(l.bytes as f64 / secs / (1024.0 * 1024.0)),
+            oldest_s: Some(l.oldest_ns as f64 / 1e9),
+        })
+        .collect();
+    let mut faults: Vec<&phaseprof_model::PageFaultSample> = p.page_faults.iter().collect();
+    faults.sort_by(|a, b| b.count.cmp(&a.count));
+    let faults = faults
+        .into_iter()
+        .take(TOP_STACKS)
+        .map(|f| StackGrowth {
+            phase: p.phase_name(f.phase).to_string(),
+            frames: frames(f.stack),
+            value: f.count,
+            mib_s: None,
+            oldest_s: None,
+        })
+        .collect();
+    (live, faults)
+}
+
 /// One sample: seconds since the first, and bytes per class.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
@@ -55,6 +117,13 @@ pub struct SoakReport {
     pub classes: BTreeMap<String, Fit>,
     /// The disjoint class (anonymous, file, shmem) that grew fastest.
     pub dominant: String,
+    /// Live heap by stack: what was allocated during the soak and is still held, largest first
+    /// (with `alloc` events).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub live_heap: Vec<StackGrowth>,
+    /// Page faults by stack and phase, most first (with `pagefault` events).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub page_faults: Vec<StackGrowth>,
 }
 
 /// Reads the classes of `CLASSES` from a smaps_rollup text, in bytes.
@@ -136,19 +205,22 @@ pub fn analyze(pid: u32, samples: &[Sample]) -> Result<SoakReport> {
         duration_s: samples.last().map(|s| s.t).unwrap_or(0.0),
         classes,
         dominant,
+        live_heap: Vec::new(),
+        page_faults: Vec::new(),
     })
+}
+
+pub fn check_pid(pid: u32) -> Result<()> {
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        bail!("no process with pid {pid} (nothing in /proc/{pid})");
+    }
+    Ok(())
 }
 
 /// Samples the process until `duration` ends or it exits (then fits what was sampled).
 pub fn soak(opts: &SoakOptions) -> Result<SoakReport> {
     let path = format!("/proc/{}/smaps_rollup", opts.pid);
-    if !std::path::Path::new(&format!("/proc/{}", opts.pid)).exists() {
-        bail!(
-            "no process with pid {} (nothing in /proc/{})",
-            opts.pid,
-            opts.pid
-        );
-    }
+    check_pid(opts.pid)?;
     let start = Instant::now();
     let mut samples = Vec::new();
     let mut next = start;
@@ -196,7 +268,48 @@ pub fn write_human(r: &SoakReport, mut out: impl std::io::Write) -> std::io::Res
             )?;
         }
     }
-    writeln!(out, "growth dominated by: {}", r.dominant)
+    writeln!(out, "growth dominated by: {}", r.dominant)?;
+    let leaf = |g: &StackGrowth| {
+        // The innermost frame of the program's own code says most; allocator frames come first.
+        g.frames
+            .iter()
+            .find(|f| !is_allocator_frame(f))
+            .or(g.frames.first())
+            .cloned()
+            .unwrap_or_else(|| "[no stack]".into())
+    };
+    if !r.live_heap.is_empty() {
+        writeln!(out, "\nlive heap growth by stack (allocated during the soak, not freed):")?;
+        writeln!(out, "{:>12} {:>10} {:>10}  {:<12} stack", "MiB", "MiB/s", "oldest s", "phase")?;
+        for g in &r.live_heap {
+            writeln!(
+                out,
+                "{:>12.2} {:>10.3} {:>10.1}  {:<12} {}",
+                g.value as f64 / (1024.0 * 1024.0),
+                g.mib_s.unwrap_or(0.0),
+                g.oldest_s.unwrap_or(0.0),
+                g.phase,
+                leaf(g)
+            )?;
+        }
+    }
+    if !r.page_faults.is_empty() {
+        writeln!(out, "\npage faults by stack:")?;
+        writeln!(out, "{:>12}  {:<12} stack", "faults", "phase")?;
+        for g in &r.page_faults {
+            writeln!(out, "{:>12}  {:<12} {}", g.value, g.phase, leaf(g))?;
+        }
+    }
+    Ok(())
+}
+
+/// Frames of allocators and the language runtime's allocation paths, skipped when naming a stack.
+pub fn is_allocator_frame(f: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "malloc", "calloc", "realloc", "free", "__libc_", "alloc::", "<alloc::", "__rust_", "__rdl_",
+        "__rustc::", "std::alloc", "<std::alloc", "core::alloc", "runtime.", "je_", "_rjem_", "mi_",
+    ];
+    PREFIXES.iter().any(|p| f.starts_with(p)) || f.contains("alloc::") || f.contains("GlobalAlloc>::")
 }
 
 #[cfg(test)]
