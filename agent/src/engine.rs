@@ -430,11 +430,26 @@ impl<'obj> Engine<'obj> {
         Ok(())
     }
 
-    /// Detaches every program: the targets run exactly as before from here on.
+    /// Stops counting and detaches every program: the targets run exactly as before from
+    /// here on. Counting stops at once; retiring the probes can take a while longer.
     pub fn detach(&mut self) {
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("BPF object has a .bss");
+        let ptr: *mut bool = &mut bss.stopped;
+        // SAFETY: ptr points into the .bss mmap of the loaded object; volatile because BPF
+        // programs read it concurrently.
+        unsafe { std::ptr::write_volatile(ptr, true) };
+        self.detached_at_ns = Some(monotonic_ns());
+        let t = std::time::Instant::now();
         self.alloc_links.clear();
         self.links.clear();
-        self.detached_at_ns = Some(monotonic_ns());
+        if std::env::var_os("PHASEPROF_DEBUG_DETACH").is_some() {
+            eprintln!("detach took {:?}", t.elapsed());
+        }
     }
 
     fn set_target(&self, pid: u32, state: types::target_state) -> Result<()> {
@@ -655,38 +670,62 @@ impl<'obj> Engine<'obj> {
     pub fn attach_alloc(&mut self, pid: u32, sites: &[AllocSite]) -> Result<()> {
         self.bump_alloc_generation();
         let progs = &self.skel.progs;
+        // One multi-uprobe link per (program, library): (offsets, cookies).
+        type Group = (Vec<usize>, Vec<u64>);
+        let mut groups: std::collections::BTreeMap<(u8, &std::path::Path), Group> =
+            Default::default();
         let mut links = Vec::new();
         for site in sites {
-            let opts = |retprobe: bool| libbpf_rs::UprobeOpts {
-                cookie: site.kind.cookie(),
-                retprobe,
+            let off = site.placement.file_offset as usize;
+            let cookie = site.kind.cookie();
+            match site.kind {
+                AllocKind::GoSample { .. } => {
+                    let opts = libbpf_rs::UprobeOpts {
+                        cookie,
+                        ..Default::default()
+                    };
+                    links.push(
+                        progs
+                            .uprobe__go_alloc_sample
+                            .attach_uprobe_with_opts(pid as i32, &site.path, off, opts)
+                            .with_context(|| {
+                                format!("attaching Go's allocation-sample probe in {} (pid {pid})", site.path.display())
+                            })?,
+                    );
+                    continue;
+                }
+                AllocKind::Free => {
+                    let g = groups.entry((0, &site.path)).or_default();
+                    g.0.push(off);
+                    g.1.push(cookie);
+                }
+                _ => {
+                    for program in [1, 2] {
+                        let g = groups.entry((program, &site.path)).or_default();
+                        g.0.push(off);
+                        g.1.push(cookie);
+                    }
+                }
+            }
+        }
+        for ((program, path), (offsets, cookies)) in groups {
+            let prog = match program {
+                0 => &progs.uprobe__free,
+                1 => &progs.uprobe__alloc_enter,
+                _ => &progs.uretprobe__alloc_exit,
+            };
+            let opts = libbpf_rs::UprobeMultiOpts {
+                offsets,
+                cookies,
+                retprobe: program == 2,
                 ..Default::default()
             };
-            let off = site.placement.file_offset as usize;
-            let what = || {
-                format!(
-                    "attaching the allocator probe of `{}` in {} (pid {pid})",
-                    site.symbol,
-                    site.path.display()
-                )
-            };
-            let prog = match site.kind {
-                AllocKind::Free => &progs.uprobe__free,
-                AllocKind::GoSample { .. } => &progs.uprobe__go_alloc_sample,
-                _ => &progs.uprobe__alloc_enter,
-            };
             links.push(
-                prog.attach_uprobe_with_opts(pid as i32, &site.path, off, opts(false))
-                    .with_context(what)?,
+                prog.attach_uprobe_multi_with_opts(pid as i32, path, "", opts)
+                    .with_context(|| {
+                        format!("attaching the allocator probes in {} (pid {pid})", path.display())
+                    })?,
             );
-            if site.has_return_probe() {
-                links.push(
-                    progs
-                        .uretprobe__alloc_exit
-                        .attach_uprobe_with_opts(pid as i32, &site.path, off, opts(true))
-                        .with_context(what)?,
-                );
-            }
         }
         self.alloc_links.entry(pid).or_default().extend(links);
         Ok(())

@@ -32,6 +32,8 @@ pub struct Session<'obj> {
     alloc: Option<AllocRecorder>,
     /// Allocation cost rules: (name, frame globs), computed from allocation stacks.
     alloc_costs: Vec<(String, Vec<String>)>,
+    /// When the targets' mappings were last re-read (see `handle_events`).
+    maps_read: std::time::Instant,
     verbose: bool,
 }
 
@@ -59,6 +61,7 @@ impl<'obj> Session<'obj> {
             deferred_phases: None,
             alloc: None,
             alloc_costs: plan.alloc_costs.clone(),
+            maps_read: std::time::Instant::now(),
             verbose,
         }
     }
@@ -148,6 +151,15 @@ impl<'obj> Session<'obj> {
     /// Handles process events for up to `timeout`: processes matching `name` that exec are
     /// added; execs, forks and new code mappings of targets refresh their cached mappings.
     pub fn handle_events(&mut self, timeout: Duration, name: Option<&Regex>) -> Result<()> {
+        // New code mappings are announced from syscall events only; without them (and for
+        // libraries mapped between two events) mappings are re-read often enough to catch a
+        // short-lived process's libraries before it exits.
+        if self.maps_read.elapsed() >= Duration::from_millis(100) {
+            for &pid in &self.live {
+                self.sym.track(pid);
+            }
+            self.maps_read = std::time::Instant::now();
+        }
         for ev in self.engine.poll_events(timeout) {
             match ev {
                 TargetEvent::Exec { pid, .. } if !self.live.contains(&pid) => {

@@ -43,6 +43,9 @@ __u32 window = 0;
 /* Bumped by user space whenever allocator probes are (re)attached: a call entered under an
  * older generation may have lost its return probe to the detach and is not waited for. */
 __u32 alloc_generation = 0;
+/* Set by user space when the recording stops: from then on nothing is counted, even while
+ * detaching the programs takes its time (retiring uprobes waits for RCU grace periods). */
+bool stopped = false;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -195,6 +198,8 @@ static __always_inline void count_drop(enum drop_reason reason)
 
 static __always_inline bool is_active(__u32 tgid)
 {
+	if (stopped)
+		return false;
 	__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
 	return state && *state == TARGET_ACTIVE;
 }
@@ -604,6 +609,8 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	/* Entries are created for targets' threads only (below), so a thread that has one is a
 	 * target's: its syscalls skip the target_pids lookup. */
+	if (stopped)
+		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, task, 0, 0);
 	if (!start) {
@@ -657,6 +664,8 @@ SEC("raw_tp/sys_exit")
 int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	/* Only targets' threads have an entry: a target's exit skips the target_pids lookup. */
+	if (stopped)
+		return 0;
 	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, bpf_get_current_task_btf(), 0, 0);
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!start || !start->ts) {
@@ -821,11 +830,12 @@ static __always_inline void add_alloc_totals(__u32 tgid, __u32 phase, __u64 mask
 }
 
 /*
- * Byte sampling, as jemalloc does it: a thread samples the allocation during which its byte
- * countdown runs out; an allocation crossing k sample points stands for k periods of bytes
- * (an unbiased estimate of the bytes between sample points). Gaps are drawn uniformly from
- * [1, 2 * period) so periodic allocation patterns cannot alias with the period. With a
- * period of 1 every allocation is sampled with its exact size.
+ * Byte sampling: sample points lie every `period` bytes along the thread's stream of allocated
+ * bytes, starting at a random offset; an allocation is sampled when its bytes contain k >= 1
+ * points and then stands for k periods. Each byte is equally likely to be a point (1/period),
+ * so the estimate is unbiased for any allocation size (a countdown re-drawn from scratch after
+ * each sample would drop the bytes past the last point and estimate low). With a period of 1
+ * every allocation is sampled with its exact size.
  */
 static __always_inline __u64 sample_points(struct alloc_thread *at, __u64 size)
 {
@@ -833,15 +843,14 @@ static __always_inline __u64 sample_points(struct alloc_thread *at, __u64 size)
 	if (period == 1)
 		return size;
 	if (at->until_sample == 0)
-		at->until_sample = 1 + bpf_get_prandom_u32() % (2 * period - 1);
+		at->until_sample = 1 + bpf_get_prandom_u32() % period;
 	if (size < at->until_sample) {
 		at->until_sample -= size;
 		return 0;
 	}
 	__u64 past = size - at->until_sample;
-	__u64 k = 1 + past / period;
-	at->until_sample = 1 + bpf_get_prandom_u32() % (2 * period - 1);
-	return k;
+	at->until_sample = period - past % period;
+	return 1 + past / period;
 }
 
 /* A successful allocation of `size` bytes at `ptr` by the current thread. */
@@ -932,8 +941,10 @@ static __always_inline bool inside_allocator(struct alloc_thread *at, __u64 sp)
 }
 
 /* Entry of malloc & co; the cookie's low byte is the enum alloc_fn. Probes sit where the
- * return address is still on top of the stack, so sp is the caller's sp at the call. */
-SEC("uprobe")
+ * return address is still on top of the stack, so sp is the caller's sp at the call.
+ * Allocator probes are multi-uprobes: one link per program and library, so attaching and
+ * detaching them (duty cycling) costs one RCU grace period, not one per function. */
+SEC("uprobe.multi")
 int uprobe__alloc_enter(struct pt_regs *ctx)
 {
 	if (!is_active(bpf_get_current_pid_tgid() >> 32))
@@ -974,7 +985,7 @@ int uprobe__alloc_enter(struct pt_regs *ctx)
 }
 
 /* Return of malloc & co (uretprobe at the same site as the entry probe). */
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int uretprobe__alloc_exit(struct pt_regs *ctx)
 {
 	if (!is_active(bpf_get_current_pid_tgid() >> 32))
@@ -1008,7 +1019,7 @@ int uretprobe__alloc_exit(struct pt_regs *ctx)
 }
 
 /* free & co, probed past their NULL test when the code allows; the argument is still intact. */
-SEC("uprobe")
+SEC("uprobe.multi")
 int uprobe__free(struct pt_regs *ctx)
 {
 	if (!is_active(bpf_get_current_pid_tgid() >> 32))

@@ -4,19 +4,6 @@ use phaseprof_e2e::*;
 
 use crate::require_root;
 
-fn phase<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    report["phases"]
-        .as_array()
-        .expect("phases array")
-        .iter()
-        .find(|p| p["name"] == name)
-        .unwrap_or_else(|| panic!("no phase `{name}` in {}", report["phases"]))
-}
-
-fn u(v: &serde_json::Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
 // Checks per-phase attribution against the truth: calls and flush_syscalls exact, finalize's
 // off-CPU within 2% of the slept time, propose's CPU within 5% of the burned CPU, propose's
 // wall p50 within 5% of its known 20 ms.
@@ -46,19 +33,19 @@ fn phases_match_ground_truth() {
     let report = report_json(&out);
     for name in ["propose", "replay", "finalize"] {
         assert_eq!(
-            phase(&report, name)["calls"],
+            phase_json(&report, name)["calls"],
             truth["calls"][name],
             "{name} calls"
         );
     }
-    let flushes = |name: &str| u(&phase(&report, name)["costs"]["flush_syscalls"]);
-    assert_eq!(flushes("finalize"), u(&truth["flushes"]));
+    let flushes = |name: &str| num(&phase_json(&report, name)["costs"]["flush_syscalls"]);
+    assert_eq!(flushes("finalize"), num(&truth["flushes"]));
     assert_eq!(flushes("propose"), 0);
     assert_eq!(flushes("replay"), 0);
     // The truth line itself is the one write outside any phase.
     assert_eq!(flushes("(none)"), 1);
 
-    let offcpu = phase(&report, "finalize")["offcpu_ns"].as_f64().unwrap();
+    let offcpu = phase_json(&report, "finalize")["offcpu_ns"].as_f64().unwrap();
     let slept = truth["slept_ns"].as_f64().unwrap();
     eprintln!(
         "finalize off-cpu {offcpu} vs slept {slept}: {:.2}%",
@@ -66,7 +53,7 @@ fn phases_match_ground_truth() {
     );
     assert!(rel_diff(offcpu, slept) < 0.02);
 
-    let cpu = phase(&report, "propose")["cpu_ns"].as_f64().unwrap();
+    let cpu = phase_json(&report, "propose")["cpu_ns"].as_f64().unwrap();
     let burned = truth["burn_cpu_ns"].as_f64().unwrap();
     eprintln!(
         "propose cpu {cpu} vs burned {burned}: {:.2}%",
@@ -74,7 +61,7 @@ fn phases_match_ground_truth() {
     );
     assert!(rel_diff(cpu, burned) < 0.05);
 
-    let p50 = phase(&report, "propose")["wall_ns"]["p50"]
+    let p50 = phase_json(&report, "propose")["wall_ns"]["p50"]
         .as_f64()
         .unwrap();
     eprintln!(
@@ -110,26 +97,26 @@ fn nested_phases_are_inclusive() {
     );
     let report = report_json(&out);
     let (block, propose, finalize) = (
-        phase(&report, "block"),
-        phase(&report, "propose"),
-        phase(&report, "finalize"),
+        phase_json(&report, "block"),
+        phase_json(&report, "propose"),
+        phase_json(&report, "finalize"),
     );
     assert_eq!(block["calls"], truth["calls"]["block"]);
     assert_eq!(propose["calls"], truth["calls"]["propose"]);
     assert_eq!(
-        u(&block["costs"]["flush_syscalls"]),
-        u(&finalize["costs"]["flush_syscalls"])
+        num(&block["costs"]["flush_syscalls"]),
+        num(&finalize["costs"]["flush_syscalls"])
     );
     assert_eq!(
-        u(&finalize["costs"]["flush_syscalls"]),
-        u(&truth["flushes"])
+        num(&finalize["costs"]["flush_syscalls"]),
+        num(&truth["flushes"])
     );
-    assert!(u(&block["cpu_ns"]) >= u(&propose["cpu_ns"]));
-    assert!(u(&block["offcpu_ns"]) >= u(&finalize["offcpu_ns"]));
-    assert!(u(&block["syscalls"]) >= u(&propose["syscalls"]) + u(&finalize["syscalls"]));
+    assert!(num(&block["cpu_ns"]) >= num(&propose["cpu_ns"]));
+    assert!(num(&block["offcpu_ns"]) >= num(&finalize["offcpu_ns"]));
+    assert!(num(&block["syscalls"]) >= num(&propose["syscalls"]) + num(&finalize["syscalls"]));
     assert!(
-        u(&block["wall_ns"]["total"])
-            >= u(&propose["wall_ns"]["total"]) + u(&finalize["wall_ns"]["total"])
+        num(&block["wall_ns"]["total"])
+            >= num(&propose["wall_ns"]["total"]) + num(&finalize["wall_ns"]["total"])
     );
     // Stacks: `--phase block` includes the samples taken while the nested propose ran: every
     // burn-function sample is inside propose, hence inside block.
@@ -228,21 +215,21 @@ fn go_relay_phases_are_exact() {
             "3000",
         ],
     );
-    assert_eq!(u(&truth["iterations"]), 10000, "relay-sim completed");
+    assert_eq!(num(&truth["iterations"]), 10000, "relay-sim completed");
     let report = report_json(&out);
     for name in ["ingest", "verify", "commit", "fanout"] {
         assert_eq!(
-            phase(&report, name)["calls"],
+            phase_json(&report, name)["calls"],
             truth["calls"][name],
             "{name} calls"
         );
     }
-    let flushes = |name: &str| u(&phase(&report, name)["costs"]["flush_syscalls"]);
+    let flushes = |name: &str| num(&phase_json(&report, name)["costs"]["flush_syscalls"]);
     assert_eq!(
         flushes("commit"),
-        u(&truth["commit_writes"]) + u(&truth["fsyncs"])
+        num(&truth["commit_writes"]) + num(&truth["fsyncs"])
     );
-    assert_eq!(flushes("fanout"), u(&truth["fanout_flushes"]));
+    assert_eq!(flushes("fanout"), num(&truth["fanout_flushes"]));
     assert_eq!(flushes("ingest") + flushes("verify"), 0);
     assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
 }

@@ -3,8 +3,9 @@ use std::process::{Command, Stdio};
 
 use phaseprof_e2e::*;
 
-// Checks that soak's RSS slope is within 10% of the leak rate the workload reports, and that it
-// names anonymous memory as the growing class.
+// Checks that soak's RSS slope is within 10% of the leak rate the workload reports, that it
+// names anonymous memory as the growing class, and that the top live-heap stack it recorded
+// meanwhile is the leaking one, growing at the leak rate.
 #[test]
 fn soak_slope_matches_the_leak() {
     let _g = bpf_lock();
@@ -43,6 +44,20 @@ fn soak_slope_matches_the_leak() {
     assert!(rel_diff(slope, rate) < 0.10, "slope {slope} vs leak {rate}");
     assert_eq!(report["dominant"], "anonymous");
     assert!(report["classes"]["rss"]["stderr_mib_s"].as_f64().unwrap() < 0.05 * rate);
+    let top = &report["live_heap"][0];
+    let frames: Vec<&str> = top["frames"]
+        .as_array()
+        .expect("live_heap frames")
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        frames.contains(&"validator_sim::work::leak"),
+        "top live-heap stack: {frames:?}"
+    );
+    let live_rate = top["mib_s"].as_f64().unwrap();
+    eprintln!("live heap growth {live_rate:.3} MiB/s vs leak {rate:.3} MiB/s");
+    assert!(rel_diff(live_rate, rate) < 0.15, "live {live_rate} vs leak {rate}");
 }
 
 // Checks that soak of a pid with no process fails with the pid in the message.

@@ -232,3 +232,18 @@ pub fn record_workload(
     let o = phaseprof_ok(&all);
     (out, truth_from(&o.stdout))
 }
+
+/// The member of a `report --json` object's `phases` named `name`.
+pub fn phase_json<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["phases"]
+        .as_array()
+        .expect("phases array")
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no phase `{name}` in {}", report["phases"]))
+}
+
+/// A JSON number as u64, panicking with the value otherwise.
+pub fn num(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
