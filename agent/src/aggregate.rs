@@ -376,7 +376,77 @@ mod tests {
                 count: 2,
                 total_ns: 20,
             }],
+            ..RawWindow::default()
         }
+    }
+
+    // Checks Go sample weights: a sample of size s at rate r stands for s / (1 - e^(-s/r))
+    // bytes; rate 1 (every allocation) and unknown rates (Go's default) are handled.
+    #[test]
+    fn go_sample_weights() {
+        let (b, n) = go_sample_weight(512 * 1024, 512 * 1024);
+        let p = 1.0 - (-1.0f64).exp();
+        assert!((b - 512.0 * 1024.0 / p).abs() < 1e-6);
+        assert!((n - 1.0 / p).abs() < 1e-9);
+        assert_eq!(go_sample_weight(100, 1), (100.0, 1.0));
+        assert_eq!(go_sample_weight(64, 0), go_sample_weight(64, 512 * 1024));
+        // Huge objects are always sampled: weight -> size.
+        let (b, _) = go_sample_weight(1 << 30, 512 * 1024);
+        assert!((b - (1u64 << 30) as f64).abs() < 1.0);
+    }
+
+    // Checks that allocation samples fold with ratio-estimated counts, Go samples add to the
+    // per-phase estimates inclusively, and the live heap aggregates by stack with ages.
+    #[test]
+    fn allocations_fold_with_estimates_and_ages() {
+        let meta = Meta {
+            events: vec![EventKind::Alloc],
+            ..Meta::default()
+        };
+        let mut agg = Aggregator::new(meta, vec!["outer".into(), "inner".into()]);
+        let mut sym = FakeSymbolizer::default();
+        let w = RawWindow {
+            allocs: vec![RawAlloc {
+                pid: 1,
+                phase: 2,
+                phase_mask: 0b110,
+                user: Some(vec![0x1000]),
+                est_bytes: 1000,
+                samples: 2,
+                sampled_bytes: 500,
+            }],
+            go_allocs: vec![RawGoAlloc {
+                pid: 1,
+                phase: 2,
+                phase_mask: 0b110,
+                user: Some(vec![0x1000]),
+                size: 100,
+                rate: 1,
+            }],
+            ..RawWindow::default()
+        };
+        agg.add_window(&w, &mut sym);
+        assert_eq!(agg.go_phase_allocs()[&1], (100.0, 1.0));
+        assert_eq!(agg.go_phase_allocs()[&2], (100.0, 1.0));
+        let live = |ts| RawLive {
+            pid: 1,
+            phase: 2,
+            phase_mask: 0b110,
+            user: Some(vec![0x1000]),
+            est_bytes: 10,
+            size: 10,
+            allocated_at_ns: ts,
+        };
+        agg.set_live(&[live(100), live(400)], 1000, &mut sym);
+        let p = agg.finish();
+        assert_eq!(p.allocs.len(), 1);
+        assert_eq!(p.allocs[0].bytes, 1100);
+        assert_eq!(p.allocs[0].count, 4.0 + 1.0);
+        assert_eq!(p.live.len(), 1);
+        assert_eq!(
+            (p.live[0].bytes, p.live[0].samples, p.live[0].oldest_ns, p.live[0].mean_age_ns),
+            (20, 2, 900, 750)
+        );
     }
 
     // Checks stack assembly from a recorded-style window: kernel frames before user frames,

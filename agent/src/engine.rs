@@ -736,6 +736,21 @@ impl<'obj> Engine<'obj> {
         self.alloc_links.clear();
     }
 
+    /// Pauses (or resumes) allocation counting without detaching: duty cycling counts only
+    /// while every probe is in force.
+    pub fn pause_alloc(&mut self, paused: bool) {
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("BPF object has a .bss");
+        let ptr: *mut bool = &mut bss.alloc_paused;
+        // SAFETY: ptr points into the .bss mmap of the loaded object; volatile because BPF
+        // programs read it concurrently.
+        unsafe { std::ptr::write_volatile(ptr, paused) };
+    }
+
     fn bump_alloc_generation(&mut self) {
         let bss = self
             .skel

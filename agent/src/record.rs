@@ -232,7 +232,12 @@ fn record_into(
     let deadline = opts.duration.map(|d| Instant::now() + d);
     let mut next_drain = Instant::now() + opts.window;
     let stop = loop {
-        session.handle_events(Duration::from_millis(20), name)?;
+        let wait = session
+            .next_deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_millis(20));
+        session.handle_events(wait, name)?;
         if let Some(status) = child.and_then(targets::child_exited) {
             break StopReason::CommandExited(status);
         }

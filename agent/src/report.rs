@@ -154,10 +154,9 @@ fn write_alloc_header(profile: &Profile, mut out: impl Write) -> std::io::Result
     if let Some(b) = info.budget {
         writeln!(
             out,
-            "   budget {:.2}%: probes attached {:.1}% of the time, totals scaled up by {:.1}x",
+            "   budget {:.2}%: allocations counted {:.2}% of the time, totals extrapolated by the target's CPU time",
             b * 100.0,
             info.attached_fraction * 100.0,
-            1.0 / info.attached_fraction.max(1e-9)
         )?;
     }
     writeln!(

@@ -71,6 +71,11 @@ impl<'obj> Session<'obj> {
         self.alloc = Some(recorder);
     }
 
+    /// When periodic work is next due (an allocation-probe slice ending), if sooner than usual.
+    pub fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.alloc.as_ref().and_then(|a| a.next_deadline())
+    }
+
     /// Periodic work between drains: the allocation probes' overhead estimate and duty cycle.
     pub fn tick(&mut self) -> Result<()> {
         if let Some(alloc) = &mut self.alloc {

@@ -46,6 +46,10 @@ __u32 alloc_generation = 0;
 /* Set by user space when the recording stops: from then on nothing is counted, even while
  * detaching the programs takes its time (retiring uprobes waits for RCU grace periods). */
 bool stopped = false;
+/* Duty cycling: set while allocator probes are being attached or detached, so allocations are
+ * counted exactly over the window in which every probe is in force (totals are extrapolated
+ * from that window's length). */
+bool alloc_paused = false;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -947,7 +951,7 @@ static __always_inline bool inside_allocator(struct alloc_thread *at, __u64 sp)
 SEC("uprobe.multi")
 int uprobe__alloc_enter(struct pt_regs *ctx)
 {
-	if (!is_active(bpf_get_current_pid_tgid() >> 32))
+	if (alloc_paused || !is_active(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	count_hit(HITS_ALLOC_ENTRY);
 	struct alloc_thread *at = alloc_thread_get();
@@ -988,7 +992,7 @@ int uprobe__alloc_enter(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int uretprobe__alloc_exit(struct pt_regs *ctx)
 {
-	if (!is_active(bpf_get_current_pid_tgid() >> 32))
+	if (alloc_paused || !is_active(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	count_hit(HITS_ALLOC_EXIT);
 	struct alloc_thread *at = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
@@ -1022,7 +1026,7 @@ int uretprobe__alloc_exit(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int uprobe__free(struct pt_regs *ctx)
 {
-	if (!is_active(bpf_get_current_pid_tgid() >> 32))
+	if (alloc_paused || !is_active(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	count_hit(HITS_FREE);
 	__u64 ptr = PT_REGS_PARM1(ctx);

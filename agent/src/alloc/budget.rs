@@ -2,10 +2,10 @@
 //! that keeps it inside a budget (`--alloc-budget 1%`).
 use std::time::Duration;
 
-/// Measured cost of one allocator probe hit on this machine class (target/release/bench
-/// --only alloc: malloc+free pair with chosen placement, minus the bare pair, per hit; see
-/// README "Performance"). A hit is an entry, a return or a free.
-pub const NS_PER_HIT: f64 = 900.0;
+/// Measured cost of one allocator probe hit on these machines (target/release/bench --only
+/// alloc: a malloc+free pair with the chosen placement costs three hits, 1,122 ns each, over the
+/// bare pair; see README "Performance"). A hit is an entry, a return or a free.
+pub const NS_PER_HIT: f64 = 1100.0;
 
 /// Estimated slowdown of the target: probe time added over the target's own CPU time.
 pub fn overhead(hits: u64, target_cpu_ns: u64) -> f64 {
@@ -15,49 +15,71 @@ pub fn overhead(hits: u64, target_cpu_ns: u64) -> f64 {
     hits as f64 * NS_PER_HIT / target_cpu_ns as f64
 }
 
-/// Duty cycling of the allocation probes: on for a slice of each period, sized so that the
-/// overhead measured while on, times the on-fraction, stays within the budget.
+/// A slice in which the target ran less than this says nothing about the probes' cost.
+const MIN_MEASURED_CPU_NS: u64 = 2_000_000;
+
+/// The cost assumed before a slice has measured it: about a tight malloc/free loop's (three
+/// probe hits per ~20 ns pair), so the first slice cannot overspend.
+const UNMEASURED_COST: f64 = 3.0;
+
+/// Duty cycling of the allocation probes as a token bucket: the budget accrues with wall time
+/// (1% of every second), each attached slice spends its estimated slowdown (overhead × length),
+/// and probes are attached only when the bucket holds a whole slice's cost. So the slowdown
+/// stays within the budget from the first second on, whatever the target's allocation rate.
 #[derive(Clone, Debug)]
 pub struct DutyCycle {
     /// Allowed slowdown (0.01 = 1%).
     pub budget: f64,
-    pub period: Duration,
-    /// Fraction of each period the probes are attached (starts at 1 and adapts).
-    pub on_fraction: f64,
-    /// Time spent attached and in total: totals are extrapolated by their ratio.
+    /// Estimated slowdown while attached, from the last slice that measured it
+    /// (UNMEASURED_COST before the first).
+    pub cost: f64,
+    /// Whether a slice has measured the cost yet.
+    pub measured: bool,
+    /// Slowdown spent so far, in ns of the target's time.
+    pub spent_ns: f64,
+    /// Time allocations were counted (every probe in force): totals are extrapolated by
+    /// total / on.
     pub on_ns: u64,
-    pub total_ns: u64,
 }
 
 impl DutyCycle {
     pub fn new(budget: f64) -> Self {
         DutyCycle {
             budget,
-            period: Duration::from_secs(1),
-            // The first slice measures the cost; start small so a hot target is not slowed
-            // for a whole period before the first estimate.
-            on_fraction: 0.05,
+            cost: UNMEASURED_COST,
+            measured: false,
+            spent_ns: 0.0,
             on_ns: 0,
-            total_ns: 0,
         }
     }
 
-    /// After an on-slice with measured `overhead_while_on`: the next slice's fraction.
-    pub fn adapt(&mut self, overhead_while_on: f64) {
-        self.on_fraction = if overhead_while_on <= self.budget {
-            1.0
+    /// How long the probes stay attached once in force (attaching itself takes milliseconds
+    /// more): short while they cost more than the budget, so each slice spends little; long
+    /// when they cost less.
+    pub fn slice(&self) -> Duration {
+        if self.measured && self.cost <= self.budget {
+            Duration::from_secs(1)
         } else {
-            // Keep a floor so even a very hot target gets some samples each period.
-            (self.budget / overhead_while_on).clamp(0.005, 1.0)
-        };
+            Duration::from_millis(20)
+        }
     }
 
-    pub fn on_time(&self) -> Duration {
-        self.period.mul_f64(self.on_fraction)
+    /// Whether the bucket, `elapsed` into the recording, holds the cost of a slice (with 10 ms
+    /// for attaching).
+    pub fn may_attach(&self, elapsed: Duration) -> bool {
+        let allowance = self.budget * elapsed.as_nanos() as f64;
+        let slice = (self.slice() + Duration::from_millis(10)).as_nanos() as f64;
+        allowance - self.spent_ns >= self.cost * slice
     }
 
-    pub fn off_time(&self) -> Duration {
-        self.period.mul_f64(1.0 - self.on_fraction)
+    /// After an attached slice of `on` (attach and detach included) with measured overhead
+    /// `cost` over `target_cpu_ns`. The caller adds the counted window to `on_ns`.
+    pub fn slice_done(&mut self, on: Duration, cost: f64, target_cpu_ns: u64) {
+        if target_cpu_ns >= MIN_MEASURED_CPU_NS {
+            self.cost = cost;
+            self.measured = true;
+        }
+        self.spent_ns += self.cost * on.as_nanos() as f64;
     }
 }
 
@@ -65,15 +87,22 @@ impl DutyCycle {
 mod tests {
     use super::*;
 
-    // Checks that the on-fraction shrinks to fit the budget and recovers when cheap.
+    // Checks the bucket: no slice before the budget has accrued one, spending delays the next,
+    // an idle slice keeps the cost estimate, and a cheap target gets long slices.
     #[test]
-    fn duty_cycle_fits_the_budget() {
+    fn duty_cycle_spends_no_more_than_the_budget() {
         let mut d = DutyCycle::new(0.01);
-        d.adapt(0.20);
-        assert!((d.on_fraction - 0.05).abs() < 1e-9);
-        d.adapt(0.005);
-        assert_eq!(d.on_fraction, 1.0);
-        d.adapt(100.0);
-        assert_eq!(d.on_fraction, 0.005);
+        // A first 30 ms slice at the assumed 300% costs 90 ms: 9 s of 1%.
+        assert!(!d.may_attach(Duration::from_millis(8_900)));
+        assert!(d.may_attach(Duration::from_secs(9)));
+        d.slice_done(Duration::from_millis(30), 3.0, 1_000);
+        assert!(!d.measured, "the target hardly ran: no estimate");
+        d.slice_done(Duration::from_millis(30), 1.0, 8_000_000);
+        assert_eq!((d.cost, d.measured), (1.0, true));
+        // Spent 90 + 30 ms: the next 30 ms slice at 100% needs 150 ms of allowance, 15 s of 1%.
+        assert!(!d.may_attach(Duration::from_millis(14_900)));
+        assert!(d.may_attach(Duration::from_secs(15)));
+        d.slice_done(Duration::from_millis(30), 0.001, 8_000_000);
+        assert_eq!(d.slice(), Duration::from_secs(1));
     }
 }

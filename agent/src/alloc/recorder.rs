@@ -22,8 +22,11 @@ pub struct AllocRecorder {
     probes: Vec<String>,
     duty: Option<DutyCycle>,
     attached: bool,
-    /// Start of the current on- or off-slice (duty cycling) or report interval.
+    started: Instant,
+    /// Start of the current attached slice (duty cycling), and of its measurement (once every
+    /// probe is in force).
     slice_start: Instant,
+    measure_start: Instant,
     hits_at_slice: u64,
     cpu_at_slice: u64,
     last_report: Instant,
@@ -32,6 +35,13 @@ pub struct AllocRecorder {
     /// Probe hits and the targets' CPU time (probes included) while attached, so far.
     hits_total: u64,
     cpu_while_on: u64,
+    /// Duty cycling: the targets' own CPU time (probes excluded) while allocations were
+    /// counted, and their CPU time at the first and the latest tick. Totals are extrapolated by
+    /// CPU time, not wall time: while attached the target runs slower, so it allocates less
+    /// per second than it does unprobed.
+    counted_own_ns: u64,
+    cpu_first: Option<u64>,
+    cpu_last: u64,
     go_sampled: bool,
     go_rates: Vec<GoRate>,
 }
@@ -66,8 +76,11 @@ impl AllocRecorder {
             sites: HashMap::new(),
             probes: Vec::new(),
             duty: budget.map(DutyCycle::new),
-            attached: true,
+            // With a budget, probes wait for the budget to accrue a first slice.
+            attached: budget.is_none(),
+            started: now,
             slice_start: now,
+            measure_start: now,
             hits_at_slice: 0,
             cpu_at_slice: 0,
             last_report: now,
@@ -75,6 +88,9 @@ impl AllocRecorder {
             cpu_at_report: 0,
             hits_total: 0,
             cpu_while_on: 0,
+            counted_own_ns: 0,
+            cpu_first: None,
+            cpu_last: 0,
             go_sampled: false,
             go_rates: Vec::new(),
         }
@@ -118,8 +134,19 @@ impl AllocRecorder {
         &self.probes
     }
 
+    /// When `tick` next has something to do (the end of an attached slice), so the recording
+    /// loop can wake up for it.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match &self.duty {
+            Some(d) if self.attached => Some(self.measure_start + d.slice()),
+            Some(_) => Some(Instant::now() + Duration::from_millis(10)),
+            None => None,
+        }
+    }
+
     /// Called often while recording: prints the estimated overhead every few seconds and,
-    /// with a budget, detaches or re-attaches the probes at slice boundaries.
+    /// with a budget, attaches the probes for a slice when the budget allows and detaches them
+    /// at its end.
     pub fn tick(&mut self, engine: &mut Engine<'_>) -> Result<()> {
         let now = Instant::now();
         let pids: Vec<u32> = self.sites.keys().copied().collect();
@@ -127,27 +154,38 @@ impl AllocRecorder {
             g.ensure_sampling();
         }
         if let Some(duty) = &mut self.duty {
-            let elapsed = now - self.slice_start;
-            if self.attached && elapsed >= duty.on_time() {
+            let cpu_now = targets_cpu_ns(pids.iter().copied());
+            self.cpu_first.get_or_insert(cpu_now);
+            self.cpu_last = self.cpu_last.max(cpu_now);
+            if self.attached && now - self.measure_start >= duty.slice() {
+                engine.pause_alloc(true);
                 let hits = engine.alloc_probe_hits()? - self.hits_at_slice;
-                let cpu = targets_cpu_ns(pids.iter().copied()).saturating_sub(self.cpu_at_slice);
+                let cpu = cpu_now.saturating_sub(self.cpu_at_slice);
                 let own = cpu.saturating_sub((hits as f64 * super::budget::NS_PER_HIT) as u64);
                 let cost = overhead(hits, own);
                 self.hits_total += hits;
                 self.cpu_while_on += cpu;
-                duty.on_ns += elapsed.as_nanos() as u64;
-                duty.adapt(cost);
-                if duty.on_fraction < 1.0 {
-                    engine.detach_alloc();
-                    self.attached = false;
-                }
-                self.start_slice(engine, &pids)?;
-            } else if !self.attached && elapsed >= duty.off_time() {
+                self.counted_own_ns += own;
+                let counted = now - self.measure_start;
+                engine.detach_alloc();
+                self.attached = false;
+                // Spending covers the whole slice, attach and detach included; totals are
+                // extrapolated from the counted window alone.
+                duty.slice_done(self.slice_start.elapsed(), cost, own);
+                duty.on_ns += counted.as_nanos() as u64;
+            } else if !self.attached && duty.may_attach(now - self.started) {
+                // The slice (and its spending) starts before attaching, which takes milliseconds;
+                // counting and the cost's measurement start when every probe is in force.
+                self.slice_start = now;
+                engine.pause_alloc(true);
                 for (&pid, found) in &self.sites {
                     engine.attach_alloc(pid, found)?;
                 }
+                engine.pause_alloc(false);
+                self.hits_at_slice = engine.alloc_probe_hits()?;
+                self.cpu_at_slice = targets_cpu_ns(pids.iter().copied());
+                self.measure_start = Instant::now();
                 self.attached = true;
-                self.start_slice(engine, &pids)?;
             }
         }
         if now - self.last_report >= REPORT_EVERY {
@@ -164,9 +202,10 @@ impl AllocRecorder {
             );
             if let Some(d) = &self.duty {
                 line += &format!(
-                    " (budget {:.2}%: attached {:.1}% of the time)",
+                    " (budget {:.2}%: probes attached {:.1}% of the time, {:.0}% overhead while attached)",
                     d.budget * 100.0,
-                    d.on_fraction * 100.0
+                    100.0 * d.on_ns as f64 / (now - self.started).as_nanos().max(1) as f64,
+                    d.cost * 100.0
                 );
             }
             eprintln!("{line}");
@@ -181,13 +220,6 @@ impl AllocRecorder {
         Ok(())
     }
 
-    fn start_slice(&mut self, engine: &Engine<'_>, pids: &[u32]) -> Result<()> {
-        self.slice_start = Instant::now();
-        self.hits_at_slice = engine.alloc_probe_hits()?;
-        self.cpu_at_slice = targets_cpu_ns(pids.iter().copied());
-        Ok(())
-    }
-
     /// At the end of the recording (`total` long): the record of how allocations were taken,
     /// and the factor that scales what was counted while attached up to the whole recording.
     pub fn finish(&mut self, engine: &Engine<'_>, total: Duration) -> Result<(AllocInfo, f64)> {
@@ -197,12 +229,16 @@ impl AllocRecorder {
         }
         let pids: Vec<u32> = self.sites.keys().copied().collect();
         let (hits, cpu) = if self.duty.is_some() {
+            let cpu_now = targets_cpu_ns(pids.iter().copied());
+            self.cpu_last = self.cpu_last.max(cpu_now);
             if self.attached {
                 let h = engine.alloc_probe_hits()? - self.hits_at_slice;
-                let c = targets_cpu_ns(pids.iter().copied()).saturating_sub(self.cpu_at_slice);
+                let c = self.cpu_last.saturating_sub(self.cpu_at_slice);
                 if let Some(d) = &mut self.duty {
-                    d.on_ns += (now - self.slice_start).as_nanos() as u64;
+                    d.on_ns += (now - self.measure_start).as_nanos() as u64;
                 }
+                self.counted_own_ns += c.saturating_sub((h as f64 * super::budget::NS_PER_HIT) as u64);
+                self.attached = false;
                 (self.hits_total + h, self.cpu_while_on + c)
             } else {
                 (self.hits_total, self.cpu_while_on)
@@ -212,11 +248,17 @@ impl AllocRecorder {
             let c = targets_cpu_ns(pids.iter().copied()).saturating_sub(self.cpu_at_report);
             (self.hits_total + h, self.cpu_while_on + c)
         };
-        let (fraction, scale) = match &mut self.duty {
+        let (fraction, scale) = match &self.duty {
             Some(d) => {
-                d.total_ns = total.as_nanos() as u64;
-                let f = (d.on_ns as f64 / d.total_ns.max(1) as f64).min(1.0);
-                (f, if f > 0.0 { 1.0 / f } else { 1.0 })
+                let f = (d.on_ns as f64 / total.as_nanos().max(1) as f64).min(1.0);
+                let span = self.cpu_last.saturating_sub(self.cpu_first.unwrap_or(0));
+                let all_own = span.saturating_sub((hits as f64 * super::budget::NS_PER_HIT) as u64);
+                if self.counted_own_ns == 0 {
+                    eprintln!("phaseprof: the allocation budget allowed no slice in so short a recording: no allocations recorded (record longer or raise --alloc-budget)");
+                    (f, 1.0)
+                } else {
+                    (f, (all_own as f64 / self.counted_own_ns as f64).max(1.0))
+                }
             }
             None => (1.0, 1.0),
         };

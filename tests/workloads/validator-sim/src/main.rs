@@ -12,7 +12,8 @@
 //! (each exactly one `write(2)`) and sleeps `--sleep-ms`. With `--threads 1` (the default) the main
 //! thread does the work itself, so no thread waits in `join` and off-CPU time is the sleep alone.
 //! `--leak-bytes B` makes `replay` leak B bytes per block (touched, so resident) through
-//! `validator_sim::work::leak`. A counting global allocator gives `alloc_bytes`, `allocs` and
+//! `validator_sim::work::leak`. `--small-allocs N` makes `replay` allocate and free N small
+//! buffers (an allocation-heavy phase, for allocation-probe overhead). A counting global allocator gives `alloc_bytes`, `allocs` and
 //! `frees` up to the truth line itself.
 
 mod counting;
@@ -37,6 +38,7 @@ pub struct Config {
     pub wait_stdin: bool,
     pub flush_to: String,
     pub leak_bytes: u64,
+    pub small_allocs: u64,
 }
 
 /// What actually happened, summed over threads.
@@ -64,6 +66,7 @@ fn parse_args() -> Result<Config, String> {
         wait_stdin: false,
         flush_to: "/dev/null".into(),
         leak_bytes: 0,
+        small_allocs: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -80,10 +83,11 @@ fn parse_args() -> Result<Config, String> {
             "--sleep-ms" => c.sleep_ms = num("--sleep-ms")?,
             "--wait-stdin" => c.wait_stdin = true,
             "--leak-bytes" => c.leak_bytes = num("--leak-bytes")?,
+            "--small-allocs" => c.small_allocs = num("--small-allocs")?,
             "--flush-to" => c.flush_to = args.next().ok_or("--flush-to needs a path")?,
             "-h" | "--help" => {
                 return Err("usage: validator-sim [--blocks N] [--threads N] [--burn-ms MS] \
-                     [--clone-bytes B] [--flushes N] [--sleep-ms MS] [--leak-bytes B] [--wait-stdin] [--flush-to PATH]"
+                     [--clone-bytes B] [--flushes N] [--sleep-ms MS] [--leak-bytes B] [--small-allocs N] [--wait-stdin] [--flush-to PATH]"
                     .into())
             }
             other => return Err(format!("unknown flag `{other}`")),

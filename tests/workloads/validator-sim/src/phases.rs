@@ -32,6 +32,9 @@ pub fn replay(config: &Config, truth: &Truth, source: &Vec<u8>) {
         let copy = black_box(source.clone());
         truth.clone_bytes.fetch_add(copy.len() as u64, Relaxed);
     }
+    for i in 0..config.small_allocs {
+        work::small_alloc(i);
+    }
     if config.leak_bytes > 0 {
         work::leak(config.leak_bytes as usize);
         truth.leaked_bytes.fetch_add(config.leak_bytes, Relaxed);

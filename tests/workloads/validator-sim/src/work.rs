@@ -46,3 +46,10 @@ pub fn leak(bytes: usize) {
     let v = black_box(vec![1u8; bytes]);
     std::mem::forget(v);
 }
+
+/// One small heap allocation, filled and freed (a message header, a map node ...).
+#[inline(never)]
+pub fn small_alloc(i: u64) {
+    let b = black_box(Box::new([i as u8; 64]));
+    drop(b);
+}
