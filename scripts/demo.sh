@@ -9,13 +9,16 @@ cargo build --release --workspace
 out=${OUT:-target/demo}
 mkdir -p "$out"
 ./target/release/phaseprof record -v --phases tests/workloads/validator-sim/phases.toml \
+  --events cpu,offcpu,syscall,alloc,pagefault \
   -o "$out/validator-sim.phaseprof" -- \
   tests/workloads/validator-sim/target/release/validator-sim \
-  --blocks 40 --threads 4 --burn-ms 25 --clone-bytes 1048576 --flushes 16 --sleep-ms 10
+  --blocks 40 --threads 4 --burn-ms 25 --clone-bytes 1048576 --flushes 16 --sleep-ms 10 \
+  --leak-bytes 65536
 ./target/release/phaseprof report "$out/validator-sim.phaseprof"
-for kind in cpu offcpu syscall; do
+./target/release/phaseprof report "$out/validator-sim.phaseprof" --live --top 5
+for kind in cpu offcpu syscall alloc pagefault; do
   ./target/release/phaseprof export "$out/validator-sim.phaseprof" --format svg --event "$kind" \
     -o "$out/validator-sim.$kind.svg"
 done
 ./target/release/phaseprof export "$out/validator-sim.phaseprof" --format pprof -o "$out/validator-sim.cpu.pb.gz"
-echo "flamegraphs: $out/validator-sim.{cpu,offcpu,syscall}.svg  pprof: $out/validator-sim.cpu.pb.gz"
+echo "flamegraphs: $out/validator-sim.{cpu,offcpu,syscall,alloc,pagefault}.svg  pprof: $out/validator-sim.cpu.pb.gz"

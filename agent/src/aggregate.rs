@@ -47,7 +47,11 @@ const GO_DEFAULT_RATE: f64 = 512.0 * 1024.0;
 /// probability 1 - exp(-size/rate); weighing by the inverse is unbiased (pprof's
 /// scaleHeapSample does the same).
 pub fn go_sample_weight(size: u64, rate: i64) -> (f64, f64) {
-    let rate = if rate > 0 { rate as f64 } else { GO_DEFAULT_RATE };
+    let rate = if rate > 0 {
+        rate as f64
+    } else {
+        GO_DEFAULT_RATE
+    };
     if rate <= 1.0 || size == 0 {
         return (size as f64, 1.0);
     }
@@ -198,7 +202,7 @@ impl Aggregator {
             e.mean_age_ns = ((e.mean_age_ns as u128 * (n - 1) + age as u128) / n) as u64;
         }
         let mut live: Vec<LiveSample> = by_key.into_values().collect();
-        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        live.sort_by_key(|l| std::cmp::Reverse(l.bytes));
         self.builder.set_live(live);
     }
 
@@ -444,7 +448,12 @@ mod tests {
         assert_eq!(p.allocs[0].count, 4.0 + 1.0);
         assert_eq!(p.live.len(), 1);
         assert_eq!(
-            (p.live[0].bytes, p.live[0].samples, p.live[0].oldest_ns, p.live[0].mean_age_ns),
+            (
+                p.live[0].bytes,
+                p.live[0].samples,
+                p.live[0].oldest_ns,
+                p.live[0].mean_age_ns
+            ),
             (20, 2, 900, 750)
         );
     }

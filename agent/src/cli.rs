@@ -210,7 +210,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use KiB, MiB or GiB)")),
+        _ => {
+            return Err(format!(
+                "`{s}`: unknown unit `{unit}` (use KiB, MiB or GiB)"
+            ))
+        }
     };
     match n.checked_mul(mult) {
         Some(0) | None => Err(format!("`{s}`: must be between 1 byte and 2^64")),
@@ -229,7 +233,9 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("`{s}` is not a percentage like 1%"))?;
     if !(v > 0.0 && v <= 100.0) {
-        return Err(format!("`{s}`: the budget must be above 0% and at most 100%"));
+        return Err(format!(
+            "`{s}`: the budget must be above 0% and at most 100%"
+        ));
     }
     Ok(v / 100.0)
 }

@@ -444,12 +444,8 @@ impl<'obj> Engine<'obj> {
         // programs read it concurrently.
         unsafe { std::ptr::write_volatile(ptr, true) };
         self.detached_at_ns = Some(monotonic_ns());
-        let t = std::time::Instant::now();
         self.alloc_links.clear();
         self.links.clear();
-        if std::env::var_os("PHASEPROF_DEBUG_DETACH").is_some() {
-            eprintln!("detach took {:?}", t.elapsed());
-        }
     }
 
     fn set_target(&self, pid: u32, state: types::target_state) -> Result<()> {
@@ -668,64 +664,71 @@ impl<'obj> Engine<'obj> {
     /// filter is installed in that process's memory alone, so other users of the same libc
     /// never trap). Calls already inside an allocator are not waited for after a re-attach.
     pub fn attach_alloc(&mut self, pid: u32, sites: &[AllocSite]) -> Result<()> {
+        /// The multi-uprobe programs: one link per (program, library).
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+        enum Multi {
+            Free,
+            Enter,
+            Exit,
+        }
         self.bump_alloc_generation();
         let progs = &self.skel.progs;
-        // One multi-uprobe link per (program, library): (offsets, cookies).
-        type Group = (Vec<usize>, Vec<u64>);
-        let mut groups: std::collections::BTreeMap<(u8, &std::path::Path), Group> =
+        // Per (program, library): offsets and their cookies.
+        type Sites = (Vec<usize>, Vec<u64>);
+        let mut groups: std::collections::BTreeMap<(Multi, &std::path::Path), Sites> =
             Default::default();
         let mut links = Vec::new();
         for site in sites {
             let off = site.placement.file_offset as usize;
             let cookie = site.kind.cookie();
-            match site.kind {
+            let programs: &[Multi] = match site.kind {
                 AllocKind::GoSample { .. } => {
                     let opts = libbpf_rs::UprobeOpts {
                         cookie,
                         ..Default::default()
                     };
-                    links.push(
-                        progs
-                            .uprobe__go_alloc_sample
-                            .attach_uprobe_with_opts(pid as i32, &site.path, off, opts)
-                            .with_context(|| {
-                                format!("attaching Go's allocation-sample probe in {} (pid {pid})", site.path.display())
-                            })?,
-                    );
-                    continue;
+                    let link = progs
+                        .uprobe__go_alloc_sample
+                        .attach_uprobe_with_opts(pid as i32, &site.path, off, opts)
+                        .with_context(|| {
+                            format!(
+                                "attaching Go's allocation-sample probe in {} (pid {pid})",
+                                site.path.display()
+                            )
+                        })?;
+                    links.push(link);
+                    &[]
                 }
-                AllocKind::Free => {
-                    let g = groups.entry((0, &site.path)).or_default();
-                    g.0.push(off);
-                    g.1.push(cookie);
-                }
-                _ => {
-                    for program in [1, 2] {
-                        let g = groups.entry((program, &site.path)).or_default();
-                        g.0.push(off);
-                        g.1.push(cookie);
-                    }
-                }
+                AllocKind::Free => &[Multi::Free],
+                _ => &[Multi::Enter, Multi::Exit],
+            };
+            for &program in programs {
+                let (offsets, cookies) = groups.entry((program, &site.path)).or_default();
+                offsets.push(off);
+                cookies.push(cookie);
             }
         }
         for ((program, path), (offsets, cookies)) in groups {
             let prog = match program {
-                0 => &progs.uprobe__free,
-                1 => &progs.uprobe__alloc_enter,
-                _ => &progs.uretprobe__alloc_exit,
+                Multi::Free => &progs.uprobe__free,
+                Multi::Enter => &progs.uprobe__alloc_enter,
+                Multi::Exit => &progs.uretprobe__alloc_exit,
             };
             let opts = libbpf_rs::UprobeMultiOpts {
                 offsets,
                 cookies,
-                retprobe: program == 2,
+                retprobe: program == Multi::Exit,
                 ..Default::default()
             };
-            links.push(
-                prog.attach_uprobe_multi_with_opts(pid as i32, path, "", opts)
-                    .with_context(|| {
-                        format!("attaching the allocator probes in {} (pid {pid})", path.display())
-                    })?,
-            );
+            let link = prog
+                .attach_uprobe_multi_with_opts(pid as i32, path, "", opts)
+                .with_context(|| {
+                    format!(
+                        "attaching the allocator probes in {} (pid {pid})",
+                        path.display()
+                    )
+                })?;
+            links.push(link);
         }
         self.alloc_links.entry(pid).or_default().extend(links);
         Ok(())

@@ -5,9 +5,9 @@
 pub mod aggregate;
 pub mod alloc;
 pub mod cli;
-pub mod perf_events;
 pub mod engine;
 pub mod export;
+pub mod perf_events;
 pub mod phases;
 pub mod pprof;
 pub mod preflight;

@@ -55,7 +55,13 @@ const PERF_COUNT_SW_PAGE_FAULTS: u64 = 2;
 const PERF_ATTR_FLAG_FREQ: u64 = 1 << 10;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 
-fn open_software(cpu: usize, config: u64, period_or_freq: u64, freq: bool, what: &str) -> Result<OwnedFd> {
+fn open_software(
+    cpu: usize,
+    config: u64,
+    period_or_freq: u64,
+    freq: bool,
+    what: &str,
+) -> Result<OwnedFd> {
     let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,

@@ -121,7 +121,8 @@ fn record_into(
     let mut plan = plan;
     if opts.phases.is_none() {
         // Without a phases file the built-in costs still apply to the whole recording.
-        plan.alloc_costs = PhasePlan::from_config(&PhaseConfig::builtin(), "(built-in)")?.alloc_costs;
+        plan.alloc_costs =
+            PhasePlan::from_config(&PhaseConfig::builtin(), "(built-in)")?.alloc_costs;
     }
     let mut engine_cfg = opts.engine.clone();
     engine_cfg.phases_enabled = !plan.names.is_empty();
@@ -219,6 +220,11 @@ fn record_into(
             e.cpus,
             engine_cfg.freq_hz
         );
+    }
+    if opts.verbose {
+        for p in session.alloc_probes() {
+            eprintln!("phaseprof: allocator probe {p}");
+        }
     }
     session.meta_mut().notes.insert(
         "attach_ms".into(),

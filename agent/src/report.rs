@@ -174,13 +174,28 @@ fn write_alloc_header(profile: &Profile, mut out: impl Write) -> std::io::Result
 fn write_live(profile: &Profile, top: usize, mut out: impl Write) -> std::io::Result<()> {
     writeln!(out)?;
     if !profile.recorded(EventKind::Alloc) {
-        return writeln!(out, "== live heap: not recorded (record with --events alloc) ==");
+        return writeln!(
+            out,
+            "== live heap: not recorded (record with --events alloc) =="
+        );
     }
-    if profile.meta.alloc.as_ref().is_some_and(|a| a.budget.is_some()) {
-        return writeln!(out, "== live heap: not tracked (duty-cycled probes miss frees) ==");
+    if profile
+        .meta
+        .alloc
+        .as_ref()
+        .is_some_and(|a| a.budget.is_some())
+    {
+        return writeln!(
+            out,
+            "== live heap: not tracked (duty-cycled probes miss frees) =="
+        );
     }
     let total: u64 = profile.live.iter().map(|l| l.bytes).sum();
-    writeln!(out, "== live heap at the end: {} (estimated from sampled allocations) ==", fmt_bytes(total))?;
+    writeln!(
+        out,
+        "== live heap at the end: {} (estimated from sampled allocations) ==",
+        fmt_bytes(total)
+    )?;
     writeln!(
         out,
         "{:>12} {:>8} {:>10} {:>10}  {:<12} stack",
@@ -330,7 +345,13 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
             st.syscalls
         )?;
         if allocs {
-            write!(out, " {:>12} {:>9} {:>9}", fmt_bytes(st.alloc_bytes), st.allocs, st.frees)?;
+            write!(
+                out,
+                " {:>12} {:>9} {:>9}",
+                fmt_bytes(st.alloc_bytes),
+                st.allocs,
+                st.frees
+            )?;
         }
         if faults {
             write!(out, " {:>9}", st.page_faults)?;
@@ -361,7 +382,11 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
             )?;
         }
         if faults {
-            write!(out, "  faults {:.2}", st.page_faults as f64 / st.calls as f64)?;
+            write!(
+                out,
+                "  faults {:.2}",
+                st.page_faults as f64 / st.calls as f64
+            )?;
         }
         for c in &costs {
             write!(

@@ -71,6 +71,11 @@ impl<'obj> Session<'obj> {
         self.alloc = Some(recorder);
     }
 
+    /// Where each allocator probe went (empty without `alloc` events or before a target).
+    pub fn alloc_probes(&self) -> &[String] {
+        self.alloc.as_ref().map(|a| a.probes()).unwrap_or(&[])
+    }
+
     /// When periodic work is next due (an allocation-probe slice ending), if sooner than usual.
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
         self.alloc.as_ref().and_then(|a| a.next_deadline())

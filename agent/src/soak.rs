@@ -75,7 +75,7 @@ pub fn stack_growth(p: &phaseprof_model::Profile) -> (Vec<StackGrowth>, Vec<Stac
         })
         .collect();
     let mut faults: Vec<&phaseprof_model::PageFaultSample> = p.page_faults.iter().collect();
-    faults.sort_by(|a, b| b.count.cmp(&a.count));
+    faults.sort_by_key(|f| std::cmp::Reverse(f.count));
     let faults = faults
         .into_iter()
         .take(TOP_STACKS)
@@ -279,8 +279,15 @@ pub fn write_human(r: &SoakReport, mut out: impl std::io::Write) -> std::io::Res
             .unwrap_or_else(|| "[no stack]".into())
     };
     if !r.live_heap.is_empty() {
-        writeln!(out, "\nlive heap growth by stack (allocated during the soak, not freed):")?;
-        writeln!(out, "{:>12} {:>10} {:>10}  {:<12} stack", "MiB", "MiB/s", "oldest s", "phase")?;
+        writeln!(
+            out,
+            "\nlive heap growth by stack (allocated during the soak, not freed):"
+        )?;
+        writeln!(
+            out,
+            "{:>12} {:>10} {:>10}  {:<12} stack",
+            "MiB", "MiB/s", "oldest s", "phase"
+        )?;
         for g in &r.live_heap {
             writeln!(
                 out,
@@ -306,10 +313,27 @@ pub fn write_human(r: &SoakReport, mut out: impl std::io::Write) -> std::io::Res
 /// Frames of allocators and the language runtime's allocation paths, skipped when naming a stack.
 pub fn is_allocator_frame(f: &str) -> bool {
     const PREFIXES: &[&str] = &[
-        "malloc", "calloc", "realloc", "free", "__libc_", "alloc::", "<alloc::", "__rust_", "__rdl_",
-        "__rustc::", "std::alloc", "<std::alloc", "core::alloc", "runtime.", "je_", "_rjem_", "mi_",
+        "malloc",
+        "calloc",
+        "realloc",
+        "free",
+        "__libc_",
+        "alloc::",
+        "<alloc::",
+        "__rust_",
+        "__rdl_",
+        "__rustc::",
+        "std::alloc",
+        "<std::alloc",
+        "core::alloc",
+        "runtime.",
+        "je_",
+        "_rjem_",
+        "mi_",
     ];
-    PREFIXES.iter().any(|p| f.starts_with(p)) || f.contains("alloc::") || f.contains("GlobalAlloc>::")
+    PREFIXES.iter().any(|p| f.starts_with(p))
+        || f.contains("alloc::")
+        || f.contains("GlobalAlloc>::")
 }
 
 #[cfg(test)]

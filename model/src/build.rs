@@ -151,7 +151,15 @@ impl ProfileBuilder {
     }
 
     /// Sampled allocations: `bytes` estimated bytes, `count` estimated allocations.
-    pub fn add_alloc(&mut self, pid: u32, at: PhaseAt, stack: u32, bytes: u64, count: f64, samples: u64) {
+    pub fn add_alloc(
+        &mut self,
+        pid: u32,
+        at: PhaseAt,
+        stack: u32,
+        bytes: u64,
+        count: f64,
+        samples: u64,
+    ) {
         let v = &mut self.profile.allocs;
         let i = *self
             .alloc_index

@@ -44,8 +44,14 @@ fn validator_sim_allocations_are_exact() {
     let alloc = alloc_events(&report);
     let bytes = num(&alloc["bytes"]) as f64;
     let want = num(&truth["alloc_bytes"]) as f64;
-    eprintln!("alloc bytes {bytes} vs truth {want}: {:.4}%", rel_diff(bytes, want) * 100.0);
-    assert!(rel_diff(bytes, want) < 0.001, "bytes {bytes} vs truth {want}");
+    eprintln!(
+        "alloc bytes {bytes} vs truth {want}: {:.4}%",
+        rel_diff(bytes, want) * 100.0
+    );
+    assert!(
+        rel_diff(bytes, want) < 0.001,
+        "bytes {bytes} vs truth {want}"
+    );
     assert!(num(&alloc["count"]) >= num(&truth["allocs"]));
     assert_eq!(alloc["exact"], true);
     let clone = |p: &str| num(&phase_json(&report, p)["costs"]["clone_bytes"]);
@@ -63,8 +69,14 @@ fn validator_sim_allocations_are_exact() {
         .iter()
         .map(|p| p.as_str().unwrap())
         .collect();
-    let free = probes.iter().find(|p| p.starts_with("free@")).expect("free is probed");
-    assert!(free.ends_with("(emulated)") && !free.contains("+0x0 "), "{free}");
+    let free = probes
+        .iter()
+        .find(|p| p.starts_with("free@"))
+        .expect("free is probed");
+    assert!(
+        free.ends_with("(emulated)") && !free.contains("+0x0 "),
+        "{free}"
+    );
     assert_eq!(report["lost"]["events"], 0);
     assert_eq!(report["lost"]["stacks"], 0);
 }
@@ -85,13 +97,19 @@ fn sampled_stacks_keep_exact_totals() {
     let report = report_json(&out);
     let bytes = num(&alloc_events(&report)["bytes"]) as f64;
     let want = num(&truth["alloc_bytes"]) as f64;
-    assert!(rel_diff(bytes, want) < 0.001, "bytes {bytes} vs truth {want}");
+    assert!(
+        rel_diff(bytes, want) < 0.001,
+        "bytes {bytes} vs truth {want}"
+    );
     // 200 MB in 1 MB clones sampled every 512 KiB: each clone crosses about two sample points,
     // so the estimate's error is a fraction of one period per clone, far below 5% overall.
     let clone = num(&report["costs"]["clone_bytes"]) as f64;
     let want = num(&truth["clone_bytes"]) as f64;
     eprintln!("sampled clone bytes {clone} vs truth {want}");
-    assert!(rel_diff(clone, want) < 0.05, "clone {clone} vs truth {want}");
+    assert!(
+        rel_diff(clone, want) < 0.05,
+        "clone {clone} vs truth {want}"
+    );
 }
 
 // Checks Go: relay-sim's bytes.Clone bytes attributed to `verify` through Go's own heap samples
@@ -110,7 +128,12 @@ fn relay_sim_clone_bytes_in_verify() {
         "alloc-go",
         &["--events", "alloc", "--phases", cfg.to_str().unwrap()],
         &relay,
-        &["-iterations", &iterations.to_string(), "-msg-bytes", &size.to_string()],
+        &[
+            "-iterations",
+            &iterations.to_string(),
+            "-msg-bytes",
+            &size.to_string(),
+        ],
     );
     let report = report_json(&out);
     let verify = num(&phase_json(&report, "verify")["costs"]["clone_bytes"]) as f64;
@@ -124,9 +147,16 @@ fn relay_sim_clone_bytes_in_verify() {
         rel_diff(verify, want) * 100.0,
         4.0 * se * 100.0
     );
-    assert!(rel_diff(verify, want) < 4.0 * se, "verify {verify} vs {want}");
+    assert!(
+        rel_diff(verify, want) < 4.0 * se,
+        "verify {verify} vs {want}"
+    );
     for other in ["ingest", "commit", "fanout"] {
-        assert_eq!(num(&phase_json(&report, other)["costs"]["clone_bytes"]), 0, "{other}");
+        assert_eq!(
+            num(&phase_json(&report, other)["costs"]["clone_bytes"]),
+            0,
+            "{other}"
+        );
     }
     assert_eq!(alloc_events(&report)["exact"], false);
 }
@@ -142,7 +172,14 @@ fn live_heap_names_the_leak() {
         "alloc-live",
         &["--events", "alloc", "--alloc-sample-bytes", "1"],
         &sim,
-        &["--blocks", "40", "--leak-bytes", "100000", "--clone-bytes", "300000"],
+        &[
+            "--blocks",
+            "40",
+            "--leak-bytes",
+            "100000",
+            "--clone-bytes",
+            "300000",
+        ],
     );
     let text = phaseprof_ok(&["report", out.to_str().unwrap(), "--live", "--top", "3"]);
     let text = String::from_utf8(text.stdout).unwrap();
@@ -152,10 +189,17 @@ fn live_heap_names_the_leak() {
         .skip_while(|l| !l.starts_with("== live heap"))
         .skip(2)
         .collect();
-    assert!(rows[0].contains("validator_sim::work::leak"), "top live stack: {}", rows[0]);
+    assert!(
+        rows[0].contains("validator_sim::work::leak"),
+        "top live stack: {}",
+        rows[0]
+    );
     let leaked_mib = num(&truth["leaked_bytes"]) as f64 / (1024.0 * 1024.0);
     let shown: f64 = rows[0].split_whitespace().next().unwrap().parse().unwrap();
-    assert!(rel_diff(shown, leaked_mib) < 0.01, "{shown} MiB vs {leaked_mib}");
+    assert!(
+        rel_diff(shown, leaked_mib) < 0.01,
+        "{shown} MiB vs {leaked_mib}"
+    );
 }
 
 // Checks page faults: the leak's pages are touched in `replay`, so replay has at least one
@@ -182,7 +226,14 @@ fn page_faults_by_phase() {
     assert!(num(&phase_json(&report, "propose")["page_faults"]) < 50);
     let path = out.to_str().unwrap();
     let folded = phaseprof_ok(&[
-        "export", path, "--format", "folded", "--event", "pagefault", "-o", "-",
+        "export",
+        path,
+        "--format",
+        "folded",
+        "--event",
+        "pagefault",
+        "-o",
+        "-",
     ]);
     let (mut total, mut in_replay) = (0, 0);
     for line in String::from_utf8(folded.stdout).unwrap().lines() {
@@ -194,5 +245,8 @@ fn page_faults_by_phase() {
         }
     }
     assert_eq!(total, num(&report["events"]["pagefault"]["count"]));
-    assert!(in_replay * 2 > total, "{in_replay} of {total} faults under replay");
+    assert!(
+        in_replay * 2 > total,
+        "{in_replay} of {total} faults under replay"
+    );
 }

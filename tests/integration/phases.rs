@@ -45,7 +45,9 @@ fn phases_match_ground_truth() {
     // The truth line itself is the one write outside any phase.
     assert_eq!(flushes("(none)"), 1);
 
-    let offcpu = phase_json(&report, "finalize")["offcpu_ns"].as_f64().unwrap();
+    let offcpu = phase_json(&report, "finalize")["offcpu_ns"]
+        .as_f64()
+        .unwrap();
     let slept = truth["slept_ns"].as_f64().unwrap();
     eprintln!(
         "finalize off-cpu {offcpu} vs slept {slept}: {:.2}%",

@@ -57,7 +57,10 @@ fn soak_slope_matches_the_leak() {
     );
     let live_rate = top["mib_s"].as_f64().unwrap();
     eprintln!("live heap growth {live_rate:.3} MiB/s vs leak {rate:.3} MiB/s");
-    assert!(rel_diff(live_rate, rate) < 0.15, "live {live_rate} vs leak {rate}");
+    assert!(
+        rel_diff(live_rate, rate) < 0.15,
+        "live {live_rate} vs leak {rate}"
+    );
 }
 
 // Checks that soak of a pid with no process fails with the pid in the message.

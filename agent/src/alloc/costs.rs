@@ -71,19 +71,28 @@ mod tests {
         let mut b = ProfileBuilder::new(Meta::default(), vec!["block".into(), "replay".into()]);
         let (malloc, clone, other) = (
             frame(&mut b, "malloc"),
-            frame(&mut b, "<alloc::vec::Vec<T,A> as core::clone::Clone>::clone"),
+            frame(
+                &mut b,
+                "<alloc::vec::Vec<T,A> as core::clone::Clone>::clone",
+            ),
             frame(&mut b, "validator_sim::work::leak"),
         );
         let cloned = b.intern_stack(vec![malloc, clone]);
         let leaked = b.intern_stack(vec![malloc, other]);
-        let replay = PhaseAt { phase: 2, mask: 0b110 };
+        let replay = PhaseAt {
+            phase: 2,
+            mask: 0b110,
+        };
         b.add_alloc(1, replay, cloned, 1000, 1.0, 1);
         b.add_alloc(1, replay, leaked, 500, 1.0, 1);
         b.add_alloc(1, PhaseAt::NONE, cloned, 7, 1.0, 1);
         *b.phase_stats_mut() = vec![PhaseStats::default(); 3];
         compute(
             &mut b,
-            &[("clone_bytes".into(), vec!["*as core::clone::Clone>::clone*".into()])],
+            &[(
+                "clone_bytes".into(),
+                vec!["*as core::clone::Clone>::clone*".into()],
+            )],
         );
         let p = b.finish();
         assert_eq!(p.costs["clone_bytes"], 1007);

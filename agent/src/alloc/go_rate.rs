@@ -37,7 +37,9 @@ pub struct GoRate {
 impl GoRate {
     /// Turns sampling on if the target has it off (also after the runtime's start zeroed it).
     pub fn ensure_sampling(&mut self) {
-        if read(self.pid, self.addr) == Some(0) && write(self.pid, self.addr, GO_DEFAULT_RATE).is_ok() {
+        if read(self.pid, self.addr) == Some(0)
+            && write(self.pid, self.addr, GO_DEFAULT_RATE).is_ok()
+        {
             if self.replaced.is_none() {
                 eprintln!(
                     "phaseprof: pid {}: Go heap sampling is off in this program (it never reads its memory profile); \

@@ -49,7 +49,8 @@ pub fn kernel_emulates(insn: &Instruction) -> bool {
         }
         Code::Push_r64 => {
             // `push r8..r15` carries REX.B (0x41), which the kernel accepts; nothing else.
-            insn.len() == 1 || (insn.len() == 2 && insn.op0_register() as u32 >= Register::R8 as u32)
+            insn.len() == 1
+                || (insn.len() == 2 && insn.op0_register() as u32 >= Register::R8 as u32)
         }
         _ => {
             insn.flow_control() == FlowControl::ConditionalBranch
@@ -67,7 +68,10 @@ fn written_registers(factory: &mut InstructionInfoFactory, insn: &Instruction) -
         .filter(|u| {
             matches!(
                 u.access(),
-                OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
             )
         })
         .map(|u| u.register().full_register())

@@ -97,7 +97,12 @@ impl AllocRecorder {
     }
 
     /// Finds the allocator functions of `pid` in `objects` and attaches their probes.
-    pub fn add_target(&mut self, engine: &mut Engine<'_>, pid: u32, objects: &[PathBuf]) -> Result<()> {
+    pub fn add_target(
+        &mut self,
+        engine: &mut Engine<'_>,
+        pid: u32,
+        objects: &[PathBuf],
+    ) -> Result<()> {
         let mut found = sites::find(objects)?;
         if self.at_entry {
             found = sites::at_entry(found);
@@ -106,7 +111,10 @@ impl AllocRecorder {
             eprintln!("phaseprof: pid {pid}: no allocator functions found (malloc/free, jemalloc, mimalloc, Go); no allocations will be recorded");
         }
         if self.probes.is_empty() {
-            self.probes = sites::describe(&found).split("; ").map(String::from).collect();
+            self.probes = sites::describe(&found)
+                .split("; ")
+                .map(String::from)
+                .collect();
             self.go_sampled = found
                 .iter()
                 .any(|s| matches!(s.kind, AllocKind::GoSample { .. }));
@@ -114,7 +122,11 @@ impl AllocRecorder {
         for s in &found {
             if let AllocKind::GoSample { rate_addr, .. } = s.kind {
                 if rate_addr != 0 {
-                    self.go_rates.push(GoRate { pid, addr: rate_addr, replaced: None });
+                    self.go_rates.push(GoRate {
+                        pid,
+                        addr: rate_addr,
+                        replaced: None,
+                    });
                 }
             }
         }
@@ -237,7 +249,8 @@ impl AllocRecorder {
                 if let Some(d) = &mut self.duty {
                     d.on_ns += (now - self.measure_start).as_nanos() as u64;
                 }
-                self.counted_own_ns += c.saturating_sub((h as f64 * super::budget::NS_PER_HIT) as u64);
+                self.counted_own_ns +=
+                    c.saturating_sub((h as f64 * super::budget::NS_PER_HIT) as u64);
                 self.attached = false;
                 (self.hits_total + h, self.cpu_while_on + c)
             } else {

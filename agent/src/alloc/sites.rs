@@ -23,7 +23,10 @@ pub enum AllocKind {
     Free,
     /// Go's heap-profile hook: the register-ABI index of its size argument and the address of
     /// `runtime.MemProfileRate` (0: unknown).
-    GoSample { size_arg: u8, rate_addr: u64 },
+    GoSample {
+        size_arg: u8,
+        rate_addr: u64,
+    },
 }
 
 impl AllocKind {
@@ -130,7 +133,10 @@ fn go_version(path: &Path) -> Option<(u32, u32)> {
 
 /// Go's hook: `runtime.mProf_Malloc(mp *m, p unsafe.Pointer, size uintptr)` since Go 1.23,
 /// `(p, size)` from 1.17 (the register ABI) to 1.22.
-fn go_sample_site(path: &Path, symbols: &BTreeMap<String, (u64, u64, u64)>) -> Result<Option<AllocSite>> {
+fn go_sample_site(
+    path: &Path,
+    symbols: &BTreeMap<String, (u64, u64, u64)>,
+) -> Result<Option<AllocSite>> {
     let Some(&(offset, size, _)) = symbols.get("runtime.mProf_Malloc") else {
         return Ok(None);
     };
@@ -222,7 +228,10 @@ pub fn describe(sites: &[AllocSite]) -> String {
             format!(
                 "{}@{}+{:#x} `{}` ({})",
                 s.symbol,
-                s.path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+                s.path
+                    .file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default(),
                 s.placement.delta,
                 s.placement.instruction,
                 if s.placement.emulated {

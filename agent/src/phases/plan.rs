@@ -38,7 +38,11 @@ pub(crate) fn is_go(symbols: &[FunctionSymbol]) -> bool {
 }
 
 /// The instructions of the function at `file_offset`, with their file offsets as `ip`.
-pub(crate) fn decode_function(path: &Path, file_offset: u64, size: u64) -> Result<Vec<Instruction>> {
+pub(crate) fn decode_function(
+    path: &Path,
+    file_offset: u64,
+    size: u64,
+) -> Result<Vec<Instruction>> {
     if size == 0 {
         bail!("the symbol has no size, so its code cannot be decoded");
     }

@@ -351,7 +351,9 @@ fn main() {
         };
         let (mut bare, mut entry, mut chosen) = (vec![], vec![], vec![]);
         for _ in 0..rounds {
-            bare.push(ns_per_call(&run(Command::new(&me).args(["alloc-loop", &pairs]))));
+            bare.push(ns_per_call(&run(
+                Command::new(&me).args(["alloc-loop", &pairs])
+            )));
             entry.push(loop_ns(&["--alloc-placement", "entry"]));
             chosen.push(loop_ns(&[]));
         }
@@ -378,9 +380,20 @@ fn main() {
         //     second): bare vs allocation probes always attached (a short run: the ratio does not
         //     depend on length), and bare vs duty-cycled under a 1% budget over a run long enough
         //     for the budget to matter (~30 s), each pair alternating.
-        let elapsed = |c: &mut Command| truth_from(run(c).as_bytes())["elapsed_ns"].as_f64().unwrap();
+        let elapsed = |c: &mut Command| {
+            truth_from(run(c).as_bytes())["elapsed_ns"]
+                .as_f64()
+                .unwrap()
+        };
         let sim_run = |blocks: &'static str, extra: Option<&[&str]>| {
-            let args = ["--blocks", blocks, "--burn-ms", "2", "--small-allocs", "2000"];
+            let args = [
+                "--blocks",
+                blocks,
+                "--burn-ms",
+                "2",
+                "--small-allocs",
+                "2000",
+            ];
             match extra {
                 None => elapsed(Command::new(&sim).args(args)),
                 Some(extra) => {
