@@ -94,12 +94,26 @@ impl Summary {
             });
             let info = m.alloc.clone().unwrap_or_default();
             let live_bytes: u64 = profile.live.iter().map(|l| l.bytes).sum();
+            let mut by_pid: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+            for t in &profile.alloc_totals {
+                let e = by_pid.entry(t.pid.to_string()).or_default();
+                e[0] += t.bytes;
+                e[1] += t.count;
+                e[2] += t.frees;
+            }
+            let by_pid: BTreeMap<String, serde_json::Value> = by_pid
+                .into_iter()
+                .map(|(pid, [b, c, f])| {
+                    (pid, serde_json::json!({"bytes": b, "count": c, "frees": f}))
+                })
+                .collect();
             events.insert(
                 "alloc".into(),
                 serde_json::json!({
                     "bytes": bytes,
                     "count": count,
                     "frees": frees,
+                    "by_pid": by_pid,
                     // Exact unless Go's sampling or a duty cycle made them estimates.
                     "exact": !info.go_sampled && info.budget.is_none(),
                     "sample_bytes": info.sample_bytes,

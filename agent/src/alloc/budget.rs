@@ -7,6 +7,12 @@ use std::time::Duration;
 /// bare pair; see README "Performance"). A hit is an entry, a return or a free.
 pub const NS_PER_HIT: f64 = 1100.0;
 
+/// The targets' own CPU time: `cpu_ns` measured (which includes the time spent in probes) less
+/// the estimated time of `hits` probe hits.
+pub fn own_cpu_ns(cpu_ns: u64, hits: u64) -> u64 {
+    cpu_ns.saturating_sub((hits as f64 * NS_PER_HIT) as u64)
+}
+
 /// Estimated slowdown of the target: probe time added over the target's own CPU time.
 pub fn overhead(hits: u64, target_cpu_ns: u64) -> f64 {
     if target_cpu_ns == 0 {

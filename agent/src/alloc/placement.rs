@@ -113,6 +113,21 @@ pub fn choose(path: &Path, file_offset: u64, size: u64, needs: Needs<'_>) -> Res
     choose_in(&insns, file_offset, needs)
 }
 
+/// The function's first instruction, as a tool that probes symbols by name would use
+/// (`--alloc-placement entry`, for the benchmark that measures what [`choose`] saves).
+pub fn entry(path: &Path, file_offset: u64, size: u64) -> Result<Placement> {
+    let insns = decode_function(path, file_offset, size.clamp(1, 16))?;
+    let Some(first) = insns.first() else {
+        bail!("the function is empty")
+    };
+    Ok(Placement {
+        file_offset,
+        delta: 0,
+        instruction: describe(first),
+        emulated: kernel_emulates(first),
+    })
+}
+
 /// The walk behind [`choose`], over decoded instructions (`ip` = file offset).
 pub fn choose_in(insns: &[Instruction], func: u64, needs: Needs<'_>) -> Result<Placement> {
     let Some(first) = insns.first() else {

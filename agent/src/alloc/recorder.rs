@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use phaseprof_model::AllocInfo;
 
-use super::budget::{overhead, DutyCycle};
+use super::budget::{overhead, own_cpu_ns, DutyCycle};
 use super::go_rate::GoRate;
 use super::sites::{self, AllocKind, AllocSite};
 use crate::engine::Engine;
@@ -103,10 +103,7 @@ impl AllocRecorder {
         pid: u32,
         objects: &[PathBuf],
     ) -> Result<()> {
-        let mut found = sites::find(objects)?;
-        if self.at_entry {
-            found = sites::at_entry(found);
-        }
+        let found = sites::find(objects, self.at_entry)?;
         if found.is_empty() {
             eprintln!("phaseprof: pid {pid}: no allocator functions found (malloc/free, jemalloc, mimalloc, Go); no allocations will be recorded");
         }
@@ -173,7 +170,7 @@ impl AllocRecorder {
                 engine.pause_alloc(true);
                 let hits = engine.alloc_probe_hits()? - self.hits_at_slice;
                 let cpu = cpu_now.saturating_sub(self.cpu_at_slice);
-                let own = cpu.saturating_sub((hits as f64 * super::budget::NS_PER_HIT) as u64);
+                let own = own_cpu_ns(cpu, hits);
                 let cost = overhead(hits, own);
                 self.hits_total += hits;
                 self.cpu_while_on += cpu;
@@ -206,7 +203,7 @@ impl AllocRecorder {
             let d_hits = hits - self.hits_at_report;
             let d_cpu = cpu.saturating_sub(self.cpu_at_report);
             let secs = (now - self.last_report).as_secs_f64();
-            let own = d_cpu.saturating_sub((d_hits as f64 * super::budget::NS_PER_HIT) as u64);
+            let own = own_cpu_ns(d_cpu, d_hits);
             let mut line = format!(
                 "phaseprof: alloc probes: {:.0} hits/s, estimated overhead {:.2}% of the target's CPU",
                 d_hits as f64 / secs,
@@ -249,8 +246,7 @@ impl AllocRecorder {
                 if let Some(d) = &mut self.duty {
                     d.on_ns += (now - self.measure_start).as_nanos() as u64;
                 }
-                self.counted_own_ns +=
-                    c.saturating_sub((h as f64 * super::budget::NS_PER_HIT) as u64);
+                self.counted_own_ns += own_cpu_ns(c, h);
                 self.attached = false;
                 (self.hits_total + h, self.cpu_while_on + c)
             } else {
@@ -265,7 +261,7 @@ impl AllocRecorder {
             Some(d) => {
                 let f = (d.on_ns as f64 / total.as_nanos().max(1) as f64).min(1.0);
                 let span = self.cpu_last.saturating_sub(self.cpu_first.unwrap_or(0));
-                let all_own = span.saturating_sub((hits as f64 * super::budget::NS_PER_HIT) as u64);
+                let all_own = own_cpu_ns(span, hits);
                 if self.counted_own_ns == 0 {
                     eprintln!("phaseprof: the allocation budget allowed no slice in so short a recording: no allocations recorded (record longer or raise --alloc-budget)");
                     (f, 1.0)
@@ -280,10 +276,7 @@ impl AllocRecorder {
             probes: self.probes.clone(),
             budget: self.duty.as_ref().map(|d| d.budget),
             attached_fraction: fraction,
-            estimated_overhead: overhead(
-                hits,
-                cpu.saturating_sub((hits as f64 * super::budget::NS_PER_HIT) as u64),
-            ),
+            estimated_overhead: overhead(hits, own_cpu_ns(cpu, hits)),
             go_sampled: self.go_sampled,
         };
         Ok((info, scale))

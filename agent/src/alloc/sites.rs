@@ -9,7 +9,7 @@ use blazesym::SymType;
 use iced_x86::Register;
 use phaseprof_bpf::types::alloc_fn;
 
-use super::placement::{choose, Needs, Placement};
+use super::placement::{self, choose, Needs, Placement};
 use crate::phases::symbols::for_each_symbol;
 
 /// What an allocator function does, as the BPF side sees it (its `enum alloc_fn`).
@@ -158,7 +158,10 @@ fn go_sample_site(
         .map(|&(_, _, addr)| addr)
         .filter(|&a| a < 1 << 48)
         .unwrap_or(0);
+    // After Go's stack-check prologue, which re-runs the function's entry when the stack grows.
     let entry = crate::phases::plan::go_entry_offset(path, offset, size)?;
+    let mut placement = placement::entry(path, entry, size - (entry - offset))?;
+    placement.delta = entry - offset;
     Ok(Some(AllocSite {
         path: path.to_path_buf(),
         symbol: "runtime.mProf_Malloc".into(),
@@ -166,18 +169,14 @@ fn go_sample_site(
             size_arg,
             rate_addr,
         },
-        placement: Placement {
-            file_offset: entry,
-            delta: entry - offset,
-            instruction: "(after the stack check)".into(),
-            emulated: false,
-        },
+        placement,
     }))
 }
 
 /// Every allocator function defined in `objects`, one site per function (aliases such as
-/// memalign/aligned_alloc share one), with its chosen probe placement.
-pub fn find(objects: &[PathBuf]) -> Result<Vec<AllocSite>> {
+/// memalign/aligned_alloc share one), with its chosen probe placement, or with `at_entry` its
+/// first instruction.
+pub fn find(objects: &[PathBuf], at_entry: bool) -> Result<Vec<AllocSite>> {
     let mut sites = Vec::new();
     for path in objects {
         // name → (file offset, size, address)
@@ -207,8 +206,12 @@ pub fn find(objects: &[PathBuf]) -> Result<Vec<AllocSite>> {
                 return_probe: kind != AllocKind::Free,
                 skip_null_test: kind == AllocKind::Free,
             };
-            let placement = choose(path, offset, size, needs)
-                .with_context(|| format!("placing the probe of `{name}` in {}", path.display()))?;
+            let placement = if at_entry {
+                placement::entry(path, offset, size)
+            } else {
+                choose(path, offset, size, needs)
+            }
+            .with_context(|| format!("placing the probe of `{name}` in {}", path.display()))?;
             sites.push(AllocSite {
                 path: path.clone(),
                 symbol: name.clone(),
@@ -243,18 +246,4 @@ pub fn describe(sites: &[AllocSite]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// Forces every native site back to the function's first instruction (`--alloc-placement
-/// entry`, for the benchmark that measures what placement saves).
-pub fn at_entry(mut sites: Vec<AllocSite>) -> Vec<AllocSite> {
-    for s in &mut sites {
-        if !matches!(s.kind, AllocKind::GoSample { .. }) {
-            s.placement.file_offset -= s.placement.delta;
-            s.placement.delta = 0;
-            s.placement.instruction = "(function entry)".into();
-            s.placement.emulated = false;
-        }
-    }
-    sites
 }
