@@ -5,8 +5,10 @@
 //! an export or a diff shows is derived from it; see `FORMAT.md` for the on-disk layout.
 
 pub mod build;
+pub mod diff;
 pub mod format;
 pub mod profile;
+pub mod stats;
 pub mod summary;
 mod syscall_names;
 
