@@ -79,24 +79,142 @@ pub fn title(profile: &Profile, sel: &Selection) -> String {
     format!("{} — {} — {target}{phase}", sel.kind, sel.kind.unit())
 }
 
+/// How a graph is drawn.
+#[derive(Clone, Debug)]
+pub struct GraphOptions {
+    /// Root at the top, growing down (an icicle graph) instead of a flame.
+    pub icicle: bool,
+    /// Stacks worth less than this share of the total are folded into their nearest ancestor
+    /// that is worth it (shown as `[pruned]`), so huge profiles render fast and stay small.
+    pub prune_below: f64,
+    /// Frames narrower than this many pixels are not drawn.
+    pub min_width_px: f64,
+}
+
+impl Default for GraphOptions {
+    fn default() -> Self {
+        GraphOptions {
+            icicle: false,
+            prune_below: 0.0001,
+            min_width_px: 0.1,
+        }
+    }
+}
+
+/// The frame that stands for the pruned stacks below a frame.
+pub const PRUNED: &str = "[pruned]";
+
+/// Folds stacks worth less than `below` of the total into their deepest ancestor worth at least
+/// that much, under a `[pruned]` leaf. Input and output are folded lines; totals are kept.
+pub fn prune(lines: &[String], below: f64) -> Vec<String> {
+    let parsed: Vec<(&str, u64)> = lines
+        .iter()
+        .filter_map(|l| {
+            let (stack, v) = l.rsplit_once(' ')?;
+            Some((stack, v.parse().ok()?))
+        })
+        .collect();
+    let total: u64 = parsed.iter().map(|(_, v)| v).sum();
+    let threshold = (total as f64 * below).ceil() as u64;
+    if threshold <= 1 {
+        return lines.to_vec();
+    }
+    // Value of every prefix (every node of the tree).
+    let mut node: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for (stack, v) in &parsed {
+        for (i, _) in stack.match_indices(';') {
+            *node.entry(&stack[..i]).or_default() += v;
+        }
+        *node.entry(stack).or_default() += v;
+    }
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for (stack, v) in parsed {
+        if node[stack] >= threshold {
+            *out.entry(stack.to_string()).or_default() += v;
+            continue;
+        }
+        let keep = stack
+            .match_indices(';')
+            .map(|(i, _)| &stack[..i])
+            .take_while(|prefix| node[prefix] >= threshold)
+            .last();
+        let folded = match keep {
+            Some(prefix) => format!("{prefix};{PRUNED}"),
+            None => PRUNED.to_string(),
+        };
+        *out.entry(folded).or_default() += v;
+    }
+    out.into_iter().map(|(s, v)| format!("{s} {v}")).collect()
+}
+
+fn inferno_options(title: String, unit: &str, g: &GraphOptions) -> inferno::flamegraph::Options<'static> {
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = title;
+    opts.count_name = unit.to_string();
+    opts.deterministic = true;
+    opts.min_width = g.min_width_px;
+    if g.icicle {
+        opts.direction = inferno::flamegraph::Direction::Inverted;
+    }
+    opts
+}
+
 /// Renders an SVG flamegraph of the selected stacks.
 pub fn write_svg(
     profile: &Profile,
     sel: &Selection,
     out: impl Write,
 ) -> Result<(), FlamegraphError> {
-    let lines = folded_lines(profile, sel)?;
+    write_svg_with(profile, sel, &GraphOptions::default(), out)
+}
+
+/// Renders an SVG flamegraph (or icicle graph) of the selected stacks, pruned as `g` says.
+pub fn write_svg_with(
+    profile: &Profile,
+    sel: &Selection,
+    g: &GraphOptions,
+    out: impl Write,
+) -> Result<(), FlamegraphError> {
+    let lines = prune(&folded_lines(profile, sel)?, g.prune_below);
     if lines.is_empty() {
         return Err(FlamegraphError::Empty {
             kind: sel.kind,
             phase: sel.phase.map(|p| profile.phase_name(p).to_string()),
         });
     }
-    let mut opts = inferno::flamegraph::Options::default();
-    opts.title = title(profile, sel);
-    opts.count_name = sel.kind.unit().to_string();
-    opts.deterministic = true;
+    let mut opts = inferno_options(title(profile, sel), sel.kind.unit(), g);
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out)?;
+    Ok(())
+}
+
+/// Renders a differential flamegraph of `after` against `before` (folded lines each, several
+/// runs summed): frames are sized by `after` and coloured red where they grew, blue where they
+/// shrank; `normalize` scales `before` to `after`'s total first (compare shapes, not volumes).
+pub fn write_diff_svg(
+    before: &[String],
+    after: &[String],
+    normalize: bool,
+    title: String,
+    unit: &str,
+    g: &GraphOptions,
+    out: impl Write,
+) -> Result<(), FlamegraphError> {
+    let join = |lines: &[String]| prune(lines, g.prune_below).join("\n");
+    let (b, a) = (join(before), join(after));
+    let mut folded = Vec::new();
+    let dopts = inferno::differential::Options {
+        normalize,
+        ..Default::default()
+    };
+    inferno::differential::from_readers(dopts, b.as_bytes(), a.as_bytes(), &mut folded)?;
+    let text = String::from_utf8_lossy(&folded);
+    let mut opts = inferno_options(title, unit, g);
+    opts.subtitle = Some(if normalize {
+        "red: grew, blue: shrank (before normalized to after's total)".into()
+    } else {
+        "red: grew, blue: shrank (absolute)".into()
+    });
+    inferno::flamegraph::from_lines(&mut opts, text.lines(), out)?;
     Ok(())
 }
 
@@ -171,6 +289,69 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("--events offcpu"), "{err}");
+    }
+
+    /// Compares `got` with the golden file `tests/data/flamegraphs/<name>`, or rewrites it when
+    /// PHASEPROF_BLESS=1.
+    fn golden(name: &str, got: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/data/flamegraphs")
+            .join(name);
+        if std::env::var_os("PHASEPROF_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, got).unwrap();
+            return;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (PHASEPROF_BLESS=1 writes it)", path.display()));
+        assert!(want == got, "{} differs (PHASEPROF_BLESS=1 rewrites it)", path.display());
+    }
+
+    // Checks the rendered flame, icicle and differential graphs against golden files.
+    #[test]
+    fn graphs_match_golden_files() {
+        let cpu = Selection {
+            kind: EventKind::Cpu,
+            phase: None,
+        };
+        let mut flame = Vec::new();
+        write_svg(&profile(), &cpu, &mut flame).unwrap();
+        golden("flame.svg", &String::from_utf8(flame).unwrap());
+        let mut icicle = Vec::new();
+        let g = GraphOptions {
+            icicle: true,
+            ..GraphOptions::default()
+        };
+        write_svg_with(&profile(), &cpu, &g, &mut icicle).unwrap();
+        golden("icicle.svg", &String::from_utf8(icicle).unwrap());
+        let before = vec!["main;burn 90".to_string(), "main;read 10".to_string()];
+        let after = vec!["main;burn 40".to_string(), "main;read 60".to_string()];
+        let mut diff = Vec::new();
+        write_diff_svg(&before, &after, true, "diff".into(), "samples", &g, &mut diff).unwrap();
+        let diff = String::from_utf8(diff).unwrap();
+        golden("diff.svg", &diff);
+        assert!(diff.contains("red: grew"));
+    }
+
+    // Checks pruning: tiny stacks fold into their deepest ancestor worth the threshold, totals
+    // are kept, and big stacks are untouched.
+    #[test]
+    fn pruning_folds_tiny_stacks() {
+        let lines: Vec<String> = ["a;b;c 980", "a;b;d 5", "a;e;f 10", "g 5"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let pruned = prune(&lines, 0.02);
+        assert_eq!(
+            pruned,
+            vec!["[pruned] 5", "a;[pruned] 10", "a;b;[pruned] 5", "a;b;c 980"]
+        );
+        let total = |ls: &[String]| -> u64 {
+            ls.iter()
+                .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+                .sum()
+        };
+        assert_eq!(total(&pruned), total(&lines));
     }
 
     // Checks that the SVG carries the title with kind, unit and target.
