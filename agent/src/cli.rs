@@ -8,11 +8,13 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use phaseprof_model::{read_profile, EventKind, Profile};
 
+use crate::compare::{compare, CompareOptions, CompareOutput};
 use crate::engine::EngineConfig;
 use crate::export::{export, ExportFormat, ExportOptions};
 use crate::record::{record, RecordOptions, StopReason};
 use crate::report::{write_report, ReportOptions};
 use crate::targets::TargetSpec;
+use phaseprof_model::diff::DiffOptions;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -35,6 +37,35 @@ pub enum Command {
     Export(ExportArgs),
     /// Memory growth of a live process: RSS and its classes sampled, slopes fitted.
     Soak(SoakArgs),
+    /// Compare runs of two builds: per-phase deltas, and with several runs per side intervals
+    /// and verdicts (improved / regressed / no change / inconclusive).
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// Baseline runs (A).
+    #[arg(required = true, value_name = "A.phaseprof")]
+    pub a: Vec<PathBuf>,
+    /// Runs to compare with the baseline (B).
+    #[arg(long, required = true, num_args = 1.., value_name = "B.phaseprof")]
+    pub vs: Vec<PathBuf>,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Event kind of the differential graph and the stack table (default: all in the table,
+    /// cpu in the graph).
+    #[arg(long)]
+    pub event: Option<String>,
+    /// Write a differential flamegraph (.svg) or a page with verdicts and graph (.html).
+    #[arg(short, long, value_name = "diff.svg|diff.html")]
+    pub output: Option<PathBuf>,
+    /// Draw volumes as recorded instead of scaling A to B's total.
+    #[arg(long)]
+    pub absolute: bool,
+    /// Relative change under which a difference is noise.
+    #[arg(long, default_value = "1%", value_parser = parse_percent)]
+    pub threshold: f64,
 }
 
 #[derive(Args, Debug)]
@@ -410,6 +441,43 @@ pub fn run(cli: Cli) -> Result<i32> {
                 live: args.live,
             };
             write_report(&profile, &opts, std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Diff(args) => {
+            let load_all = |paths: &[PathBuf]| paths.iter().map(load).collect::<Result<Vec<_>>>();
+            let (a, b) = (load_all(&args.a)?, load_all(&args.vs)?);
+            let output = match args
+                .output
+                .as_ref()
+                .and_then(|p| p.extension())
+                .and_then(|e| e.to_str())
+            {
+                _ if args.output.is_none() && args.json => CompareOutput::Json,
+                None if args.output.is_none() => CompareOutput::Text,
+                Some("svg") => CompareOutput::Svg,
+                Some("html" | "htm") => CompareOutput::Html,
+                _ => bail!(
+                    "-o takes a .svg (differential flamegraph) or .html (verdicts and graph) file"
+                ),
+            };
+            let opts = CompareOptions {
+                output,
+                event: args.event.as_deref().map(parse_event).transpose()?,
+                normalize: !args.absolute,
+                diff: DiffOptions {
+                    threshold: args.threshold,
+                    ..DiffOptions::default()
+                },
+            };
+            match &args.output {
+                None => compare(&a, &b, &opts, std::io::stdout().lock())?,
+                Some(path) => {
+                    let f = std::fs::File::create(path)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    compare(&a, &b, &opts, std::io::BufWriter::new(f))?;
+                    eprintln!("phaseprof: wrote {}", path.display());
+                }
+            }
             Ok(0)
         }
         Command::Export(args) => {

@@ -5,6 +5,7 @@
 pub mod aggregate;
 pub mod alloc;
 pub mod cli;
+pub mod compare;
 pub mod engine;
 pub mod export;
 pub mod perf_events;

@@ -147,7 +147,11 @@ pub fn prune(lines: &[String], below: f64) -> Vec<String> {
     out.into_iter().map(|(s, v)| format!("{s} {v}")).collect()
 }
 
-fn inferno_options(title: String, unit: &str, g: &GraphOptions) -> inferno::flamegraph::Options<'static> {
+fn inferno_options(
+    title: String,
+    unit: &str,
+    g: &GraphOptions,
+) -> inferno::flamegraph::Options<'static> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title;
     opts.count_name = unit.to_string();
@@ -304,7 +308,11 @@ mod tests {
         }
         let want = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e} (PHASEPROF_BLESS=1 writes it)", path.display()));
-        assert!(want == got, "{} differs (PHASEPROF_BLESS=1 rewrites it)", path.display());
+        assert!(
+            want == got,
+            "{} differs (PHASEPROF_BLESS=1 rewrites it)",
+            path.display()
+        );
     }
 
     // Checks the rendered flame, icicle and differential graphs against golden files.
@@ -327,7 +335,16 @@ mod tests {
         let before = vec!["main;burn 90".to_string(), "main;read 10".to_string()];
         let after = vec!["main;burn 40".to_string(), "main;read 60".to_string()];
         let mut diff = Vec::new();
-        write_diff_svg(&before, &after, true, "diff".into(), "samples", &g, &mut diff).unwrap();
+        write_diff_svg(
+            &before,
+            &after,
+            true,
+            "diff".into(),
+            "samples",
+            &g,
+            &mut diff,
+        )
+        .unwrap();
         let diff = String::from_utf8(diff).unwrap();
         golden("diff.svg", &diff);
         assert!(diff.contains("red: grew"));

@@ -188,9 +188,13 @@ pub fn diff(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> DiffReport {
         }
         let d = difference(&xa, &xb, alpha);
         let (sa, sb) = (side(&xa), side(&xb));
-        let scale = if sa.mean != 0.0 { sa.mean.abs() } else { sb.mean.abs() };
+        let scale = if sa.mean != 0.0 {
+            sa.mean.abs()
+        } else {
+            sb.mean.abs()
+        };
         let v = if k.1 == "calls" {
-            Verdict::Unreplicated
+            Verdict::Context
         } else {
             verdict(&d, n, opts.threshold * scale)
         };
@@ -231,7 +235,9 @@ fn stack_changes(a: &[Profile], b: &[Profile], opts: &DiffOptions, alpha: f64) -
             .into_iter()
             .filter_map(|s| {
                 let get = |ms: &[HashMap<String, f64>]| -> Vec<f64> {
-                    ms.iter().map(|m| m.get(s).copied().unwrap_or(0.0)).collect()
+                    ms.iter()
+                        .map(|m| m.get(s).copied().unwrap_or(0.0))
+                        .collect()
                 };
                 let (xa, xb) = (get(&sa), get(&sb));
                 let (ma, sda) = mean_sd(&xa);
@@ -241,9 +247,14 @@ fn stack_changes(a: &[Profile], b: &[Profile], opts: &DiffOptions, alpha: f64) -
                 }
                 let d = difference(&xa, &xb, alpha);
                 let se = (sda * sda / xa.len() as f64 + sdb * sdb / xb.len() as f64).sqrt();
+                let se = if se <= 1e-12 * ma.max(mb) { 0.0 } else { se };
                 let t = (xa.len() > 1 && xb.len() > 1).then(|| {
                     if se == 0.0 {
-                        if d.delta == 0.0 { 0.0 } else { f64::INFINITY }
+                        if d.delta == 0.0 {
+                            0.0
+                        } else {
+                            f64::INFINITY
+                        }
                     } else {
                         d.delta.abs() / se
                     }
@@ -289,7 +300,8 @@ mod tests {
             wall_ns: wall * 10,
             ..PhaseStats::default()
         };
-        st.costs.insert("flush_syscalls".into(), flushes_per_call * 10);
+        st.costs
+            .insert("flush_syscalls".into(), flushes_per_call * 10);
         p.phase_stats = vec![PhaseStats::default(), st];
         p
     }
@@ -312,7 +324,7 @@ mod tests {
         assert_eq!(flush.verdict, Verdict::Improved);
         assert!(flush.diff.high < 0.0);
         assert_eq!(find(&r, "finalize", "wall_ns").verdict, Verdict::NoChange);
-        assert_eq!(find(&r, "finalize", "calls").verdict, Verdict::Unreplicated);
+        assert_eq!(find(&r, "finalize", "calls").verdict, Verdict::Context);
         let same = diff(&a, &a, &DiffOptions::default());
         assert!(same
             .metrics

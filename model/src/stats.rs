@@ -53,7 +53,9 @@ pub fn welch(a: &[f64], b: &[f64], alpha: f64) -> Difference {
     let delta = mb - ma;
     let (va, vb) = (sa * sa / na, sb * sb / nb);
     let se = (va + vb).sqrt();
-    if se == 0.0 || a.len() < 2 || b.len() < 2 {
+    // Spreads at rounding-error level are no spread: exact values that are equal per run.
+    let negligible = se <= 1e-12 * ma.abs().max(mb.abs());
+    if negligible || a.len() < 2 || b.len() < 2 {
         return Difference {
             delta,
             low: delta,
@@ -106,7 +108,8 @@ pub fn bootstrap(a: &[f64], b: &[f64], alpha: f64) -> Difference {
         .map(|_| resample(b, &mut rng) - resample(a, &mut rng))
         .collect();
     deltas.sort_by(f64::total_cmp);
-    let at = |q: f64| deltas[((q * (deltas.len() - 1) as f64).round() as usize).min(deltas.len() - 1)];
+    let at =
+        |q: f64| deltas[((q * (deltas.len() - 1) as f64).round() as usize).min(deltas.len() - 1)];
     Difference {
         delta,
         low: at(alpha / 2.0),
@@ -135,9 +138,13 @@ pub enum Verdict {
     NoChange,
     /// The interval straddles zero and the noise threshold: this many more runs per side would
     /// likely decide it.
-    Inconclusive { more_runs: usize },
+    Inconclusive {
+        more_runs: usize,
+    },
     /// One run per side: a delta, no verdict.
     Unreplicated,
+    /// Shown for context (a count such as calls), not judged.
+    Context,
 }
 
 impl std::fmt::Display for Verdict {
@@ -150,6 +157,7 @@ impl std::fmt::Display for Verdict {
                 write!(f, "inconclusive (need {more_runs} more runs)")
             }
             Verdict::Unreplicated => f.write_str("n/a (one run per side)"),
+            Verdict::Context => f.write_str("(context)"),
         }
     }
 }
@@ -174,7 +182,11 @@ pub fn verdict(d: &Difference, n: usize, threshold: f64) -> Verdict {
     // Half-widths shrink as 1/sqrt(n): the runs needed to either exclude zero (a real change of
     // the observed size) or fit inside the threshold (no change), whichever needs fewer.
     let half = (d.high - d.low) / 2.0;
-    let target = d.delta.abs().max(threshold - d.delta.abs()).max(half * 1e-3);
+    let target = d
+        .delta
+        .abs()
+        .max(threshold - d.delta.abs())
+        .max(half * 1e-3);
     let needed = (n as f64 * (half / target).powi(2)).ceil() as usize;
     Verdict::Inconclusive {
         more_runs: needed.saturating_sub(n).clamp(1, 1000),

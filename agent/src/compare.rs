@@ -1,0 +1,240 @@
+//! `phaseprof diff A... --vs B...`: the comparison of model::diff as text, JSON, a differential
+//! flamegraph (SVG) or a self-contained HTML page (verdict table + graph).
+use std::io::Write;
+
+use anyhow::{bail, Result};
+use phaseprof_flamegraphs::{folded_lines, write_diff_svg, GraphOptions, Selection};
+use phaseprof_model::diff::{diff, DiffOptions, DiffReport, MetricDiff};
+use phaseprof_model::stats::Verdict;
+use phaseprof_model::{EventKind, Profile};
+
+/// What `diff` writes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CompareOutput {
+    Text,
+    Json,
+    Svg,
+    Html,
+}
+
+#[derive(Clone, Debug)]
+pub struct CompareOptions {
+    pub output: CompareOutput,
+    /// The event kind of the differential graph and of the stack table (None: all kinds in the
+    /// table, cpu in the graph).
+    pub event: Option<EventKind>,
+    /// Scale A's stacks to B's total in the graph (compare shapes rather than volumes).
+    pub normalize: bool,
+    pub diff: DiffOptions,
+}
+
+/// Sums the folded stacks of every run.
+fn summed_folded(runs: &[Profile], kind: EventKind) -> Result<Vec<String>> {
+    let mut sum: std::collections::BTreeMap<String, u64> = Default::default();
+    let sel = Selection { kind, phase: None };
+    for p in runs {
+        for line in folded_lines(p, &sel)? {
+            if let Some((stack, v)) = line.rsplit_once(' ') {
+                *sum.entry(stack.to_string()).or_default() += v.parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    Ok(sum.into_iter().map(|(s, v)| format!("{s} {v}")).collect())
+}
+
+/// The differential flamegraph of `kind`: B against A.
+pub fn diff_svg(
+    a: &[Profile],
+    b: &[Profile],
+    kind: EventKind,
+    normalize: bool,
+    out: impl Write,
+) -> Result<()> {
+    let (before, after) = (summed_folded(a, kind)?, summed_folded(b, kind)?);
+    if after.is_empty() {
+        bail!("no {kind} stacks in the B runs to draw");
+    }
+    let title = format!(
+        "{kind} — {} — B ({} runs) against A ({} runs)",
+        kind.unit(),
+        b.len(),
+        a.len()
+    );
+    write_diff_svg(
+        &before,
+        &after,
+        normalize,
+        title,
+        kind.unit(),
+        &GraphOptions::default(),
+        out,
+    )?;
+    Ok(())
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.abs() >= 1e6 {
+        format!("{:.4e}", v)
+    } else if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn fmt_side(m: &MetricDiff, b: bool) -> String {
+    let s = if b { &m.b } else { &m.a };
+    if s.n > 1 {
+        format!("{} ± {}", fmt_num(s.mean), fmt_num(s.sd))
+    } else {
+        fmt_num(s.mean)
+    }
+}
+
+fn fmt_interval(m: &MetricDiff) -> String {
+    if m.a.n > 1 && m.b.n > 1 {
+        format!("[{}, {}]", fmt_num(m.diff.low), fmt_num(m.diff.high))
+    } else {
+        String::new()
+    }
+}
+
+pub fn write_text(r: &DiffReport, mut out: impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "A: {} run(s), B: {} run(s). Intervals: {:.0}% for all {} metrics together (Bonferroni), {}; \
+         changes under {:.1}% are noise. Phase metrics are per call.",
+        r.a_runs,
+        r.b_runs,
+        r.confidence * 100.0,
+        r.compared,
+        "Welch's t, bootstrap where a side is skewed",
+        r.threshold * 100.0
+    )?;
+    writeln!(
+        out,
+        "{:<14} {:<16} {:>22} {:>22} {:>12} {:>28} {:>9}  verdict",
+        "phase", "metric", "A", "B", "B-A", "interval", "change"
+    )?;
+    for m in &r.metrics {
+        writeln!(
+            out,
+            "{:<14} {:<16} {:>22} {:>22} {:>12} {:>28} {:>9}  {}",
+            m.phase,
+            m.metric,
+            fmt_side(m, false),
+            fmt_side(m, true),
+            fmt_num(m.diff.delta),
+            fmt_interval(m),
+            m.relative
+                .map(|r| format!("{:+.1}%", r * 100.0))
+                .unwrap_or_default(),
+            m.verdict
+        )?;
+    }
+    if !r.stacks.is_empty() {
+        writeln!(out, "\nstacks whose share changed, most significant first:")?;
+        writeln!(
+            out,
+            "{:<10} {:>8} {:>8} {:>8} {:>7}  stack (leaf last)",
+            "event", "A %", "B %", "Δ pts", "|t|"
+        )?;
+        for s in &r.stacks {
+            let frames: Vec<&str> = s.stack.split(';').collect();
+            let tail = frames[frames.len().saturating_sub(4)..].join(";");
+            writeln!(
+                out,
+                "{:<10} {:>8.2} {:>8.2} {:>+8.2} {:>7}  …{}",
+                s.event.name(),
+                s.a_share * 100.0,
+                s.b_share * 100.0,
+                s.diff.delta * 100.0,
+                s.t.map(|t| if t.is_infinite() {
+                    "inf".into()
+                } else {
+                    format!("{t:.1}")
+                })
+                .unwrap_or_default(),
+                tail
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A self-contained page: the verdict table and the differential graph inline (the graph's own
+/// script needs it to be the page's first SVG).
+pub fn write_html(r: &DiffReport, svg: &str, mut out: impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>phaseprof diff</title>"
+    )?;
+    writeln!(out, "<style>body{{font-family:sans-serif;margin:1em}}table{{border-collapse:collapse;font-size:13px}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}}td:nth-child(-n+2){{text-align:left}}.improved{{color:#070}}.regressed{{color:#b00}}.inconclusive{{color:#a60}}</style></head><body>")?;
+    writeln!(out, "<div id=\"graph\">{svg}</div>")?;
+    writeln!(
+        out,
+        "<h2>A: {} run(s) vs B: {} run(s)</h2><p>Intervals at {:.0}% for all {} metrics together; changes under {:.1}% are noise; phase metrics per call.</p>",
+        r.a_runs, r.b_runs, r.confidence * 100.0, r.compared, r.threshold * 100.0
+    )?;
+    writeln!(out, "<table id=\"verdicts\"><tr><th>phase</th><th>metric</th><th>A</th><th>B</th><th>B−A</th><th>interval</th><th>change</th><th>verdict</th></tr>")?;
+    for m in &r.metrics {
+        let class = match m.verdict {
+            Verdict::Improved => "improved",
+            Verdict::Regressed => "regressed",
+            Verdict::Inconclusive { .. } => "inconclusive",
+            _ => "",
+        };
+        writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
+            html_escape(&m.phase),
+            html_escape(&m.metric),
+            fmt_side(m, false),
+            fmt_side(m, true),
+            fmt_num(m.diff.delta),
+            fmt_interval(m),
+            m.relative.map(|r| format!("{:+.1}%", r * 100.0)).unwrap_or_default(),
+            m.verdict
+        )?;
+    }
+    writeln!(out, "</table></body></html>")
+}
+
+/// Runs the comparison and writes it as `opts` says.
+pub fn compare(
+    a: &[Profile],
+    b: &[Profile],
+    opts: &CompareOptions,
+    mut out: impl Write,
+) -> Result<()> {
+    if a.is_empty() || b.is_empty() {
+        bail!("diff needs at least one profile on each side: A.phaseprof... --vs B.phaseprof...");
+    }
+    let mut report = diff(a, b, &opts.diff);
+    if let Some(kind) = opts.event {
+        report.stacks.retain(|s| s.event == kind);
+    }
+    let kind = opts.event.unwrap_or(EventKind::Cpu);
+    match opts.output {
+        CompareOutput::Text => write_text(&report, &mut out)?,
+        CompareOutput::Json => {
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            writeln!(out)?;
+        }
+        CompareOutput::Svg => diff_svg(a, b, kind, opts.normalize, &mut out)?,
+        CompareOutput::Html => {
+            let mut svg = Vec::new();
+            diff_svg(a, b, kind, opts.normalize, &mut svg)?;
+            write_html(&report, &String::from_utf8_lossy(&svg), &mut out)?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}

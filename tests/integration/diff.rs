@@ -1,0 +1,105 @@
+//! `diff` with replicated runs of validator-sim: a real change is judged improved with an
+//! interval that excludes zero; runs of the same build are never judged changed.
+use std::path::PathBuf;
+
+use phaseprof_e2e::*;
+
+use crate::require_root;
+
+fn runs(name: &str, flushes: &str, n: usize) -> Vec<PathBuf> {
+    let sim = rust_workload("validator-sim");
+    let cfg = root().join("tests/workloads/validator-sim/phases.toml");
+    (0..n)
+        .map(|i| {
+            record_workload(
+                &format!("{name}-{i}"),
+                &["--phases", cfg.to_str().unwrap()],
+                &sim,
+                &["--blocks", "20", "--burn-ms", "2", "--flushes", flushes],
+            )
+            .0
+        })
+        .collect()
+}
+
+fn diff_json(a: &[PathBuf], b: &[PathBuf]) -> serde_json::Value {
+    let mut args: Vec<&str> = vec!["diff"];
+    args.extend(a.iter().map(|p| p.to_str().unwrap()));
+    args.push("--vs");
+    args.extend(b.iter().map(|p| p.to_str().unwrap()));
+    args.push("--json");
+    serde_json::from_slice(&phaseprof_ok(&args).stdout).expect("diff --json is JSON")
+}
+
+fn metric<'a>(r: &'a serde_json::Value, phase: &str, name: &str) -> &'a serde_json::Value {
+    r["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["phase"] == phase && m["metric"] == name)
+        .unwrap_or_else(|| panic!("no {phase}/{name} in the diff"))
+}
+
+// Checks 5 runs with 100 flushes per block against 5 with 25: flush_syscalls improved (per
+// finalize call and in total) with an interval excluding zero; and 5 runs against 5 of the same
+// build: no metric judged improved or regressed.
+#[test]
+fn replicated_diff_verdicts() {
+    require_root!();
+    let _g = bpf_lock();
+    let a = runs("diff-a", "100", 5);
+    let b = runs("diff-b", "25", 5);
+    let same = runs("diff-same", "100", 5);
+    let r = diff_json(&a, &b);
+    for phase in ["finalize", "(total)"] {
+        let m = metric(&r, phase, "flush_syscalls");
+        eprintln!("{phase} flush_syscalls: {}", m);
+        assert_eq!(m["verdict"], "improved", "{m}");
+        assert!(m["diff"]["high"].as_f64().unwrap() < 0.0, "{m}");
+    }
+    let r = diff_json(&a, &same);
+    let claimed: Vec<String> = r["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["verdict"] == "improved" || m["verdict"] == "regressed")
+        .map(|m| format!("{}/{}: {}", m["phase"], m["metric"], m["verdict"]))
+        .collect();
+    let verdicts: Vec<String> = r["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{}/{} {}", m["phase"], m["metric"], m["verdict"]))
+        .collect();
+    eprintln!("same build: {verdicts:?}");
+    assert!(claimed.is_empty(), "same build judged changed: {claimed:?}");
+}
+
+// Checks `diff -o` writes a differential flamegraph and an HTML page with the verdict table.
+#[test]
+fn diff_writes_svg_and_html() {
+    require_root!();
+    let _g = bpf_lock();
+    let a = runs("diff-one-a", "40", 1);
+    let b = runs("diff-one-b", "10", 1);
+    let dir = scratch("diff-out");
+    for (file, needle) in [("d.svg", "red: grew"), ("d.html", "id=\"verdicts\"")] {
+        let out = dir.join(file);
+        phaseprof_ok(&[
+            "diff",
+            a[0].to_str().unwrap(),
+            "--vs",
+            b[0].to_str().unwrap(),
+            "--event",
+            "syscall",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains(needle), "{file} lacks {needle}");
+        assert!(
+            text.contains("syscall:write"),
+            "{file} lacks the write stacks"
+        );
+    }
+}
