@@ -37,9 +37,35 @@ pub enum Command {
     Export(ExportArgs),
     /// Memory growth of a live process: RSS and its classes sampled, slopes fitted.
     Soak(SoakArgs),
+    /// Serve saved profiles over HTTP: flamegraphs, phase tables, diffs, a JSON API.
+    Serve(ServeArgs),
     /// Compare runs of two builds: per-phase deltas, and with several runs per side intervals
     /// and verdicts (improved / regressed / no change / inconclusive).
     Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[arg(required = true, value_name = "FILE.phaseprof")]
+    pub files: Vec<PathBuf>,
+    /// Address to listen on. Anything but loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: std::net::SocketAddr,
+    /// Require this token on every request (`Authorization: Bearer TOKEN`, or ?token= once).
+    #[arg(long, env = "PHASEPROF_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// Runs an async server on a runtime of its own until Ctrl-C.
+fn serve_until_ctrl_c(addr: std::net::SocketAddr, state: crate::web::AppState) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the HTTP runtime")?;
+    rt.block_on(crate::web::serve(addr, state, async {
+        let _ = tokio::signal::ctrl_c().await;
+    }))
 }
 
 #[derive(Args, Debug)]
@@ -441,6 +467,23 @@ pub fn run(cli: Cli) -> Result<i32> {
                 live: args.live,
             };
             write_report(&profile, &opts, std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Serve(args) => {
+            crate::web::check_listen(args.listen, args.token.as_deref())?;
+            let mut profiles = Vec::new();
+            for path in &args.files {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| path.display().to_string());
+                profiles.push((name, load(path)?));
+            }
+            let state = crate::web::AppState {
+                source: std::sync::Arc::new(crate::web::SavedProfiles::new(profiles)),
+                token: args.token.map(|t| t.into()),
+            };
+            serve_until_ctrl_c(args.listen, state)?;
             Ok(0)
         }
         Command::Diff(args) => {

@@ -72,7 +72,7 @@ pub fn diff_svg(
     Ok(())
 }
 
-fn fmt_num(v: f64) -> String {
+pub fn fmt_num(v: f64) -> String {
     if v.abs() >= 1e6 {
         format!("{:.4e}", v)
     } else if v.fract() == 0.0 {
@@ -82,7 +82,7 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-fn fmt_side(m: &MetricDiff, b: bool) -> String {
+pub fn fmt_side(m: &MetricDiff, b: bool) -> String {
     let s = if b { &m.b } else { &m.a };
     if s.n > 1 {
         format!("{} ± {}", fmt_num(s.mean), fmt_num(s.sd))
@@ -91,7 +91,7 @@ fn fmt_side(m: &MetricDiff, b: bool) -> String {
     }
 }
 
-fn fmt_interval(m: &MetricDiff) -> String {
+pub fn fmt_interval(m: &MetricDiff) -> String {
     if m.a.n > 1 && m.b.n > 1 {
         format!("[{}, {}]", fmt_num(m.diff.low), fmt_num(m.diff.high))
     } else {

@@ -19,4 +19,5 @@ pub mod session;
 pub mod soak;
 pub mod symbolize;
 pub mod targets;
+pub mod web;
 pub mod window;

@@ -1,9 +1,9 @@
 //! `phaseprof report`: human tables (top functions per event kind, syscalls by name) and the
 //! JSON summary of PRODUCT.md.
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
-use phaseprof_model::summary::syscalls_by_name;
+use phaseprof_model::summary::{syscalls_by_name, CountNs};
 use phaseprof_model::{display_name, EventKind, Profile, Summary};
 
 /// Options of `report`, independent of the CLI.
@@ -69,7 +69,7 @@ pub fn top_functions(
     (v, grand)
 }
 
-fn pct(part: u64, whole: u64) -> f64 {
+pub fn pct(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
     } else {
@@ -103,7 +103,7 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
-fn fmt_value(kind: EventKind, v: u64) -> String {
+pub fn fmt_value(kind: EventKind, v: u64) -> String {
     match kind {
         EventKind::Offcpu => fmt_ns(v),
         EventKind::Alloc => fmt_bytes(v),
@@ -400,25 +400,29 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
     Ok(())
 }
 
+/// Syscalls by name, most frequent first; with `phase`, those made inside it (nested phases
+/// included, as everywhere else).
+pub fn syscall_rows(profile: &Profile, phase: Option<u32>) -> Vec<(String, CountNs)> {
+    let by_name = match phase {
+        None => syscalls_by_name(profile),
+        Some(p) => {
+            let mut only = profile.clone();
+            only.syscalls
+                .retain(|s| s.phase == p || (p != 0 && p < 64 && s.phase_mask & (1u64 << p) != 0));
+            syscalls_by_name(&only)
+        }
+    };
+    let mut rows: Vec<_> = by_name.into_iter().collect();
+    rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(&b.0)));
+    rows
+}
+
 fn write_syscall_table(
     profile: &Profile,
     phase: Option<u32>,
     mut out: impl Write,
 ) -> std::io::Result<()> {
-    let by_name = match phase {
-        None => syscalls_by_name(profile),
-        Some(p) => {
-            let mut only = profile.clone();
-            only.syscalls.retain(|s| s.phase == p);
-            syscalls_by_name(&only)
-        }
-    };
-    let mut rows: Vec<_> = by_name
-        .into_iter()
-        .collect::<BTreeMap<_, _>>()
-        .into_iter()
-        .collect();
-    rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(&b.0)));
+    let rows = syscall_rows(profile, phase);
     writeln!(out)?;
     writeln!(
         out,

@@ -1,0 +1,264 @@
+//! The JSON API and the downloads (graphs, folded stacks, pprof, .phaseprof).
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use phaseprof_flamegraphs::{write_folded, write_svg_with, GraphOptions, Selection};
+use phaseprof_model::diff::{diff as diff_runs, DiffOptions, DiffReport};
+use phaseprof_model::summary::{phase_summaries, Summary};
+use phaseprof_model::{EventKind, Profile};
+use serde::Deserialize;
+
+use super::{AppState, ProfileEntry, WebError};
+use crate::report::{syscall_rows, top_functions};
+
+/// What a page or route shows: an event kind, a phase, icicle or flame, how many rows.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct View {
+    pub event: Option<String>,
+    pub phase: Option<String>,
+    pub icicle: Option<String>,
+    pub n: Option<usize>,
+}
+
+pub fn load(state: &AppState, id: &str) -> Result<Arc<Profile>, WebError> {
+    state
+        .source
+        .get(id)
+        .ok_or_else(|| WebError::not_found(format!("no profile `{id}`")))
+}
+
+pub fn phase_of(p: &Profile, name: Option<&str>) -> Result<Option<u32>, WebError> {
+    match name.filter(|n| !n.is_empty()) {
+        None => Ok(None),
+        Some(n) => p.phase_index(n).map(Some).ok_or_else(|| {
+            WebError::bad_request(format!("no phase `{n}`; phases: {}", p.phases.join(", ")))
+        }),
+    }
+}
+
+pub fn event_of(s: Option<&str>, default: EventKind) -> Result<EventKind, WebError> {
+    match s.filter(|s| !s.is_empty()) {
+        None => Ok(default),
+        Some(s) => EventKind::parse(s).ok_or_else(|| {
+            WebError::bad_request(format!(
+                "unknown event `{s}` (cpu, offcpu, syscall, alloc, pagefault)"
+            ))
+        }),
+    }
+}
+
+pub async fn profiles(State(state): State<AppState>) -> Json<Vec<ProfileEntry>> {
+    Json(state.source.list())
+}
+
+pub async fn summary(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Summary>, WebError> {
+    let p = load(&state, &id)?;
+    Ok(Json(Summary::of(&p)))
+}
+
+pub async fn phases(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<serde_json::Value>>, WebError> {
+    let p = load(&state, &id)?;
+    Ok(Json(phase_summaries(&p)))
+}
+
+pub async fn top(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(v): Query<View>,
+) -> Result<Json<serde_json::Value>, WebError> {
+    let p = load(&state, &id)?;
+    let kind = event_of(v.event.as_deref(), EventKind::Cpu)?;
+    if !p.recorded(kind) {
+        return Err(WebError::not_found(format!("{kind} was not recorded")));
+    }
+    let phase = phase_of(&p, v.phase.as_deref())?;
+    let (funcs, total) = top_functions(&p, kind, phase);
+    let functions: Vec<_> = funcs
+        .iter()
+        .take(v.n.unwrap_or(20))
+        .map(|f| serde_json::json!({"name": f.name, "self": f.self_value, "total": f.total_value}))
+        .collect();
+    Ok(Json(serde_json::json!({
+        "event": kind, "unit": kind.unit(), "phase": v.phase, "total": total, "functions": functions,
+    })))
+}
+
+pub async fn syscalls(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(v): Query<View>,
+) -> Result<Json<Vec<serde_json::Value>>, WebError> {
+    let p = load(&state, &id)?;
+    if !p.recorded(EventKind::Syscall) {
+        return Err(WebError::not_found("syscalls were not recorded"));
+    }
+    let phase = phase_of(&p, v.phase.as_deref())?;
+    Ok(Json(
+        syscall_rows(&p, phase)
+            .into_iter()
+            .map(|(name, c)| serde_json::json!({"name": name, "count": c.count, "total_ns": c.total_ns}))
+            .collect(),
+    ))
+}
+
+fn svg_response(svg: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response()
+}
+
+/// `/profile/{id}/flamegraph/{kind}.svg[?phase=&icicle=1]`
+pub async fn flamegraph(
+    State(state): State<AppState>,
+    Path((id, file)): Path<(String, String)>,
+    Query(v): Query<View>,
+) -> Result<Response, WebError> {
+    let p = load(&state, &id)?;
+    let kind = file
+        .strip_suffix(".svg")
+        .and_then(EventKind::parse)
+        .ok_or_else(|| WebError::not_found(format!("no graph `{file}` (cpu.svg, offcpu.svg …)")))?;
+    let sel = Selection {
+        kind,
+        phase: phase_of(&p, v.phase.as_deref())?,
+    };
+    let g = GraphOptions {
+        icicle: matches!(v.icicle.as_deref(), Some("1" | "true")),
+        ..GraphOptions::default()
+    };
+    let mut svg = Vec::new();
+    write_svg_with(&p, &sel, &g, &mut svg).map_err(|e| WebError::not_found(e.to_string()))?;
+    Ok(svg_response(svg))
+}
+
+/// `/profile/{id}/download.phaseprof`, `download.folded?event=&phase=`, `download.pb.gz?…`
+pub async fn download(
+    State(state): State<AppState>,
+    Path((id, file)): Path<(String, String)>,
+    Query(v): Query<View>,
+) -> Result<Response, WebError> {
+    let p = load(&state, &id)?;
+    let kind = event_of(v.event.as_deref(), EventKind::Cpu)?;
+    let phase = phase_of(&p, v.phase.as_deref())?;
+    let mut body = Vec::new();
+    let (mime, name) = match file.as_str() {
+        "download.phaseprof" => {
+            phaseprof_model::write_profile(&p, &mut body).map_err(WebError::internal)?;
+            (
+                "application/octet-stream",
+                format!("profile-{id}.phaseprof"),
+            )
+        }
+        "download.folded" => {
+            write_folded(&p, &Selection { kind, phase }, &mut body)
+                .map_err(|e| WebError::not_found(e.to_string()))?;
+            (
+                "text/plain; charset=utf-8",
+                format!("profile-{id}.{kind}.folded"),
+            )
+        }
+        "download.pb.gz" => {
+            if !p.recorded(kind) {
+                return Err(WebError::not_found(format!("{kind} was not recorded")));
+            }
+            crate::pprof::write_pprof(&p, kind, phase, &mut body).map_err(WebError::internal)?;
+            (
+                "application/octet-stream",
+                format!("profile-{id}.{kind}.pb.gz"),
+            )
+        }
+        _ => return Err(WebError::not_found(format!("no download `{file}`"))),
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, mime.to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// The two sides of a diff from `a=ID&a=ID&b=ID` (or comma-separated ids) and the event kind.
+pub struct DiffQuery {
+    pub a: Vec<String>,
+    pub b: Vec<String>,
+    pub event: Option<String>,
+}
+
+pub fn parse_diff_query(raw: Option<&str>) -> DiffQuery {
+    let mut q = DiffQuery {
+        a: vec![],
+        b: vec![],
+        event: None,
+    };
+    for kv in raw.unwrap_or("").split('&') {
+        let Some((k, v)) = kv.split_once('=') else {
+            continue;
+        };
+        let ids = v
+            .split([',', '+'])
+            .filter(|s| !s.is_empty())
+            .map(String::from);
+        match k {
+            "a" => q.a.extend(ids),
+            "b" => q.b.extend(ids),
+            "event" => q.event = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    q
+}
+
+pub fn load_runs(state: &AppState, ids: &[String], side: &str) -> Result<Vec<Profile>, WebError> {
+    if ids.is_empty() {
+        return Err(WebError::bad_request(format!(
+            "choose at least one profile for {side}"
+        )));
+    }
+    ids.iter()
+        .map(|id| load(state, id).map(|p| (*p).clone()))
+        .collect()
+}
+
+pub fn run_diff(
+    state: &AppState,
+    q: &DiffQuery,
+) -> Result<(Vec<Profile>, Vec<Profile>, DiffReport), WebError> {
+    let a = load_runs(state, &q.a, "A")?;
+    let b = load_runs(state, &q.b, "B")?;
+    let report = diff_runs(&a, &b, &DiffOptions::default());
+    Ok((a, b, report))
+}
+
+pub async fn diff(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<DiffReport>, WebError> {
+    let q = parse_diff_query(raw.as_deref());
+    Ok(Json(run_diff(&state, &q)?.2))
+}
+
+pub async fn diff_svg(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, WebError> {
+    let q = parse_diff_query(raw.as_deref());
+    let kind = event_of(q.event.as_deref(), EventKind::Cpu)?;
+    let a = load_runs(&state, &q.a, "A")?;
+    let b = load_runs(&state, &q.b, "B")?;
+    let mut svg = Vec::new();
+    crate::compare::diff_svg(&a, &b, kind, true, &mut svg)
+        .map_err(|e| WebError::not_found(e.to_string()))?;
+    Ok(svg_response(svg))
+}

@@ -1,0 +1,405 @@
+//! The HTML pages: the list of profiles, a profile (phase table, a tab per event kind with its
+//! graph and top functions, syscalls, `lost`, target), and the diff of any two sets of profiles.
+use askama::Template;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::response::Html;
+use phaseprof_model::stats::Verdict;
+use phaseprof_model::EventKind;
+
+use super::api::{load, parse_diff_query, phase_of, run_diff, View};
+use super::{AppState, WebError};
+use crate::compare::{fmt_interval, fmt_num, fmt_side};
+use crate::report::{fmt_ns, fmt_value, pct, syscall_rows, top_functions};
+
+fn render(t: &impl Template) -> Result<Html<String>, WebError> {
+    t.render().map(Html).map_err(WebError::internal)
+}
+
+/// `a b` in a query value (phase names contain no reserved characters but `(none)`).
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn unix_time(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    format!("{h:02}:{m:02}:{s:02} UTC")
+}
+
+pub struct IndexRow {
+    pub id: String,
+    pub name: String,
+    pub comm: String,
+    pub pids: String,
+    pub start: String,
+    pub duration: String,
+    pub events: String,
+}
+
+#[derive(Template)]
+#[template(path = "index.html")]
+struct IndexPage {
+    heading: String,
+    refresh: u32,
+    entries: Vec<IndexRow>,
+}
+
+pub async fn index(State(state): State<AppState>) -> Result<Html<String>, WebError> {
+    let entries = state
+        .source
+        .list()
+        .into_iter()
+        .map(|e| IndexRow {
+            pids: e
+                .pids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            start: unix_time(e.start_unix_ns),
+            duration: fmt_ns(e.duration_ns),
+            events: e
+                .events
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(","),
+            id: e.id,
+            name: e.name,
+            comm: e.comm,
+        })
+        .collect();
+    render(&IndexPage {
+        heading: state.source.heading(),
+        refresh: state.source.refresh_s(),
+        entries,
+    })
+}
+
+pub struct PhaseRow {
+    pub name: String,
+    pub query: String,
+    pub cells: Vec<String>,
+}
+
+pub struct TopRow {
+    pub name: String,
+    pub self_pct: String,
+    pub total_pct: String,
+    pub self_value: String,
+    pub total_value: String,
+}
+
+pub struct KindTab {
+    pub kind: String,
+    pub total: String,
+    pub empty: bool,
+    pub top: Vec<TopRow>,
+}
+
+pub struct SyscallRow {
+    pub name: String,
+    pub count: u64,
+    pub total: String,
+    pub mean: String,
+}
+
+#[derive(Template)]
+#[template(path = "profile.html")]
+struct ProfilePage {
+    refresh: u32,
+    id: String,
+    name: String,
+    target: String,
+    host: String,
+    kernel: String,
+    duration: String,
+    events: String,
+    build_id: String,
+    lost: String,
+    complete: bool,
+    phase: String,
+    phase_query: String,
+    phase_amp: String,
+    icicle_query: String,
+    cost_names: Vec<String>,
+    phases: Vec<PhaseRow>,
+    kinds: Vec<KindTab>,
+    syscalls: Vec<SyscallRow>,
+}
+
+pub async fn profile(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(v): Query<View>,
+) -> Result<Html<String>, WebError> {
+    let p = load(&state, &id)?;
+    let phase = phase_of(&p, v.phase.as_deref())?;
+    let phase_name = phase
+        .map(|i| p.phase_name(i).to_string())
+        .unwrap_or_default();
+    let q = query_escape(&phase_name);
+    let m = &p.meta;
+    let cost_names: Vec<String> = p
+        .phase_stats
+        .first()
+        .map(|s| s.costs.keys().cloned().collect())
+        .unwrap_or_default();
+    let order = (1..p.phase_stats.len()).chain(std::iter::once(0));
+    let phases = order
+        .filter_map(|i| p.phase_stats.get(i).map(|st| (i as u32, st)))
+        .map(|(i, st)| {
+            let name = p.phase_name(i).to_string();
+            let mut cells = vec![
+                st.calls.to_string(),
+                fmt_ns(st.wall_quantile(0.5)),
+                fmt_ns(st.wall_quantile(0.95)),
+                fmt_ns(st.wall_quantile(0.99)),
+                fmt_ns(st.wall_max_ns),
+                fmt_ns(st.cpu_ns),
+                fmt_ns(st.offcpu_ns),
+                st.syscalls.to_string(),
+            ];
+            cells.extend(
+                cost_names
+                    .iter()
+                    .map(|c| st.costs.get(c).copied().unwrap_or(0).to_string()),
+            );
+            PhaseRow {
+                query: query_escape(&name),
+                name,
+                cells,
+            }
+        })
+        .collect();
+    let kinds = EventKind::ALL
+        .into_iter()
+        .filter(|k| p.recorded(*k))
+        .map(|kind| {
+            let (funcs, total) = top_functions(&p, kind, phase);
+            KindTab {
+                kind: kind.name().to_string(),
+                total: format!(
+                    "{} {}",
+                    fmt_value(kind, total),
+                    if kind == EventKind::Alloc || kind == EventKind::Offcpu {
+                        ""
+                    } else {
+                        kind.unit()
+                    }
+                ),
+                empty: total == 0,
+                top: funcs
+                    .iter()
+                    .take(v.n.unwrap_or(25))
+                    .map(|f| TopRow {
+                        name: f.name.clone(),
+                        self_pct: format!("{:.2}", pct(f.self_value, total)),
+                        total_pct: format!("{:.2}", pct(f.total_value, total)),
+                        self_value: fmt_value(kind, f.self_value),
+                        total_value: fmt_value(kind, f.total_value),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let syscalls = if p.recorded(EventKind::Syscall) {
+        syscall_rows(&p, phase)
+            .into_iter()
+            .map(|(name, c)| SyscallRow {
+                name,
+                count: c.count,
+                total: fmt_ns(c.total_ns),
+                mean: fmt_ns(c.total_ns.checked_div(c.count).unwrap_or(0)),
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    let l = &p.lost;
+    let page = ProfilePage {
+        refresh: 0,
+        name: state
+            .source
+            .list()
+            .into_iter()
+            .find(|e| e.id == id)
+            .map(|e| e.name)
+            .unwrap_or_else(|| id.clone()),
+        target: format!(
+            "{} (pids {})",
+            if m.exe.is_empty() { &m.comm } else { &m.exe },
+            m.pids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        host: m.host.clone(),
+        kernel: m.kernel.clone(),
+        duration: fmt_ns(p.duration_ns()),
+        events: m
+            .events
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        build_id: m.build_id.clone().unwrap_or_default(),
+        lost: format!(
+            "{} events, {} stacks{}",
+            l.events,
+            l.stacks,
+            if l.is_empty() {
+                " (complete profile)"
+            } else {
+                " (partial profile)"
+            }
+        ),
+        complete: l.is_empty(),
+        phase_query: if q.is_empty() {
+            String::new()
+        } else {
+            format!("?phase={q}")
+        },
+        phase_amp: if q.is_empty() {
+            String::new()
+        } else {
+            format!("&phase={q}")
+        },
+        icicle_query: if q.is_empty() {
+            "?icicle=1".into()
+        } else {
+            format!("?phase={q}&icicle=1")
+        },
+        phase: phase_name,
+        cost_names,
+        phases,
+        kinds,
+        syscalls,
+        id,
+    };
+    render(&page)
+}
+
+pub struct DiffOption {
+    pub id: String,
+    pub name: String,
+    pub in_a: bool,
+    pub in_b: bool,
+}
+
+pub struct VerdictRow {
+    pub phase: String,
+    pub metric: String,
+    pub a: String,
+    pub b: String,
+    pub delta: String,
+    pub interval: String,
+    pub change: String,
+    pub verdict: String,
+    pub class: String,
+}
+
+#[derive(Template)]
+#[template(path = "diff.html")]
+struct DiffPage {
+    refresh: u32,
+    options: Vec<DiffOption>,
+    event_options: Vec<String>,
+    event: String,
+    has_result: bool,
+    graph_ok: bool,
+    query: String,
+    a_runs: usize,
+    b_runs: usize,
+    confidence: String,
+    compared: usize,
+    threshold: String,
+    rows: Vec<VerdictRow>,
+}
+
+pub async fn diff(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Html<String>, WebError> {
+    let q = parse_diff_query(raw.as_deref());
+    let event = q.event.clone().unwrap_or_else(|| "cpu".into());
+    let options = state
+        .source
+        .list()
+        .into_iter()
+        .map(|e| DiffOption {
+            in_a: q.a.contains(&e.id),
+            in_b: q.b.contains(&e.id),
+            id: e.id,
+            name: e.name,
+        })
+        .collect();
+    let mut page = DiffPage {
+        refresh: 0,
+        options,
+        event_options: EventKind::ALL
+            .iter()
+            .map(|k| k.name().to_string())
+            .collect(),
+        event: event.clone(),
+        has_result: false,
+        graph_ok: false,
+        query: String::new(),
+        a_runs: 0,
+        b_runs: 0,
+        confidence: String::new(),
+        compared: 0,
+        threshold: String::new(),
+        rows: vec![],
+    };
+    if !q.a.is_empty() || !q.b.is_empty() {
+        let (a, b, r) = run_diff(&state, &q)?;
+        let kind = EventKind::parse(&event).unwrap_or(EventKind::Cpu);
+        page.graph_ok = b.iter().all(|p| p.recorded(kind)) && a.iter().all(|p| p.recorded(kind));
+        page.has_result = true;
+        page.query = format!(
+            "a={}&b={}&event={}",
+            q.a.join(","),
+            q.b.join(","),
+            kind.name()
+        );
+        page.a_runs = r.a_runs;
+        page.b_runs = r.b_runs;
+        page.confidence = format!("{:.0}%", r.confidence * 100.0);
+        page.compared = r.compared;
+        page.threshold = format!("{:.1}%", r.threshold * 100.0);
+        page.rows = r
+            .metrics
+            .iter()
+            .map(|m| VerdictRow {
+                phase: m.phase.clone(),
+                metric: m.metric.clone(),
+                a: fmt_side(m, false),
+                b: fmt_side(m, true),
+                delta: fmt_num(m.diff.delta),
+                interval: fmt_interval(m),
+                change: m
+                    .relative
+                    .map(|r| format!("{:+.1}%", r * 100.0))
+                    .unwrap_or_default(),
+                verdict: m.verdict.to_string(),
+                class: match m.verdict {
+                    Verdict::Improved => "improved",
+                    Verdict::Regressed => "regressed",
+                    Verdict::Inconclusive { .. } => "inconclusive",
+                    _ => "",
+                }
+                .into(),
+            })
+            .collect();
+    }
+    render(&page)
+}
