@@ -192,3 +192,284 @@ pub async fn serve(
         .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use phaseprof_model::*;
+    use tower::ServiceExt;
+
+    /// A profile with two phases, cpu and syscall stacks; `flushes` writes per finalize call.
+    fn fixture(flushes: u64) -> Profile {
+        let mut b = ProfileBuilder::new(
+            Meta {
+                pids: vec![42],
+                comm: "validator".into(),
+                events: vec![EventKind::Cpu, EventKind::Syscall],
+                frequency_hz: 99,
+                start_unix_ns: 1_000,
+                end_unix_ns: 2_000_000_000,
+                ..Meta::default()
+            },
+            vec!["propose".into(), "finalize".into()],
+        );
+        let mut f = |n: &str| {
+            b.intern_frame(Frame {
+                function: n.into(),
+                module: "validator".into(),
+                kind: FrameKind::User,
+                inlined: false,
+            })
+        };
+        let (main, propose, burn, finalize, write) = (
+            f("main"),
+            f("propose"),
+            f("burn"),
+            f("finalize"),
+            f("write"),
+        );
+        let s1 = b.intern_stack(vec![burn, propose, main]);
+        let s2 = b.intern_stack(vec![write, finalize, main]);
+        let at = |phase: u32| PhaseAt {
+            phase,
+            mask: 1 << phase,
+        };
+        b.add_cpu(42, 42, at(1), s1, 90);
+        b.add_cpu(42, 42, at(2), s2, 10);
+        b.add_syscall(42, at(2), 1, Some(s2), flushes * 10, 5_000);
+        let mut stats = vec![PhaseStats::default(); 3];
+        for (i, st) in stats.iter_mut().enumerate().skip(1) {
+            st.calls = 10;
+            st.wall_ns = 1_000_000;
+            st.wall_hist = vec![(200, 10)];
+            st.costs.insert(
+                "flush_syscalls".into(),
+                if i == 2 { flushes * 10 } else { 0 },
+            );
+        }
+        *b.phase_stats_mut() = stats;
+        b.finish()
+    }
+
+    fn state(token: Option<&str>) -> AppState {
+        AppState {
+            source: Arc::new(SavedProfiles::new(vec![
+                ("a.phaseprof".into(), fixture(100)),
+                ("b.phaseprof".into(), fixture(25)),
+            ])),
+            token: token.map(Into::into),
+        }
+    }
+
+    async fn get(
+        state: AppState,
+        uri: &str,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, String, Response) {
+        let mut req = Request::builder().uri(uri);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = app(state)
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        (
+            status,
+            text.clone(),
+            Response::from_parts(parts, axum::body::Body::from(text)),
+        )
+    }
+
+    fn json(text: &str) -> serde_json::Value {
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    }
+
+    // Checks every API route: status codes and the JSON members the pages rely on.
+    #[tokio::test]
+    async fn api_routes_answer_with_their_shapes() {
+        let s = state(None);
+        let (st, body, _) = get(s.clone(), "/api/profiles", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        let list = json(&body);
+        assert_eq!(list.as_array().unwrap().len(), 2);
+        assert_eq!(list[0]["id"], "0");
+        assert_eq!(list[1]["name"], "b.phaseprof");
+        assert_eq!(list[0]["pids"][0], 42);
+
+        let (st, body, _) = get(s.clone(), "/api/profiles/0", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        let sum = json(&body);
+        assert_eq!(sum["events"]["cpu"]["samples"], 100);
+        assert_eq!(sum["phases"][1]["name"], "finalize");
+
+        let (st, body, _) = get(s.clone(), "/api/profiles/0/phases", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(json(&body)[1]["costs"]["flush_syscalls"], 1000);
+
+        let (st, body, _) = get(
+            s.clone(),
+            "/api/profiles/0/top?event=cpu&phase=propose&n=2",
+            &[],
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK);
+        let top = json(&body);
+        assert_eq!(top["total"], 90);
+        assert_eq!(top["functions"][0]["name"], "burn");
+        assert_eq!(top["functions"].as_array().unwrap().len(), 2);
+
+        let (st, body, _) = get(s.clone(), "/api/profiles/1/syscalls?phase=finalize", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(json(&body)[0]["count"], 250);
+
+        let (st, body, _) = get(s.clone(), "/api/diff?a=0&b=1", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        let d = json(&body);
+        assert_eq!(
+            (d["a_runs"].as_u64(), d["b_runs"].as_u64()),
+            (Some(1), Some(1))
+        );
+        let flush = d["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["phase"] == "finalize" && m["metric"] == "flush_syscalls")
+            .unwrap();
+        assert_eq!(flush["diff"]["delta"], -75.0);
+
+        for (uri, want) in [
+            ("/api/profiles/7", StatusCode::NOT_FOUND),
+            ("/api/profiles/0/top?event=alloc", StatusCode::NOT_FOUND),
+            ("/api/profiles/0/top?event=bogus", StatusCode::BAD_REQUEST),
+            ("/api/profiles/0/top?phase=nosuch", StatusCode::BAD_REQUEST),
+            ("/api/diff?a=0", StatusCode::BAD_REQUEST),
+        ] {
+            let (st, body, _) = get(s.clone(), uri, &[]).await;
+            assert_eq!(st, want, "{uri}: {body}");
+            assert!(json(&body)["error"].as_str().is_some(), "{uri}");
+        }
+    }
+
+    // Checks the pages and downloads: HTML with the phase table and graphs, SVGs, folded text,
+    // pprof and the .phaseprof itself (which reads back).
+    #[tokio::test]
+    async fn pages_and_downloads() {
+        let s = state(None);
+        let (st, body, _) = get(s.clone(), "/", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        assert!(body.contains("href=\"/profile/1\""));
+        let (st, body, _) = get(s.clone(), "/profile/0?phase=propose", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        assert!(body.contains("data-phase=\"finalize\""));
+        assert!(body.contains("cpu.svg?phase=propose"));
+        assert!(body.contains("phase <b>propose</b> only"));
+        let (st, body, _) = get(
+            s.clone(),
+            "/profile/0/flamegraph/cpu.svg?phase=finalize",
+            &[],
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK);
+        assert!(body.contains("<svg") && body.contains("write") && !body.contains(">burn<"));
+        let (st, body, _) = get(s.clone(), "/profile/0/download.folded?event=syscall", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(body.trim(), "main;finalize;write;syscall:write 1000");
+        let (st, _, resp) = get(s.clone(), "/profile/0/download.phaseprof", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        assert!(resp.headers()[header::CONTENT_DISPOSITION]
+            .to_str()
+            .unwrap()
+            .contains(".phaseprof"));
+        let resp = app(s.clone())
+            .oneshot(
+                Request::builder()
+                    .uri("/profile/0/download.phaseprof")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(read_profile(&bytes[..]).unwrap(), fixture(100));
+        let (st, _, _) = get(s.clone(), "/profile/0/download.pb.gz?event=cpu", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        let (st, body, _) = get(s.clone(), "/diff?a=0&b=1&event=syscall", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        assert!(
+            body.contains("id=\"verdicts\"") && body.contains("diff.svg?a=0"),
+            "{body}"
+        );
+        assert!(
+            body.contains("n/a (one run per side)"),
+            "one run per side: deltas, no verdict"
+        );
+        let (st, body, _) = get(s.clone(), "/diff.svg?a=0&b=1&event=syscall", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        assert!(body.contains("red: grew"));
+        let (st, _, _) = get(s.clone(), "/assets/app.css", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        let (st, _, _) = get(s, "/profile/0/download.exe", &[]).await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+    }
+
+    // Checks the token rule: without the token 401; with the bearer header, the query (which
+    // sets a cookie) or that cookie 200; and non-loopback listening needs a token.
+    #[tokio::test]
+    async fn token_rule() {
+        let s = state(Some("s3cret"));
+        for uri in [
+            "/",
+            "/api/profiles",
+            "/assets/app.js",
+            "/profile/0/download.phaseprof",
+        ] {
+            let (st, _, _) = get(s.clone(), uri, &[]).await;
+            assert_eq!(st, StatusCode::UNAUTHORIZED, "{uri}");
+        }
+        let (st, _, _) = get(
+            s.clone(),
+            "/api/profiles",
+            &[("authorization", "Bearer wrong")],
+        )
+        .await;
+        assert_eq!(st, StatusCode::UNAUTHORIZED);
+        let (st, _, _) = get(
+            s.clone(),
+            "/api/profiles",
+            &[("authorization", "Bearer s3cret")],
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK);
+        let (st, _, resp) = get(s.clone(), "/?token=s3cret", &[]).await;
+        assert_eq!(st, StatusCode::OK);
+        let cookie = resp.headers()[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(cookie.starts_with("phaseprof_token=s3cret") && cookie.contains("HttpOnly"));
+        let (st, _, _) = get(
+            s,
+            "/api/profiles",
+            &[("cookie", "a=b; phaseprof_token=s3cret")],
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK);
+        let any: SocketAddr = "0.0.0.0:7070".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:7070".parse().unwrap();
+        assert!(check_listen(any, None)
+            .unwrap_err()
+            .to_string()
+            .contains("--token"));
+        assert!(check_listen(any, Some("")).is_err());
+        assert!(check_listen(any, Some("t")).is_ok());
+        assert!(check_listen(lo, None).is_ok());
+    }
+}
