@@ -3,8 +3,10 @@
 # Quick when everything is present already.
 set -euo pipefail
 
-packages=(clang llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux)
+packages=(clang llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux
+          chromium)                                       # the web UI's browser test
 command -v go >/dev/null 2>&1 || packages+=(golang-go)   # `go tool pprof` reads our exports
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm) # playwright-core drives chromium
 
 missing=()
 for p in "${packages[@]}"; do
@@ -30,3 +32,9 @@ command -v cargo >/dev/null 2>&1 || {
   echo "setup: cargo (Rust >= 1.88, via rustup) is required and was not found" >&2
   exit 1
 }
+
+# playwright-core (no bundled browser: it drives Debian's chromium) for tests/browser.
+if [ ! -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ]; then
+  echo "setup: installing playwright-core for the browser test"
+  (cd "$(dirname "$0")/../tests/browser" && npm install --no-audit --no-fund --loglevel=error)
+fi
