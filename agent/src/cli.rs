@@ -39,6 +39,8 @@ pub enum Command {
     Soak(SoakArgs),
     /// Serve saved profiles over HTTP: flamegraphs, phase tables, diffs, a JSON API.
     Serve(ServeArgs),
+    /// Record a live process in windows and serve them over HTTP while it runs.
+    Attach(AttachArgs),
     /// Compare runs of two builds: per-phase deltas, and with several runs per side intervals
     /// and verdicts (improved / regressed / no change / inconclusive).
     Diff(DiffArgs),
@@ -54,6 +56,42 @@ pub struct ServeArgs {
     /// Require this token on every request (`Authorization: Bearer TOKEN`, or ?token= once).
     #[arg(long, env = "PHASEPROF_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    #[arg(long)]
+    pub pid: u32,
+    /// Phases to attribute costs to.
+    #[arg(long, value_name = "PHASES.toml")]
+    pub phases: Option<PathBuf>,
+    /// Event kinds, comma separated (alloc and pagefault are opt-in).
+    #[arg(long, default_value = "cpu,offcpu,syscall", value_delimiter = ',')]
+    pub events: Vec<String>,
+    #[arg(long, default_value_t = 99)]
+    pub freq: u64,
+    /// Length of a window.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// How much history to keep (older windows are dropped).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub keep: Duration,
+    /// Capture a user stack for every syscall.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub syscall_stacks: bool,
+    /// With alloc: the allocation probes' budget (e.g. 1%).
+    #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
+    pub alloc_budget: Option<f64>,
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: std::net::SocketAddr,
+    /// Require this token on every request (needed to listen beyond loopback).
+    #[arg(long, env = "PHASEPROF_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// On exit, save the windows kept as one .phaseprof.
+    #[arg(short, long, value_name = "OUT.phaseprof")]
+    pub output: Option<PathBuf>,
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// Runs an async server on a runtime of its own until Ctrl-C.
@@ -467,6 +505,45 @@ pub fn run(cli: Cli) -> Result<i32> {
                 live: args.live,
             };
             write_report(&profile, &opts, std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Attach(args) => {
+            let mut events = Vec::new();
+            for e in &args.events {
+                let k = parse_event(e)?;
+                if !events.contains(&k) {
+                    events.push(k);
+                }
+            }
+            if args.window < Duration::from_millis(100) {
+                bail!("--window must be at least 100ms");
+            }
+            let opts = crate::attach::AttachOptions {
+                record: RecordOptions {
+                    target: TargetSpec::Pids(vec![args.pid]),
+                    duration: None,
+                    engine: EngineConfig {
+                        events,
+                        freq_hz: args.freq,
+                        syscall_stacks: args.syscall_stacks,
+                        ..EngineConfig::default()
+                    },
+                    output: PathBuf::new(),
+                    phases: args.phases,
+                    window: args.window,
+                    alloc_budget: args.alloc_budget,
+                    alloc_at_entry: false,
+                    verbose: args.verbose,
+                },
+                keep: args.keep,
+                listen: args.listen,
+                token: args.token,
+            };
+            let interrupted = Arc::new(AtomicBool::new(false));
+            let flag = interrupted.clone();
+            ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+                .context("installing the Ctrl-C handler")?;
+            crate::attach::attach(&opts, args.output, interrupted)?;
             Ok(0)
         }
         Command::Serve(args) => {

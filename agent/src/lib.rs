@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod alloc;
+pub mod attach;
 pub mod cli;
 pub mod compare;
 pub mod engine;

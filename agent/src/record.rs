@@ -111,14 +111,16 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
     }
 }
 
-fn record_into(
+/// Loads and attaches the engine for `opts` and `plan` (phase probes included) and wraps it in
+/// a session with no targets yet; `storage` and `fallback` hold the BPF object. Shared by
+/// `record` and `attach`.
+pub fn open_session<'obj>(
     opts: &RecordOptions,
-    command_path: Option<PathBuf>,
-    plan: PhasePlan,
+    mut plan: PhasePlan,
     deferred: Option<(PhaseConfig, String)>,
-    interrupted: Arc<AtomicBool>,
-) -> Result<Recorded> {
-    let mut plan = plan;
+    storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    fallback: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+) -> Result<(Session<'obj>, EngineConfig)> {
     if opts.phases.is_none() {
         // Without a phases file the built-in costs still apply to the whole recording.
         plan.alloc_costs =
@@ -136,10 +138,7 @@ fn record_into(
     engine_cfg.follow_children = matches!(opts.target, TargetSpec::Command(_));
     engine_cfg.notify_exec = matches!(opts.target, TargetSpec::Name(_));
 
-    let t0 = Instant::now();
-    let mut storage = MaybeUninit::uninit();
-    let mut fallback_storage = MaybeUninit::uninit();
-    let mut engine = Engine::load(&engine_cfg, &mut storage, &mut fallback_storage)?;
+    let mut engine = Engine::load(&engine_cfg, storage, fallback)?;
     engine.attach(&engine_cfg)?;
     for probe in &plan.probes {
         engine.attach_phase(probe.phase, &probe.site, probe.returns.as_deref())?;
@@ -170,6 +169,21 @@ fn record_into(
             opts.alloc_at_entry,
         ));
     }
+    Ok((session, engine_cfg))
+}
+
+fn record_into(
+    opts: &RecordOptions,
+    command_path: Option<PathBuf>,
+    plan: PhasePlan,
+    deferred: Option<(PhaseConfig, String)>,
+    interrupted: Arc<AtomicBool>,
+) -> Result<Recorded> {
+    let t0 = Instant::now();
+    let mut storage = MaybeUninit::uninit();
+    let mut fallback_storage = MaybeUninit::uninit();
+    let (mut session, engine_cfg) =
+        open_session(opts, plan, deferred, &mut storage, &mut fallback_storage)?;
 
     let start = SystemTime::now();
     let mut child: Option<u32> = None;

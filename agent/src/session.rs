@@ -34,6 +34,9 @@ pub struct Session<'obj> {
     alloc_costs: Vec<(String, Vec<String>)>,
     /// When the targets' mappings were last re-read (see `handle_events`).
     maps_read: std::time::Instant,
+    /// Cumulative phase totals and drops at the last `take_window`.
+    window_stats: Vec<phaseprof_model::PhaseStats>,
+    window_lost: phaseprof_model::Lost,
     verbose: bool,
 }
 
@@ -62,6 +65,8 @@ impl<'obj> Session<'obj> {
             alloc: None,
             alloc_costs: plan.alloc_costs.clone(),
             maps_read: std::time::Instant::now(),
+            window_stats: Vec::new(),
+            window_lost: phaseprof_model::Lost::default(),
             verbose,
         }
     }
@@ -223,6 +228,58 @@ impl<'obj> Session<'obj> {
         self.agg.add_window(w, &mut self.sym);
     }
 
+    /// Drains the current window and returns it as a profile of its own (`attach` keeps a ring
+    /// of them): its samples, and the kernel's cumulative phase totals and drops as the growth
+    /// since the previous window.
+    pub fn take_window(&mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
+        let w = self.engine.drain(false)?;
+        self.fold(&w);
+        let phases = self.agg.builder_mut().profile_mut().phases.clone();
+        let meta = self.agg.builder_mut().meta_mut().clone();
+        let done = std::mem::replace(&mut self.agg, Aggregator::new(meta, phases));
+        let mut p = done.finish();
+        p.meta.start_unix_ns = unix_ns(start);
+        p.meta.end_unix_ns = unix_ns(end);
+        if !self.phase_names.is_empty() {
+            let now = self
+                .engine
+                .phase_stats(self.phase_names.len() + 1, &self.cost_names)?;
+            p.phase_stats = self.since_last_window(now);
+        }
+        p.lost = self.lost_since_last_window(self.engine.lost()?);
+        Ok(p)
+    }
+
+    /// Cumulative kernel phase totals as the growth since the last `take_window` (unchanged
+    /// when none was taken, as for `record`).
+    fn since_last_window(
+        &mut self,
+        now: Vec<phaseprof_model::PhaseStats>,
+    ) -> Vec<phaseprof_model::PhaseStats> {
+        let delta = now
+            .iter()
+            .enumerate()
+            .map(|(i, st)| match self.window_stats.get(i) {
+                Some(before) => phaseprof_model::merge::phase_stats_since(st, before),
+                None => st.clone(),
+            })
+            .collect();
+        self.window_stats = now;
+        delta
+    }
+
+    /// The same for the drop counters.
+    fn lost_since_last_window(&mut self, lost: phaseprof_model::Lost) -> phaseprof_model::Lost {
+        let mut delta = lost.clone();
+        delta.events = lost.events.saturating_sub(self.window_lost.events);
+        delta.stacks = lost.stacks.saturating_sub(self.window_lost.stacks);
+        for (k, v) in delta.by_reason.iter_mut() {
+            *v = v.saturating_sub(self.window_lost.by_reason.get(k).copied().unwrap_or(0));
+        }
+        self.window_lost = lost;
+        delta
+    }
+
     /// Detaches every probe, drains what is left and returns the profile of `start..end`.
     pub fn finish(mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
         let alloc = match &mut self.alloc {
@@ -239,11 +296,14 @@ impl<'obj> Session<'obj> {
         let w = self.engine.drain(true)?;
         self.fold(&w);
         let lost = self.engine.lost()?;
+        let lost = self.lost_since_last_window(lost);
         let mut phase_stats = if self.phase_names.is_empty() {
             vec![]
         } else {
-            self.engine
-                .phase_stats(self.phase_names.len() + 1, &self.cost_names)?
+            let now = self
+                .engine
+                .phase_stats(self.phase_names.len() + 1, &self.cost_names)?;
+            self.since_last_window(now)
         };
         if let Some((info, scale)) = alloc {
             if info.budget.is_none() {

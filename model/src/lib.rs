@@ -7,6 +7,7 @@
 pub mod build;
 pub mod diff;
 pub mod format;
+pub mod merge;
 pub mod profile;
 pub mod stats;
 pub mod summary;

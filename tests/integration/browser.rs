@@ -14,7 +14,16 @@ fn record(name: &str, flushes: &str) -> std::path::PathBuf {
         name,
         &["--phases", cfg.to_str().unwrap()],
         &sim,
-        &["--blocks", "30", "--burn-ms", "10", "--flushes", flushes, "--sleep-ms", "2"],
+        &[
+            "--blocks",
+            "30",
+            "--burn-ms",
+            "10",
+            "--flushes",
+            flushes,
+            "--sleep-ms",
+            "2",
+        ],
     )
     .0
 }
@@ -30,14 +39,22 @@ fn profile_page_and_diff_in_chromium() {
     let ui = root().join("tests/browser/ui.mjs");
     assert!(
         std::path::Path::new(&chromium).exists()
-            && root().join("tests/browser/node_modules/playwright-core").exists(),
+            && root()
+                .join("tests/browser/node_modules/playwright-core")
+                .exists(),
         "chromium and tests/browser/node_modules are installed by scripts/setup.sh"
     );
     let _g = bpf_lock();
     let a = record("browser-a", "100");
     let b = record("browser-b", "25");
     let mut server = Command::new(phaseprof_bin())
-        .args(["serve", a.to_str().unwrap(), b.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -67,8 +84,14 @@ fn profile_page_and_diff_in_chromium() {
     assert_eq!(seen["before_filter"], "all phases");
     assert!(seen["after_filter"].as_str().unwrap().contains("propose"));
     assert_eq!(seen["selected_row"], "propose");
-    assert!(seen["after_graph"].as_str().unwrap().ends_with("cpu.svg?phase=propose"));
-    assert!(seen["graph_title"].as_str().unwrap().contains("phase propose"));
+    assert!(seen["after_graph"]
+        .as_str()
+        .unwrap()
+        .ends_with("cpu.svg?phase=propose"));
+    assert!(seen["graph_title"]
+        .as_str()
+        .unwrap()
+        .contains("phase propose"));
     assert_eq!(seen["after_top"], "validator_sim::work::burn_cpu");
     assert_eq!(seen["syscall_tab_visible"], true);
     let flush = &seen["diff_flush"];
@@ -76,6 +99,9 @@ fn profile_page_and_diff_in_chromium() {
     assert_eq!(flush[3], "25");
     assert_eq!(flush[4], "-75");
     for shot in ["profile.png", "profile-propose.png", "diff.png"] {
-        assert!(artifacts.join(shot).metadata().unwrap().len() > 10_000, "{shot}");
+        assert!(
+            artifacts.join(shot).metadata().unwrap().len() > 10_000,
+            "{shot}"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! Every test here needs root; without it each one says so and returns (CI runs as root).
 
 mod allocations;
+mod attach;
 mod browser;
 mod diff;
 mod errors;

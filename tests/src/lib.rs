@@ -247,3 +247,29 @@ pub fn phase_json<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_js
 pub fn num(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
+
+/// A plain HTTP/1.0 GET of `http://host:port/path`: (status, body).
+pub fn http_get(url: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut s = std::net::TcpStream::connect(host).expect("connecting to the server");
+    write!(
+        s,
+        "GET {} HTTP/1.0\r\nHost: {host}\r\n\r\n",
+        if path.is_empty() { "/" } else { path }
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}

@@ -262,3 +262,44 @@ pub async fn diff_svg(
         .map_err(|e| WebError::not_found(e.to_string()))?;
     Ok(svg_response(svg))
 }
+
+/// `/range/{from}/{to}/download.phaseprof`: the profiles with ids from..=to (windows of a live
+/// attach, or saved files by position) merged into one.
+pub async fn range_download(
+    State(state): State<AppState>,
+    Path((from, to)): Path<(u64, u64)>,
+) -> Result<Response, WebError> {
+    let mut picked: Vec<(u64, Arc<Profile>)> = state
+        .source
+        .list()
+        .into_iter()
+        .filter_map(|e| {
+            let n: u64 = e.id.parse().ok()?;
+            (from..=to)
+                .contains(&n)
+                .then_some(n)
+                .zip(state.source.get(&e.id))
+        })
+        .collect();
+    if picked.is_empty() {
+        return Err(WebError::not_found(format!(
+            "no profiles with ids {from} to {to}"
+        )));
+    }
+    picked.sort_by_key(|(n, _)| *n);
+    let refs: Vec<&Profile> = picked.iter().map(|(_, p)| p.as_ref()).collect();
+    let merged = phaseprof_model::merge::merge(&refs);
+    let mut body = Vec::new();
+    phaseprof_model::write_profile(&merged, &mut body).map_err(WebError::internal)?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"range-{from}-{to}.phaseprof\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}

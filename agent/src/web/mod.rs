@@ -140,6 +140,10 @@ pub fn app(state: AppState) -> Router {
         .route("/profile/{id}", get(pages::profile))
         .route("/profile/{id}/flamegraph/{file}", get(api::flamegraph))
         .route("/profile/{id}/{file}", get(api::download))
+        .route(
+            "/range/{from}/{to}/download.phaseprof",
+            get(api::range_download),
+        )
         .route("/diff", get(pages::diff))
         .route("/diff.svg", get(api::diff_svg))
         .route("/api/profiles", get(api::profiles))
@@ -416,7 +420,23 @@ mod tests {
         assert!(body.contains("red: grew"));
         let (st, _, _) = get(s.clone(), "/assets/app.css", &[]).await;
         assert_eq!(st, StatusCode::OK);
-        let (st, _, _) = get(s, "/profile/0/download.exe", &[]).await;
+        let (st, _, _) = get(s.clone(), "/profile/0/download.exe", &[]).await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+        let resp = app(s.clone())
+            .oneshot(
+                Request::builder()
+                    .uri("/range/0/1/download.phaseprof")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let merged = read_profile(&bytes[..]).unwrap();
+        assert_eq!(merged.cpu.iter().map(|c| c.count).sum::<u64>(), 200);
+        assert_eq!(merged.phase_stats[2].costs["flush_syscalls"], 1250);
+        let (st, _, _) = get(s, "/range/5/9/download.phaseprof", &[]).await;
         assert_eq!(st, StatusCode::NOT_FOUND);
     }
 

@@ -1,0 +1,273 @@
+//! Several profiles as one: windows of a live attach saved as a range, runs summed. Frames and
+//! stacks are re-interned; samples with equal keys are summed; phase totals are added.
+use crate::build::{PhaseAt, ProfileBuilder};
+use crate::profile::*;
+
+/// `later` minus `earlier` for cumulative phase totals (the kernel's never reset): what happened
+/// in between. The maximum wall time cannot be split and stays the cumulative one.
+pub fn phase_stats_since(later: &PhaseStats, earlier: &PhaseStats) -> PhaseStats {
+    let mut hist = std::collections::BTreeMap::new();
+    for &(i, n) in &later.wall_hist {
+        *hist.entry(i).or_insert(0u64) += n;
+    }
+    for &(i, n) in &earlier.wall_hist {
+        let e = hist.entry(i).or_insert(0u64);
+        *e = e.saturating_sub(n);
+    }
+    PhaseStats {
+        calls: later.calls.saturating_sub(earlier.calls),
+        wall_ns: later.wall_ns.saturating_sub(earlier.wall_ns),
+        wall_max_ns: later.wall_max_ns,
+        wall_hist: hist.into_iter().filter(|(_, n)| *n > 0).collect(),
+        cpu_ns: later.cpu_ns.saturating_sub(earlier.cpu_ns),
+        offcpu_ns: later.offcpu_ns.saturating_sub(earlier.offcpu_ns),
+        syscalls: later.syscalls.saturating_sub(earlier.syscalls),
+        syscall_ns: later.syscall_ns.saturating_sub(earlier.syscall_ns),
+        costs: later
+            .costs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.saturating_sub(earlier.costs.get(k).copied().unwrap_or(0)),
+                )
+            })
+            .collect(),
+        alloc_bytes: later.alloc_bytes.saturating_sub(earlier.alloc_bytes),
+        allocs: later.allocs.saturating_sub(earlier.allocs),
+        frees: later.frees.saturating_sub(earlier.frees),
+        page_faults: later.page_faults.saturating_sub(earlier.page_faults),
+    }
+}
+
+fn add_stats(into: &mut PhaseStats, s: &PhaseStats) {
+    let mut hist: std::collections::BTreeMap<u32, u64> = into.wall_hist.iter().copied().collect();
+    for &(i, n) in &s.wall_hist {
+        *hist.entry(i).or_default() += n;
+    }
+    into.wall_hist = hist.into_iter().collect();
+    into.calls += s.calls;
+    into.wall_ns += s.wall_ns;
+    into.wall_max_ns = into.wall_max_ns.max(s.wall_max_ns);
+    into.cpu_ns += s.cpu_ns;
+    into.offcpu_ns += s.offcpu_ns;
+    into.syscalls += s.syscalls;
+    into.syscall_ns += s.syscall_ns;
+    for (k, v) in &s.costs {
+        *into.costs.entry(k.clone()).or_default() += v;
+    }
+    into.alloc_bytes += s.alloc_bytes;
+    into.allocs += s.allocs;
+    into.frees += s.frees;
+    into.page_faults += s.page_faults;
+}
+
+/// One profile holding everything of `profiles` (which should share their phases; phases are
+/// matched by name). Metadata comes from the first, its time range spans all.
+pub fn merge(profiles: &[&Profile]) -> Profile {
+    let Some(first) = profiles.first() else {
+        return Profile::default();
+    };
+    let mut meta = first.meta.clone();
+    meta.start_unix_ns = profiles
+        .iter()
+        .map(|p| p.meta.start_unix_ns)
+        .min()
+        .unwrap_or(0);
+    meta.end_unix_ns = profiles
+        .iter()
+        .map(|p| p.meta.end_unix_ns)
+        .max()
+        .unwrap_or(0);
+    for p in profiles {
+        for pid in &p.meta.pids {
+            if !meta.pids.contains(pid) {
+                meta.pids.push(*pid);
+            }
+        }
+        for k in &p.meta.events {
+            if !meta.events.contains(k) {
+                meta.events.push(*k);
+            }
+        }
+        meta.threads.extend(p.meta.threads.clone());
+    }
+    let mut phases = first.phases.clone();
+    for p in profiles {
+        for name in &p.phases {
+            if !phases.contains(name) {
+                phases.push(name.clone());
+            }
+        }
+    }
+    let mut b = ProfileBuilder::new(meta, phases.clone());
+    let mut stats = vec![
+        PhaseStats::default();
+        if profiles.iter().any(|p| !p.phase_stats.is_empty()) {
+            phases.len()
+        } else {
+            0
+        }
+    ];
+    let mut lost = Lost::default();
+    for p in profiles {
+        let frame_map: Vec<u32> = p.frames.iter().map(|f| b.intern_frame(f.clone())).collect();
+        let stack_map: Vec<u32> = p
+            .stacks
+            .iter()
+            .map(|s| b.intern_stack(s.frames.iter().map(|&f| frame_map[f as usize]).collect()))
+            .collect();
+        let phase_map: Vec<u32> = p
+            .phases
+            .iter()
+            .map(|n| phases.iter().position(|x| x == n).unwrap_or(0) as u32)
+            .collect();
+        // Masks are remapped bit by bit, as phase indices may differ between profiles.
+        let at = |phase: u32, mask: u64| {
+            let mut m = 0u64;
+            for (i, &to) in phase_map.iter().enumerate().take(64) {
+                if mask & (1 << i) != 0 && to < 64 {
+                    m |= 1 << to;
+                }
+            }
+            PhaseAt {
+                phase: phase_map.get(phase as usize).copied().unwrap_or(0),
+                mask: if m == 0 { 1 } else { m },
+            }
+        };
+        let st = |s: u32| stack_map[s as usize];
+        for s in &p.cpu {
+            b.add_cpu(
+                s.pid,
+                s.tid,
+                at(s.phase, s.phase_mask),
+                st(s.stack),
+                s.count,
+            );
+        }
+        for s in &p.offcpu {
+            b.add_offcpu(s.pid, s.tid, at(s.phase, s.phase_mask), st(s.stack), s.ns);
+        }
+        for s in &p.syscalls {
+            b.add_syscall(
+                s.pid,
+                at(s.phase, s.phase_mask),
+                s.nr,
+                s.stack.map(st),
+                s.count,
+                s.total_ns,
+            );
+        }
+        for t in &p.alloc_totals {
+            b.add_alloc_total(t.pid, at(t.phase, t.phase_mask), t.bytes, t.count, t.frees);
+        }
+        for s in &p.allocs {
+            b.add_alloc(
+                s.pid,
+                at(s.phase, s.phase_mask),
+                st(s.stack),
+                s.bytes,
+                s.count,
+                s.samples,
+            );
+        }
+        for s in &p.page_faults {
+            b.add_page_faults(
+                s.pid,
+                s.tid,
+                at(s.phase, s.phase_mask),
+                st(s.stack),
+                s.count,
+            );
+        }
+        for (i, s) in p.phase_stats.iter().enumerate() {
+            if let Some(into) = phase_map.get(i).and_then(|&to| stats.get_mut(to as usize)) {
+                add_stats(into, s);
+            }
+        }
+        lost.events += p.lost.events;
+        lost.stacks += p.lost.stacks;
+        lost.syscalls_in_flight_at_start += p.lost.syscalls_in_flight_at_start;
+        lost.phase_exits_before_start += p.lost.phase_exits_before_start;
+        for (k, v) in &p.lost.by_reason {
+            *lost.by_reason.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &p.costs {
+            *b.profile_mut().costs.entry(k.clone()).or_default() += v;
+        }
+    }
+    *b.phase_stats_mut() = stats;
+    *b.lost_mut() = lost;
+    b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(count: u64, calls: u64) -> Profile {
+        let mut b = ProfileBuilder::new(
+            Meta {
+                pids: vec![1],
+                events: vec![EventKind::Cpu],
+                start_unix_ns: count,
+                end_unix_ns: count + 10,
+                ..Meta::default()
+            },
+            vec!["p".into()],
+        );
+        let f = b.intern_frame(Frame {
+            function: format!("f{count}"),
+            module: "m".into(),
+            kind: FrameKind::User,
+            inlined: false,
+        });
+        let g = b.intern_frame(Frame {
+            function: "shared".into(),
+            module: "m".into(),
+            kind: FrameKind::User,
+            inlined: false,
+        });
+        let s = b.intern_stack(vec![g, f]);
+        b.add_cpu(
+            1,
+            1,
+            PhaseAt {
+                phase: 1,
+                mask: 0b10,
+            },
+            s,
+            count,
+        );
+        let mut st = PhaseStats {
+            calls,
+            wall_ns: calls * 100,
+            wall_hist: vec![(5, calls)],
+            ..PhaseStats::default()
+        };
+        st.costs.insert("flush_syscalls".into(), calls);
+        *b.phase_stats_mut() = vec![PhaseStats::default(), st];
+        b.finish()
+    }
+
+    // Checks merging: frames re-interned (a shared frame stays one), samples and phase totals
+    // summed, the time range spanning both; and a cumulative delta recovers one window.
+    #[test]
+    fn merge_and_delta() {
+        let (a, b) = (window(3, 10), window(5, 4));
+        let m = merge(&[&a, &b]);
+        assert_eq!(
+            m.frames.iter().filter(|f| f.function == "shared").count(),
+            1
+        );
+        assert_eq!(m.cpu.iter().map(|s| s.count).sum::<u64>(), 8);
+        assert_eq!(m.phase_stats[1].calls, 14);
+        assert_eq!(m.phase_stats[1].costs["flush_syscalls"], 14);
+        assert_eq!(m.phase_stats[1].wall_hist, vec![(5, 14)]);
+        assert_eq!((m.meta.start_unix_ns, m.meta.end_unix_ns), (3, 15));
+        let d = phase_stats_since(&m.phase_stats[1], &a.phase_stats[1]);
+        assert_eq!(d.calls, 4);
+        assert_eq!(d.wall_hist, vec![(5, 4)]);
+        assert_eq!(d.costs["flush_syscalls"], 4);
+    }
+}

@@ -1,0 +1,123 @@
+//! `attach`: windows of a live validator-sim served while it runs, a clean detach, and the ring
+//! saved as one profile whose totals are the windows' sum.
+use std::process::{Command, Stdio};
+
+use phaseprof_e2e::*;
+
+use crate::require_root;
+
+// Checks that attach serves at least two 1 s windows of a running target with per-window phase
+// calls, that a range of windows downloads as one profile whose calls are the windows' sum,
+// that Ctrl-C detaches leaving the target to finish normally, and that the saved ring holds at
+// least those calls and no more than the target made.
+#[test]
+fn attach_serves_windows_and_detaches() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let cfg = root().join("tests/workloads/validator-sim/phases.toml");
+    let target = Command::new(&sim)
+        .args([
+            "--blocks",
+            "250",
+            "--burn-ms",
+            "5",
+            "--flushes",
+            "5",
+            "--sleep-ms",
+            "15",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = scratch("attach").join("ring.phaseprof");
+    let mut agent = Command::new(phaseprof_bin())
+        .args([
+            "attach",
+            "--pid",
+            &target.id().to_string(),
+            "--phases",
+            cfg.to_str().unwrap(),
+            "--window",
+            "1s",
+            "--listen",
+            "127.0.0.1:0",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
+    let line = read_until(&mut stderr, "serving on");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("attach prints its URL")
+        .trim_end_matches('/')
+        .to_string();
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let (status, body) = http_get(&format!("{url}/api/profiles"));
+    assert_eq!(status, 200);
+    let windows: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let ids: Vec<String> = windows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids.len() >= 2, "windows: {body}");
+    let (status, page) = http_get(&format!("{url}/"));
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("data-refresh"),
+        "the live index refreshes itself"
+    );
+    let (status, _) = http_get(&format!("{url}/diff?a={}&b={}", ids[0], ids[1]));
+    assert_eq!(status, 200);
+    let calls_in = |id: &str| -> u64 {
+        let (_, body) = http_get(&format!("{url}/api/profiles/{id}/phases"));
+        let phases: serde_json::Value = serde_json::from_str(&body).unwrap();
+        phases
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "propose")
+            .map(|p| p["calls"].as_u64().unwrap())
+            .unwrap()
+    };
+    let per_window: Vec<u64> = ids.iter().map(|id| calls_in(id)).collect();
+    eprintln!("propose calls per window: {per_window:?}");
+    assert!(per_window.iter().all(|&c| c > 0));
+    let nums: Vec<u64> = ids.iter().map(|i| i.parse().unwrap()).collect();
+    let (lo, hi) = (nums.iter().min().unwrap(), nums.iter().max().unwrap());
+    let range = scratch("attach-range").join("range.phaseprof");
+    let status = Command::new("curl")
+        .args(["-sf", "-o", range.to_str().unwrap()])
+        .arg(format!("{url}/range/{lo}/{hi}/download.phaseprof"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let merged = phase_json(&report_json(&range), "propose")["calls"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(merged, per_window.iter().sum::<u64>());
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert!(agent.wait().unwrap().success(), "{rest}");
+    assert!(rest.contains("detached from pid"), "{rest}");
+    // The target was not disturbed: it runs to its end.
+    let done = target.wait_with_output().unwrap();
+    assert!(done.status.success());
+    let truth = truth_from(&done.stdout);
+    let saved = phase_json(&report_json(&out), "propose")["calls"]
+        .as_u64()
+        .unwrap();
+    eprintln!(
+        "saved ring: {saved} propose calls; the target made {}",
+        truth["calls"]["propose"]
+    );
+    assert!(saved >= merged && saved <= truth["calls"]["propose"].as_u64().unwrap());
+}
