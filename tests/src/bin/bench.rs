@@ -1,13 +1,14 @@
 //! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
 //!
 //! Run as root after `cargo build --release --workspace`:
-//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|agent]`.
+//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|agent]`.
 //! Prints: ns per syscall of a getppid loop bare / with our probes attached but the loop not a
 //! target (the floor) / under `record` (stacks on and off) / under bpftrace doing the same
 //! counting; validator-sim's wall time bare vs recorded; the agent's CPU% and peak RSS while
 //! recording a 16-thread validator-sim at 99 Hz; ns per malloc/free pair with allocator probes at
 //! the function entry vs at the chosen (emulated) instruction; validator-sim's slowdown with
-//! allocation probes, with and without `--alloc-budget 1%`.
+//! allocation probes, with and without `--alloc-budget 1%`; flamegraph render time and SVG size
+//! for 50k unique stacks, and the profile page's load time from `phaseprof serve`.
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -36,6 +37,59 @@ fn alloc_loop(n: u64, size: usize) {
         }
     }
     println!("{}", t.elapsed().as_nanos() as f64 / n as f64);
+}
+
+/// A profile with `n` unique cpu stacks: random walks (depth 8–40) down a call graph of 2,000
+/// functions where each calls one of 4 others, so stacks share their upper frames as a real
+/// service's do; values long-tailed.
+fn synthetic_profile(n: usize) -> phaseprof_model::Profile {
+    use phaseprof_model::*;
+    let mut b = ProfileBuilder::new(
+        Meta {
+            pids: vec![1],
+            comm: "synthetic".into(),
+            events: vec![EventKind::Cpu],
+            frequency_hz: 99,
+            start_unix_ns: 0,
+            end_unix_ns: 30_000_000_000,
+            ..Meta::default()
+        },
+        vec![],
+    );
+    let frames: Vec<u32> = (0..2000)
+        .map(|i| {
+            b.intern_frame(Frame {
+                function: format!("service::module_{}::function_{i}", i % 37),
+                module: "synthetic".into(),
+                kind: FrameKind::User,
+                inlined: false,
+            })
+        })
+        .collect();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < n {
+        let depth = 8 + (next() % 33) as usize;
+        let mut f = 0usize;
+        let mut root_first = vec![frames[0]];
+        for _ in 1..depth {
+            f = (f * 7 + (next() % 4) as usize * 13 + 1) % 2000;
+            root_first.push(frames[f]);
+        }
+        let stack: Vec<u32> = root_first.into_iter().rev().collect();
+        if seen.insert(stack.clone()) {
+            let s = b.intern_stack(stack);
+            let v = 1 + (1_000_000 / (1 + next() % 100_000)) % 500;
+            b.add_cpu(1, 1, PhaseAt::NONE, s, v);
+        }
+    }
+    b.finish()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -432,8 +486,83 @@ fn main() {
             rounds.min(3)
         );
     }
+    if wanted("web") {
+        // 5. Rendering a 50k-unique-stack profile: folded + prune + inferno, in process; then the
+        //    profile page and its graph over HTTP from `phaseprof serve`.
+        use phaseprof_flamegraphs::{write_svg_with, GraphOptions, Selection};
+        let p = synthetic_profile(50_000);
+        let sel = Selection {
+            kind: phaseprof_model::EventKind::Cpu,
+            phase: None,
+        };
+        let render = |g: &GraphOptions| {
+            let mut svg = Vec::new();
+            let t = Instant::now();
+            write_svg_with(&p, &sel, g, &mut svg).unwrap();
+            (t.elapsed().as_secs_f64(), svg.len())
+        };
+        let (mut pruned, mut full) = (vec![], vec![]);
+        let (mut pruned_size, mut full_size) = (0, 0);
+        for _ in 0..rounds {
+            let (t, n) = render(&GraphOptions::default());
+            pruned.push(t);
+            pruned_size = n;
+            let (t, n) = render(&GraphOptions {
+                prune_below: 0.0,
+                min_width_px: 0.0,
+                ..GraphOptions::default()
+            });
+            full.push(t);
+            full_size = n;
+        }
+        println!("flamegraph of 50,000 unique stacks, median of {rounds}:");
+        println!(
+            "  pruned (default: stacks < 0.01% folded, frames < 0.1 px not drawn): {:.0} ms, SVG {:.1} MiB",
+            median(pruned) * 1e3,
+            pruned_size as f64 / (1 << 20) as f64
+        );
+        println!(
+            "  unpruned:                                                        {:.0} ms, SVG {:.1} MiB",
+            median(full) * 1e3,
+            full_size as f64 / (1 << 20) as f64
+        );
+        let file = std::env::temp_dir().join("phaseprof-bench-50k.phaseprof");
+        phaseprof_model::write_profile(&p, std::fs::File::create(&file).unwrap()).unwrap();
+        let mut server = Command::new(&pp)
+            .args(["serve", file.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(server.stderr.take().unwrap());
+        let line = read_until(&mut stderr, "serving on");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap()
+            .trim_end_matches('/')
+            .to_string();
+        let (mut page, mut graph) = (vec![], vec![]);
+        for _ in 0..rounds {
+            let t = Instant::now();
+            let (status, _) = phaseprof_e2e::http_get(&format!("{url}/profile/0"));
+            assert_eq!(status, 200);
+            page.push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            let (status, _) =
+                phaseprof_e2e::http_get(&format!("{url}/profile/0/flamegraph/cpu.svg"));
+            assert_eq!(status, 200);
+            graph.push(t.elapsed().as_secs_f64());
+        }
+        let _ = server.kill();
+        let _ = server.wait();
+        println!(
+            "profile page of that profile from `phaseprof serve`: HTML {:.0} ms, its flamegraph {:.0} ms (median of {rounds})",
+            median(page) * 1e3,
+            median(graph) * 1e3
+        );
+    }
     if wanted("agent") {
-        // 5. Agent cost while recording a 16-thread target at 99 Hz: steady state (CPU time read
+        // 6. Agent cost while recording a 16-thread target at 99 Hz: steady state (CPU time read
         //    from /proc between 3 s and 28 s) and in total (wait4, including load and first
         //    symbolization), with peak RSS.
         let mut target = Command::new(&sim)
