@@ -194,6 +194,8 @@ pub struct DiffQuery {
     pub a: Vec<String>,
     pub b: Vec<String>,
     pub event: Option<String>,
+    /// Draw volumes as recorded instead of scaling A to B's total.
+    pub absolute: bool,
 }
 
 pub fn parse_diff_query(raw: Option<&str>) -> DiffQuery {
@@ -201,6 +203,7 @@ pub fn parse_diff_query(raw: Option<&str>) -> DiffQuery {
         a: vec![],
         b: vec![],
         event: None,
+        absolute: false,
     };
     for kv in raw.unwrap_or("").split('&') {
         let Some((k, v)) = kv.split_once('=') else {
@@ -214,6 +217,7 @@ pub fn parse_diff_query(raw: Option<&str>) -> DiffQuery {
             "a" => q.a.extend(ids),
             "b" => q.b.extend(ids),
             "event" => q.event = Some(v.to_string()),
+            "absolute" => q.absolute = matches!(v, "1" | "true" | "on"),
             _ => {}
         }
     }
@@ -258,7 +262,7 @@ pub async fn diff_svg(
     let a = load_runs(&state, &q.a, "A")?;
     let b = load_runs(&state, &q.b, "B")?;
     let mut svg = Vec::new();
-    crate::compare::diff_svg(&a, &b, kind, true, &mut svg)
+    crate::compare::diff_svg(&a, &b, kind, !q.absolute, &mut svg)
         .map_err(|e| WebError::not_found(e.to_string()))?;
     Ok(svg_response(svg))
 }

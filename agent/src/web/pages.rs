@@ -314,6 +314,7 @@ struct DiffPage {
     options: Vec<DiffOption>,
     event_options: Vec<String>,
     event: String,
+    absolute: bool,
     has_result: bool,
     graph_ok: bool,
     query: String,
@@ -350,6 +351,7 @@ pub async fn diff(
             .map(|k| k.name().to_string())
             .collect(),
         event: event.clone(),
+        absolute: false,
         has_result: false,
         graph_ok: false,
         query: String::new(),
