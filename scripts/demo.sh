@@ -22,3 +22,9 @@ for kind in cpu offcpu syscall alloc pagefault; do
 done
 ./target/release/phaseprof export "$out/validator-sim.phaseprof" --format pprof -o "$out/validator-sim.cpu.pb.gz"
 echo "flamegraphs: $out/validator-sim.{cpu,offcpu,syscall,alloc,pagefault}.svg  pprof: $out/validator-sim.cpu.pb.gz"
+# Then serve it: flamegraphs per event kind and phase, the phase table, downloads
+# (NO_SERVE=1 skips this; LISTEN=addr:port changes the address).
+if [ -z "${NO_SERVE:-}" ]; then
+  echo "serving on http://${LISTEN:-127.0.0.1:7070}/ (Ctrl-C stops)"
+  exec ./target/release/phaseprof serve "$out/validator-sim.phaseprof" --listen "${LISTEN:-127.0.0.1:7070}"
+fi
