@@ -162,6 +162,16 @@ pub fn write_text(r: &DiffReport, mut out: impl Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The CSS class a verdict is shown with.
+pub fn verdict_class(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::Improved => "improved",
+        Verdict::Regressed => "regressed",
+        Verdict::Inconclusive { .. } => "inconclusive",
+        _ => "",
+    }
+}
+
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -185,12 +195,7 @@ pub fn write_html(r: &DiffReport, svg: &str, mut out: impl Write) -> std::io::Re
     )?;
     writeln!(out, "<table id=\"verdicts\"><tr><th>phase</th><th>metric</th><th>A</th><th>B</th><th>B−A</th><th>interval</th><th>change</th><th>verdict</th></tr>")?;
     for m in &r.metrics {
-        let class = match m.verdict {
-            Verdict::Improved => "improved",
-            Verdict::Regressed => "regressed",
-            Verdict::Inconclusive { .. } => "inconclusive",
-            _ => "",
-        };
+        let class = verdict_class(&m.verdict);
         writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",

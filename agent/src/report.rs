@@ -301,6 +301,20 @@ pub fn write_report(
     Ok(())
 }
 
+/// The columns every phase table shows: calls, wall p50/p95/p99/max, cpu, off-cpu, syscalls.
+pub fn phase_cells(st: &phaseprof_model::PhaseStats) -> Vec<String> {
+    vec![
+        st.calls.to_string(),
+        fmt_ns(st.wall_quantile(0.5)),
+        fmt_ns(st.wall_quantile(0.95)),
+        fmt_ns(st.wall_quantile(0.99)),
+        fmt_ns(st.wall_max_ns),
+        fmt_ns(st.cpu_ns),
+        fmt_ns(st.offcpu_ns),
+        st.syscalls.to_string(),
+    ]
+}
+
 /// Exact per-phase totals (inclusive of nested phases), then the same per call.
 fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<()> {
     let rows: Vec<(u32, &phaseprof_model::PhaseStats)> = (1..profile.phase_stats.len())
@@ -331,19 +345,10 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
     }
     writeln!(out)?;
     for (i, st) in &rows {
-        write!(
-            out,
-            "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>9}",
-            profile.phase_name(*i),
-            st.calls,
-            fmt_ns(st.wall_quantile(0.5)),
-            fmt_ns(st.wall_quantile(0.95)),
-            fmt_ns(st.wall_quantile(0.99)),
-            fmt_ns(st.wall_max_ns),
-            fmt_ns(st.cpu_ns),
-            fmt_ns(st.offcpu_ns),
-            st.syscalls
-        )?;
+        write!(out, "{:<16}", profile.phase_name(*i))?;
+        for (cell, width) in phase_cells(st).iter().zip([8, 11, 11, 11, 11, 12, 12, 9]) {
+            write!(out, " {cell:>width$}")?;
+        }
         if allocs {
             write!(
                 out,

@@ -457,22 +457,31 @@ static __always_inline void add_u64(void *map, void *key, __u64 delta, enum drop
 	count_drop(reason);
 }
 
+/* The value under `key`, inserted as `zero` first when missing; NULL (a drop of `reason`)
+ * when the map is full. */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero,
+					    enum drop_reason reason)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+	if (v)
+		return v;
+	long err = bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	if (err && err != -EEXIST) { /* EEXIST: another CPU created it meanwhile */
+		count_drop(reason);
+		return NULL;
+	}
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		count_drop(reason);
+	return v;
+}
+
 static __always_inline void add_syscall(struct syscall_key *key, __u64 count, __u64 ns)
 {
-	struct syscall_value *v = bpf_map_lookup_elem(&syscall_counts, key);
-	if (!v) {
-		struct syscall_value init = {};
-		long err = bpf_map_update_elem(&syscall_counts, key, &init, BPF_NOEXIST);
-		if (err && err != -EEXIST) {
-			count_drop(DROP_SYSCALL_KEY);
-			return;
-		}
-		v = bpf_map_lookup_elem(&syscall_counts, key);
-		if (!v) {
-			count_drop(DROP_SYSCALL_KEY);
-			return;
-		}
-	}
+	struct syscall_value zero = {};
+	struct syscall_value *v = lookup_or_init(&syscall_counts, key, &zero, DROP_SYSCALL_KEY);
+	if (!v)
+		return;
 	__sync_fetch_and_add(&v->count, count);
 	__sync_fetch_and_add(&v->total_ns, ns);
 }
@@ -814,20 +823,10 @@ static __always_inline void count_hit(enum probe_counter c)
 static __always_inline void add_alloc_totals(__u32 tgid, __u32 phase, __u64 mask, __u64 bytes, __u64 count, __u64 frees)
 {
 	struct alloc_key key = { .tgid = tgid, .phase = phase, .window = window, .phase_mask = mask };
-	struct alloc_value *v = bpf_map_lookup_elem(&alloc_totals, &key);
-	if (!v) {
-		struct alloc_value init = {};
-		long err = bpf_map_update_elem(&alloc_totals, &key, &init, BPF_NOEXIST);
-		if (err && err != -EEXIST) {
-			count_drop(DROP_ALLOC_KEY);
-			return;
-		}
-		v = bpf_map_lookup_elem(&alloc_totals, &key);
-		if (!v) {
-			count_drop(DROP_ALLOC_KEY);
-			return;
-		}
-	}
+	struct alloc_value zero = {};
+	struct alloc_value *v = lookup_or_init(&alloc_totals, &key, &zero, DROP_ALLOC_KEY);
+	if (!v)
+		return;
 	__sync_fetch_and_add(&v->bytes, bytes);
 	__sync_fetch_and_add(&v->count, count);
 	__sync_fetch_and_add(&v->frees, frees);
@@ -879,20 +878,10 @@ static __always_inline void record_alloc(void *ctx, struct alloc_thread *at, __u
 		.phase_mask = mask,
 		.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_ALLOC, DROP_USER_STACK),
 	};
-	struct alloc_stack_value *v = bpf_map_lookup_elem(&alloc_stacks, &key);
-	if (!v) {
-		struct alloc_stack_value init = {};
-		long err = bpf_map_update_elem(&alloc_stacks, &key, &init, BPF_NOEXIST);
-		if (err && err != -EEXIST) {
-			count_drop(DROP_ALLOC_STACK_KEY);
-			return;
-		}
-		v = bpf_map_lookup_elem(&alloc_stacks, &key);
-		if (!v) {
-			count_drop(DROP_ALLOC_STACK_KEY);
-			return;
-		}
-	}
+	struct alloc_stack_value zero = {};
+	struct alloc_stack_value *v = lookup_or_init(&alloc_stacks, &key, &zero, DROP_ALLOC_STACK_KEY);
+	if (!v)
+		return;
 	__sync_fetch_and_add(&v->est_bytes, est);
 	__sync_fetch_and_add(&v->samples, 1);
 	__sync_fetch_and_add(&v->sampled_bytes, size);

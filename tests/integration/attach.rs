@@ -49,13 +49,7 @@ fn attach_serves_windows_and_detaches() {
         .spawn()
         .unwrap();
     let mut stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
-    let line = read_until(&mut stderr, "serving on");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("attach prints its URL")
-        .trim_end_matches('/')
-        .to_string();
+    let url = served_url(&mut stderr);
     std::thread::sleep(std::time::Duration::from_millis(3500));
     let (status, body) = http_get(&format!("{url}/api/profiles"));
     assert_eq!(status, 200);

@@ -59,13 +59,7 @@ fn profile_page_and_diff_in_chromium() {
         .spawn()
         .unwrap();
     let mut stderr = std::io::BufReader::new(server.stderr.take().unwrap());
-    let line = read_until(&mut stderr, "serving on");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("serve prints its URL")
-        .trim_end_matches('/')
-        .to_string();
+    let url = served_url(&mut stderr);
     let artifacts = root().join("target/browser-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let out = Command::new("node")

@@ -248,6 +248,17 @@ pub fn num(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+/// Reads a `serve`/`attach` process's stderr up to its "serving on http://…/" line and returns
+/// that base URL without the trailing slash.
+pub fn served_url(stderr: &mut impl std::io::BufRead) -> String {
+    let line = read_until(stderr, "serving on");
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in `{line}`"))
+        .trim_end_matches('/')
+        .to_string()
+}
+
 /// A plain HTTP/1.0 GET of `http://host:port/path`: (status, body).
 pub fn http_get(url: &str) -> (u16, String) {
     use std::io::{Read, Write};

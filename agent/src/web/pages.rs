@@ -3,13 +3,12 @@
 use askama::Template;
 use axum::extract::{Path, Query, RawQuery, State};
 use axum::response::Html;
-use phaseprof_model::stats::Verdict;
 use phaseprof_model::EventKind;
 
 use super::api::{load, parse_diff_query, phase_of, run_diff, View};
 use super::{AppState, WebError};
-use crate::compare::{fmt_interval, fmt_num, fmt_side};
-use crate::report::{fmt_ns, fmt_value, pct, syscall_rows, top_functions};
+use crate::compare::{fmt_interval, fmt_num, fmt_side, verdict_class};
+use crate::report::{fmt_ns, fmt_value, pct, phase_cells, syscall_rows, top_functions};
 
 fn render(t: &impl Template) -> Result<Html<String>, WebError> {
     t.render().map(Html).map_err(WebError::internal)
@@ -157,16 +156,7 @@ pub async fn profile(
         .filter_map(|i| p.phase_stats.get(i).map(|st| (i as u32, st)))
         .map(|(i, st)| {
             let name = p.phase_name(i).to_string();
-            let mut cells = vec![
-                st.calls.to_string(),
-                fmt_ns(st.wall_quantile(0.5)),
-                fmt_ns(st.wall_quantile(0.95)),
-                fmt_ns(st.wall_quantile(0.99)),
-                fmt_ns(st.wall_max_ns),
-                fmt_ns(st.cpu_ns),
-                fmt_ns(st.offcpu_ns),
-                st.syscalls.to_string(),
-            ];
+            let mut cells = phase_cells(st);
             cells.extend(
                 cost_names
                     .iter()
@@ -393,13 +383,7 @@ pub async fn diff(
                     .map(|r| format!("{:+.1}%", r * 100.0))
                     .unwrap_or_default(),
                 verdict: m.verdict.to_string(),
-                class: match m.verdict {
-                    Verdict::Improved => "improved",
-                    Verdict::Regressed => "regressed",
-                    Verdict::Inconclusive { .. } => "inconclusive",
-                    _ => "",
-                }
-                .into(),
+                class: verdict_class(&m.verdict).into(),
             })
             .collect();
     }

@@ -534,13 +534,7 @@ fn main() {
             .spawn()
             .unwrap();
         let mut stderr = std::io::BufReader::new(server.stderr.take().unwrap());
-        let line = read_until(&mut stderr, "serving on");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap()
-            .trim_end_matches('/')
-            .to_string();
+        let url = phaseprof_e2e::served_url(&mut stderr);
         let (mut page, mut graph) = (vec![], vec![]);
         for _ in 0..rounds {
             let t = Instant::now();
