@@ -124,6 +124,10 @@ pub struct Meta {
     /// How allocations were recorded, when they were.
     #[serde(default)]
     pub alloc: Option<AllocInfo>,
+    /// Labels a fleet agent attaches to its windows (`host`, `service`, `version`, `build_id`,
+    /// and the user's own), by which the collector selects and merges them.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// How allocations were recorded.
@@ -370,6 +374,67 @@ pub struct Weighted {
 }
 
 impl Profile {
+    /// Checks that every index points where it must (stacks at frames, samples at stacks and
+    /// phases) and that the time range is ordered: a profile from the network is checked before
+    /// anything else reads it, since a bad index would otherwise panic later.
+    pub fn validate(&self) -> Result<(), String> {
+        let nframes = self.frames.len();
+        for (i, s) in self.stacks.iter().enumerate() {
+            if let Some(f) = s.frames.iter().find(|&&f| f as usize >= nframes) {
+                return Err(format!(
+                    "stack {i} refers to frame {f}, but there are {nframes} frames"
+                ));
+            }
+        }
+        let nstacks = self.stacks.len();
+        let nphases = self.phases.len().max(1);
+        let check = |what: &str, i: usize, stack: Option<u32>, phase: u32| -> Result<(), String> {
+            if let Some(s) = stack.filter(|&s| s as usize >= nstacks) {
+                return Err(format!(
+                    "{what} sample {i} refers to stack {s}, but there are {nstacks} stacks"
+                ));
+            }
+            if phase as usize >= nphases {
+                return Err(format!(
+                    "{what} sample {i} refers to phase {phase}, but there are {nphases} phases"
+                ));
+            }
+            Ok(())
+        };
+        for (i, s) in self.cpu.iter().enumerate() {
+            check("cpu", i, Some(s.stack), s.phase)?;
+        }
+        for (i, s) in self.offcpu.iter().enumerate() {
+            check("offcpu", i, Some(s.stack), s.phase)?;
+        }
+        for (i, s) in self.syscalls.iter().enumerate() {
+            check("syscall", i, s.stack, s.phase)?;
+        }
+        for (i, s) in self.allocs.iter().enumerate() {
+            check("alloc", i, Some(s.stack), s.phase)?;
+        }
+        for (i, s) in self.live.iter().enumerate() {
+            check("live", i, Some(s.stack), s.phase)?;
+        }
+        for (i, s) in self.page_faults.iter().enumerate() {
+            check("pagefault", i, Some(s.stack), s.phase)?;
+        }
+        for (i, t) in self.alloc_totals.iter().enumerate() {
+            check("alloc total", i, None, t.phase)?;
+        }
+        if !self.phase_stats.is_empty() && self.phase_stats.len() != self.phases.len() {
+            return Err(format!(
+                "{} phase totals for {} phases",
+                self.phase_stats.len(),
+                self.phases.len()
+            ));
+        }
+        if self.meta.end_unix_ns < self.meta.start_unix_ns {
+            return Err("the recording ends before it starts".into());
+        }
+        Ok(())
+    }
+
     pub fn duration_ns(&self) -> u64 {
         self.meta
             .end_unix_ns

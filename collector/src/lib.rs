@@ -1,0 +1,9 @@
+//! phaseprof-collector: receives windows from fleet agents (authenticated per agent, validated
+//! whole before anything is stored), stores them behind the [`store::Store`] trait, and merges
+//! them by label selector and time range.
+pub mod app;
+pub mod sqlite;
+pub mod store;
+pub mod tokens;
+
+pub use app::{app, AppState};

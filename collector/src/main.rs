@@ -1,0 +1,107 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use phaseprof_collector::app::{AppState, Metrics};
+use phaseprof_collector::sqlite::SqliteStore;
+use phaseprof_collector::store::Store;
+use phaseprof_collector::tokens::Tokens;
+
+/// Receives phaseprof windows from fleet agents, stores them, and merges them by label.
+#[derive(Parser, Debug)]
+#[command(name = "phaseprof-collector", version)]
+struct Args {
+    #[arg(long, default_value = "127.0.0.1:7071")]
+    listen: SocketAddr,
+    /// Directory of the embedded store (SQLite).
+    #[arg(long, default_value = "/var/lib/phaseprof-collector")]
+    data: PathBuf,
+    /// Agent tokens: lines of `AGENT-NAME TOKEN`.
+    #[arg(long, value_name = "FILE")]
+    tokens: PathBuf,
+    /// Bearer token for queries (required when listening beyond loopback).
+    #[arg(long, env = "PHASEPROF_READ_TOKEN", hide_env_values = true)]
+    read_token: Option<String>,
+    /// Largest window accepted, in bytes.
+    #[arg(long, default_value_t = 16 << 20)]
+    max_body: usize,
+    /// Delete windows older than this (e.g. 7d, 12h).
+    #[arg(long, default_value = "7d", value_parser = parse_age)]
+    retain: Duration,
+}
+
+fn parse_age(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not an age like 7d or 12h"))?;
+    let secs = match unit {
+        "s" | "" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (s, m, h, d)")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+fn main() {
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("phaseprof-collector: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    if !args.listen.ip().is_loopback() && args.read_token.is_none() {
+        bail!("refusing to serve queries on {} without --read-token: stored profiles show function names and hosts", args.listen);
+    }
+    let file = args.tokens.display().to_string();
+    let text = std::fs::read_to_string(&args.tokens).with_context(|| format!("reading {file}"))?;
+    let tokens = Tokens::parse(&file, &text).map_err(anyhow::Error::msg)?;
+    let store = Arc::new(SqliteStore::open(&args.data)?);
+    let state = AppState {
+        store: store.clone(),
+        tokens: Arc::new(tokens),
+        read_token: args.read_token.map(Into::into),
+        max_body: args.max_body,
+        metrics: Arc::new(Metrics::default()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let retain = args.retain;
+        tokio::spawn(async move {
+            loop {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let before = now.saturating_sub(retain).as_nanos() as u64;
+                if let Ok(n) = store.retain(before) {
+                    if n > 0 {
+                        eprintln!("phaseprof-collector: retention removed {n} windows");
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+        });
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        eprintln!(
+            "phaseprof-collector: listening on http://{}/",
+            listener.local_addr()?
+        );
+        axum::serve(listener, phaseprof_collector::app(state))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,198 @@
+//! The embedded store: one SQLite file under `--data DIR`, durable across restarts (WAL,
+//! synchronous=FULL: an acknowledged window survives a crash).
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{params, Connection};
+
+use crate::store::{Selector, Store, StoreError, WindowInfo};
+
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+fn backend(e: rusqlite::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) `DIR/windows.sqlite`.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Backend(format!("{}: {e}", dir.display())))?;
+        Self::with(Connection::open(dir.join("windows.sqlite")).map_err(backend)?)
+    }
+
+    /// An in-memory store (tests).
+    pub fn memory() -> Result<Self, StoreError> {
+        Self::with(Connection::open_in_memory().map_err(backend)?)
+    }
+
+    fn with(conn: Connection) -> Result<Self, StoreError> {
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=FULL;
+             CREATE TABLE IF NOT EXISTS windows (
+                 id INTEGER PRIMARY KEY,
+                 agent TEXT NOT NULL,
+                 labels TEXT NOT NULL,      -- JSON object
+                 start_ns INTEGER NOT NULL, -- i64: SQLite has no u64
+                 end_ns INTEGER NOT NULL,
+                 body BLOB NOT NULL         -- the .phaseprof bytes as received
+             );
+             CREATE INDEX IF NOT EXISTS windows_start ON windows(start_ns);",
+        )
+        .map_err(backend)?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rows in the time range; labels are matched in Rust (selectors are few, windows' labels
+    /// are a small JSON object).
+    fn rows(
+        &self,
+        sel: &Selector,
+        with_body: bool,
+    ) -> Result<Vec<(WindowInfo, Vec<u8>)>, StoreError> {
+        let conn = self.conn();
+        let to = if sel.to_ns == 0 {
+            i64::MAX
+        } else {
+            sel.to_ns.min(i64::MAX as u64) as i64
+        };
+        let sql = if with_body {
+            "SELECT id, agent, labels, start_ns, end_ns, length(body), body FROM windows \
+             WHERE start_ns >= ?1 AND start_ns < ?2 ORDER BY start_ns, id"
+        } else {
+            "SELECT id, agent, labels, start_ns, end_ns, length(body), x'' FROM windows \
+             WHERE start_ns >= ?1 AND start_ns < ?2 ORDER BY start_ns, id"
+        };
+        let mut stmt = conn.prepare_cached(sql).map_err(backend)?;
+        let rows = stmt
+            .query_map(params![sel.from_ns.min(i64::MAX as u64) as i64, to], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                    r.get::<_, Vec<u8>>(6)?,
+                ))
+            })
+            .map_err(backend)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, agent, labels, start, end, len, body) = row.map_err(backend)?;
+            let labels: BTreeMap<String, String> =
+                serde_json::from_str(&labels).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if !sel.matches(&labels, start as u64) {
+                continue;
+            }
+            out.push((
+                WindowInfo {
+                    id,
+                    agent,
+                    labels,
+                    start_ns: start as u64,
+                    end_ns: end as u64,
+                    bytes: len as usize,
+                },
+                body,
+            ));
+        }
+        Ok(out)
+    }
+}
+
+impl Store for SqliteStore {
+    fn insert(
+        &self,
+        agent: &str,
+        labels: &BTreeMap<String, String>,
+        start_ns: u64,
+        end_ns: u64,
+        body: &[u8],
+    ) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        let labels =
+            serde_json::to_string(labels).map_err(|e| StoreError::Backend(e.to_string()))?;
+        conn.execute(
+            "INSERT INTO windows (agent, labels, start_ns, end_ns, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![agent, labels, start_ns.min(i64::MAX as u64) as i64, end_ns.min(i64::MAX as u64) as i64, body],
+        )
+        .map_err(backend)?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    fn windows(&self, sel: &Selector) -> Result<Vec<WindowInfo>, StoreError> {
+        Ok(self.rows(sel, false)?.into_iter().map(|(w, _)| w).collect())
+    }
+
+    fn bodies(&self, sel: &Selector) -> Result<Vec<Vec<u8>>, StoreError> {
+        Ok(self.rows(sel, true)?.into_iter().map(|(_, b)| b).collect())
+    }
+
+    fn retain(&self, before_ns: u64) -> Result<usize, StoreError> {
+        self.conn()
+            .execute(
+                "DELETE FROM windows WHERE end_ns < ?1",
+                params![before_ns.min(i64::MAX as u64) as i64],
+            )
+            .map_err(backend)
+    }
+
+    fn count(&self) -> Result<u64, StoreError> {
+        self.conn()
+            .query_row("SELECT count(*) FROM windows", [], |r| r.get::<_, i64>(0))
+            .map(|n| n as u64)
+            .map_err(backend)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks insert, selection by labels and time, retention and durability across a reopen.
+    #[test]
+    fn stores_selects_and_survives_reopen() {
+        let dir = std::env::temp_dir().join(format!("phaseprof-sqlite-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let labels = |host: &str| BTreeMap::from([("host".to_string(), host.to_string())]);
+        {
+            let s = SqliteStore::open(&dir).unwrap();
+            s.insert("a1", &labels("a"), 10, 20, b"one").unwrap();
+            s.insert("b1", &labels("b"), 15, 25, b"two").unwrap();
+            s.insert("a1", &labels("a"), 30, 40, b"three").unwrap();
+        }
+        let s = SqliteStore::open(&dir).unwrap();
+        assert_eq!(s.count().unwrap(), 3);
+        let sel = Selector {
+            labels: labels("a"),
+            from_ns: 0,
+            to_ns: 0,
+        };
+        assert_eq!(
+            s.bodies(&sel).unwrap(),
+            vec![b"one".to_vec(), b"three".to_vec()]
+        );
+        let sel = Selector {
+            labels: BTreeMap::new(),
+            from_ns: 12,
+            to_ns: 30,
+        };
+        let w = s.windows(&sel).unwrap();
+        assert_eq!(w.len(), 1);
+        assert_eq!((w[0].agent.as_str(), w[0].bytes), ("b1", 3));
+        assert_eq!(s.retain(26).unwrap(), 2);
+        assert_eq!(s.count().unwrap(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
