@@ -41,6 +41,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Record a live process in windows and serve them over HTTP while it runs.
     Attach(AttachArgs),
+    /// Run continuously: find targets, record windows, push them to a phaseprof-collector.
+    Agent(AgentArgs),
     /// Compare runs of two builds: per-phase deltas, and with several runs per side intervals
     /// and verdicts (improved / regressed / no change / inconclusive).
     Diff(DiffArgs),
@@ -92,6 +94,13 @@ pub struct AttachArgs {
     pub output: Option<PathBuf>,
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// agent.toml: collector, token, window, spool, labels, [[target]] rules.
+    #[arg(long, value_name = "agent.toml")]
+    pub config: PathBuf,
 }
 
 /// Runs an async server on a runtime of its own until Ctrl-C.
@@ -505,6 +514,16 @@ pub fn run(cli: Cli) -> Result<i32> {
                 live: args.live,
             };
             write_report(&profile, &opts, std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Agent(args) => {
+            let cfg = crate::fleet::config::AgentConfig::load(&args.config)?;
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = stop.clone();
+            // SIGTERM (systemd, Kubernetes) and Ctrl-C both flush the current window.
+            ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+                .context("installing the SIGTERM/Ctrl-C handler")?;
+            crate::fleet::daemon::run(&cfg, stop)?;
             Ok(0)
         }
         Command::Attach(args) => {

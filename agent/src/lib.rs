@@ -9,6 +9,7 @@ pub mod cli;
 pub mod compare;
 pub mod engine;
 pub mod export;
+pub mod fleet;
 pub mod perf_events;
 pub mod phases;
 pub mod pprof;

@@ -85,12 +85,19 @@ pub fn matches_name(pid: u32, re: &Regex) -> bool {
 
 /// Every running process matching `re`.
 pub fn scan_name(re: &Regex) -> Vec<u32> {
+    all_pids()
+        .into_iter()
+        .filter(|&pid| matches_name(pid, re))
+        .collect()
+}
+
+/// Every process on the host, ascending.
+pub fn all_pids() -> Vec<u32> {
     let mut pids: Vec<u32> = std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .filter(|&pid| matches_name(pid, re))
         .collect();
     pids.sort();
     pids

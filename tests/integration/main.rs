@@ -8,6 +8,7 @@ mod diff;
 mod errors;
 mod exactness;
 mod exports;
+mod fleet;
 mod phases;
 mod soak;
 mod symbols;

@@ -26,6 +26,17 @@ pub fn phaseprof_bin() -> PathBuf {
     p
 }
 
+/// The `phaseprof-collector` binary of the workspace's release build.
+pub fn collector_bin() -> PathBuf {
+    let p = root().join("target/release/phaseprof-collector");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release --workspace` first",
+        p.display()
+    );
+    p
+}
+
 /// Builds a Rust workload under `tests/workloads/<name>` once per process (each workload is its
 /// own workspace with its own `.cargo/config.toml` flags) and returns its binary.
 pub fn rust_workload(name: &str) -> PathBuf {

@@ -1,0 +1,215 @@
+//! `agent.toml`: where to push, how to find targets, which labels to attach.
+//!
+//! ```toml
+//! collector = "http://127.0.0.1:7071"
+//! token_file = "/etc/phaseprof/agent.token"   # or token = "..."
+//! window = "10s"
+//! spool_dir = "/var/lib/phaseprof-agent/spool"
+//! spool_limit = "256MiB"
+//! metrics_listen = "127.0.0.1:9464"
+//! events = ["cpu", "offcpu", "syscall"]
+//! phases = "/etc/phaseprof/phases.toml"
+//! [labels]
+//! service = "relay"
+//! version = "1.5"
+//! [[target]]
+//! name = "relay"                   # regex on comm or command line; or:
+//! # exe = "/usr/bin/relay"
+//! # cgroup = "system.slice/relay.service"
+//! ```
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use phaseprof_model::EventKind;
+use regex::Regex;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    collector: String,
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    #[serde(default = "default_window")]
+    window: String,
+    spool_dir: PathBuf,
+    #[serde(default = "default_spool_limit")]
+    spool_limit: String,
+    metrics_listen: Option<SocketAddr>,
+    #[serde(default = "default_events")]
+    events: Vec<String>,
+    phases: Option<PathBuf>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(rename = "target", default)]
+    targets: Vec<RawTarget>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    name: Option<String>,
+    exe: Option<PathBuf>,
+    cgroup: Option<String>,
+}
+
+fn default_window() -> String {
+    "10s".into()
+}
+fn default_spool_limit() -> String {
+    "256MiB".into()
+}
+fn default_events() -> Vec<String> {
+    vec!["cpu".into(), "offcpu".into(), "syscall".into()]
+}
+
+/// How a target is recognized.
+#[derive(Clone, Debug)]
+pub enum TargetRule {
+    Name(Regex),
+    Exe(PathBuf),
+    Cgroup(String),
+}
+
+impl TargetRule {
+    pub fn matches(&self, pid: u32) -> bool {
+        match self {
+            TargetRule::Name(re) => crate::targets::matches_name(pid, re),
+            TargetRule::Exe(path) => {
+                std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| &e == path)
+            }
+            TargetRule::Cgroup(cg) => std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|text| {
+                    text.lines().any(|l| {
+                        l.rsplit(':').next().is_some_and(|p| {
+                            p.trim_start_matches('/') == cg.trim_start_matches('/')
+                        })
+                    })
+                }),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub collector: String,
+    pub token: String,
+    pub window: Duration,
+    pub spool_dir: PathBuf,
+    pub spool_limit: u64,
+    pub metrics_listen: Option<SocketAddr>,
+    pub events: Vec<EventKind>,
+    pub phases: Option<PathBuf>,
+    pub labels: BTreeMap<String, String>,
+    pub targets: Vec<TargetRule>,
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {file}"))?;
+        Self::parse(&file, &text)
+    }
+
+    pub fn parse(file: &str, text: &str) -> Result<Self> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        if !(raw.collector.starts_with("http://") || raw.collector.starts_with("https://")) {
+            bail!(
+                "{file}: collector `{}` must be an http:// or https:// URL",
+                raw.collector
+            );
+        }
+        let token = match (raw.token, raw.token_file) {
+            (Some(t), None) => t,
+            (None, Some(p)) => std::fs::read_to_string(&p)
+                .with_context(|| format!("{file}: reading token_file {}", p.display()))?
+                .trim()
+                .to_string(),
+            _ => bail!("{file}: give exactly one of `token` and `token_file`"),
+        };
+        let window = crate::cli::parse_duration(&raw.window)
+            .map_err(|e| anyhow::anyhow!("{file}: window: {e}"))?;
+        if window < Duration::from_millis(200) {
+            bail!("{file}: window must be at least 200ms");
+        }
+        let spool_limit = crate::cli::parse_bytes(&raw.spool_limit)
+            .map_err(|e| anyhow::anyhow!("{file}: spool_limit: {e}"))?;
+        let mut events = Vec::new();
+        for e in &raw.events {
+            let k = EventKind::parse(e)
+                .ok_or_else(|| anyhow::anyhow!("{file}: unknown event `{e}`"))?;
+            if k == EventKind::Alloc {
+                bail!("{file}: alloc events are not supported by the agent yet (their budget needs a duty cycle per target)");
+            }
+            events.push(k);
+        }
+        let mut targets = Vec::new();
+        for (i, t) in raw.targets.into_iter().enumerate() {
+            let rule = match (t.name, t.exe, t.cgroup) {
+                (Some(n), None, None) => TargetRule::Name(Regex::new(&n).map_err(|e| {
+                    anyhow::anyhow!("{file}: target {}: bad regex `{n}`: {e}", i + 1)
+                })?),
+                (None, Some(p), None) => TargetRule::Exe(p),
+                (None, None, Some(c)) => TargetRule::Cgroup(c),
+                _ => bail!(
+                    "{file}: target {}: give exactly one of name, exe, cgroup",
+                    i + 1
+                ),
+            };
+            targets.push(rule);
+        }
+        if targets.is_empty() {
+            bail!("{file}: no [[target]]: name (regex), exe or cgroup");
+        }
+        Ok(AgentConfig {
+            collector: raw.collector.trim_end_matches('/').to_string(),
+            token,
+            window,
+            spool_dir: raw.spool_dir,
+            spool_limit,
+            metrics_listen: raw.metrics_listen,
+            events,
+            phases: raw.phases,
+            labels: raw.labels,
+            targets,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks a full config and the errors of bad ones.
+    #[test]
+    fn parses_and_refuses_clearly() {
+        let c = AgentConfig::parse(
+            "a.toml",
+            "collector = \"http://127.0.0.1:7071/\"\ntoken = \"t\"\nwindow = \"2s\"\nspool_dir = \"/tmp/s\"\n[labels]\nservice = \"relay\"\n[[target]]\nname = \"relay\"\n[[target]]\ncgroup = \"/system.slice/x.service\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.collector, "http://127.0.0.1:7071");
+        assert_eq!(c.window, Duration::from_secs(2));
+        assert_eq!(c.spool_limit, 256 << 20);
+        assert_eq!(c.targets.len(), 2);
+        assert_eq!(c.labels["service"], "relay");
+        let err = |text: &str| AgentConfig::parse("a.toml", text).unwrap_err().to_string();
+        assert!(
+            err("collector = \"x\"\ntoken=\"t\"\nspool_dir=\"/s\"\n[[target]]\nname=\"a\"")
+                .contains("http://")
+        );
+        assert!(
+            err("collector = \"http://x\"\nspool_dir=\"/s\"\n[[target]]\nname=\"a\"")
+                .contains("token")
+        );
+        assert!(
+            err("collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"")
+                .contains("no [[target]]")
+        );
+        assert!(err("collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"\nbogus=1\n[[target]]\nname=\"a\"").contains("bogus"));
+        assert!(err("collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"\n[[target]]\nname=\"a\"\nexe=\"/b\"").contains("exactly one"));
+    }
+}

@@ -1,0 +1,196 @@
+//! `phaseprof agent --config agent.toml`: runs continuously, finds targets by name, exe or
+//! cgroup (re-discovered when they restart or new ones appear), records windows, labels them
+//! and pushes them to the collector; `/metrics` for Prometheus; SIGTERM or Ctrl-C flushes the
+//! current window before exiting.
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use phaseprof_model::{write_profile, Profile};
+
+use super::config::AgentConfig;
+use super::push::{PushMetrics, Sender};
+use crate::engine::EngineConfig;
+use crate::phases::{PhaseConfig, PhasePlan};
+use crate::record::{open_session, RecordOptions};
+use crate::targets::TargetSpec;
+
+/// How often /proc is scanned for new targets.
+const SCAN_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct AgentMetrics {
+    windows_recorded: AtomicU64,
+    targets: AtomicU64,
+    lost_events: AtomicU64,
+}
+
+fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
+    let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
+    format!(
+        "# TYPE phaseprof_agent_windows_recorded_total counter\nphaseprof_agent_windows_recorded_total {}\n\
+         # TYPE phaseprof_agent_windows_sent_total counter\nphaseprof_agent_windows_sent_total {}\n\
+         # TYPE phaseprof_agent_windows_spooled_total counter\nphaseprof_agent_windows_spooled_total {}\n\
+         # TYPE phaseprof_agent_windows_dropped_total counter\nphaseprof_agent_windows_dropped_total {}\n\
+         # TYPE phaseprof_agent_windows_rejected_total counter\nphaseprof_agent_windows_rejected_total {}\n\
+         # TYPE phaseprof_agent_spool_windows gauge\nphaseprof_agent_spool_windows {}\n\
+         # TYPE phaseprof_agent_targets gauge\nphaseprof_agent_targets {}\n\
+         # TYPE phaseprof_agent_lost_events_total counter\nphaseprof_agent_lost_events_total {}\n",
+        g(&a.windows_recorded),
+        g(&p.windows_sent),
+        g(&p.windows_spooled),
+        g(&p.windows_dropped),
+        g(&p.windows_rejected),
+        g(&p.spool_files),
+        g(&a.targets),
+        g(&a.lost_events),
+    )
+}
+
+/// A minimal Prometheus endpoint: every request gets the metrics.
+fn serve_metrics(
+    addr: std::net::SocketAddr,
+    a: Arc<AgentMetrics>,
+    p: Arc<PushMetrics>,
+) -> Result<()> {
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("metrics: cannot listen on {addr}"))?;
+    eprintln!(
+        "phaseprof: metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf);
+            let body = metrics_text(&a, &p);
+            let _ = write!(
+                conn,
+                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Ok(())
+}
+
+/// Labels of a window: the config's, `host` (default: the hostname), `build_id` of the target.
+fn label(p: &mut Profile, cfg: &AgentConfig) {
+    let mut labels = cfg.labels.clone();
+    labels
+        .entry("host".into())
+        .or_insert_with(|| p.meta.host.clone());
+    if let Some(b) = &p.meta.build_id {
+        labels.entry("build_id".into()).or_insert_with(|| b.clone());
+    }
+    p.meta.labels = labels;
+}
+
+pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
+    crate::preflight::check_can_record()?;
+    let deferred = match &cfg.phases {
+        Some(f) => Some((PhaseConfig::load(f)?, f.display().to_string())),
+        None => None,
+    };
+    let plan = match &deferred {
+        Some((c, file)) => PhasePlan::from_config(c, file)?,
+        None => PhasePlan::default(),
+    };
+    let opts = RecordOptions {
+        target: TargetSpec::Pids(vec![]),
+        duration: None,
+        engine: EngineConfig {
+            events: cfg.events.clone(),
+            ..EngineConfig::default()
+        },
+        output: Default::default(),
+        phases: cfg.phases.clone(),
+        window: cfg.window,
+        alloc_budget: None,
+        alloc_at_entry: false,
+        verbose: false,
+    };
+    let mut sender = Sender::new(
+        &cfg.collector,
+        &cfg.token,
+        cfg.spool_dir.clone(),
+        cfg.spool_limit,
+    )?;
+    let agent_metrics = Arc::new(AgentMetrics::default());
+    if let Some(addr) = cfg.metrics_listen {
+        serve_metrics(addr, agent_metrics.clone(), sender.metrics.clone())?;
+    }
+    let mut storage = MaybeUninit::uninit();
+    let mut fallback = MaybeUninit::uninit();
+    let (mut session, _) = open_session(&opts, plan, deferred, &mut storage, &mut fallback)?;
+    eprintln!(
+        "phaseprof: agent pushing {}-s windows to {}",
+        cfg.window.as_secs_f64(),
+        cfg.collector
+    );
+    let me = std::process::id();
+    let mut known: BTreeSet<u32> = BTreeSet::new();
+    let mut next_scan = Instant::now();
+    let mut start = SystemTime::now();
+    let mut next_window = Instant::now() + cfg.window;
+    let submit = |p: &mut Profile, sender: &mut Sender| -> Result<()> {
+        if p.meta.pids.is_empty() {
+            return Ok(()); // no target yet: nothing to say
+        }
+        label(p, cfg);
+        let mut body = Vec::new();
+        write_profile(p, &mut body)?;
+        agent_metrics
+            .windows_recorded
+            .fetch_add(1, Ordering::Relaxed);
+        agent_metrics
+            .lost_events
+            .fetch_add(p.lost.events, Ordering::Relaxed);
+        sender.submit(body)
+    };
+    while !stop.load(Ordering::SeqCst) {
+        if Instant::now() >= next_scan {
+            next_scan += SCAN_EVERY;
+            session.prune_exited();
+            known.retain(|pid| session.live().contains(pid));
+            for pid in crate::targets::all_pids() {
+                if pid == me || known.contains(&pid) || !cfg.targets.iter().any(|t| t.matches(pid))
+                {
+                    continue;
+                }
+                match session.add_target(pid) {
+                    Ok(()) => {
+                        let comm = crate::targets::read_comm(pid, pid).unwrap_or_default();
+                        eprintln!("phaseprof: recording pid {pid} ({comm})");
+                        known.insert(pid);
+                    }
+                    // Gone between the scan and the attach, or not ours to read: try again later.
+                    Err(e) => eprintln!("phaseprof: pid {pid}: {e:#}"),
+                }
+            }
+            agent_metrics
+                .targets
+                .store(known.len() as u64, Ordering::Relaxed);
+            sender.flush_spool(false);
+        }
+        session.handle_events(Duration::from_millis(20), None)?;
+        session.tick()?;
+        if Instant::now() >= next_window {
+            let end = SystemTime::now();
+            let mut p = session.take_window(start, end)?;
+            submit(&mut p, &mut sender)?;
+            start = end;
+            next_window += cfg.window;
+        }
+    }
+    // SIGTERM: the current window is recorded and delivered (or spooled) before exiting.
+    let mut last = session.finish(start, SystemTime::now())?;
+    submit(&mut last, &mut sender)?;
+    sender.flush_spool(true);
+    eprintln!("phaseprof: agent stopped");
+    Ok(())
+}

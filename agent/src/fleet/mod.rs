@@ -1,0 +1,5 @@
+//! Continuous profiling on a fleet: the agent daemon, its config and its delivery to the
+//! collector.
+pub mod config;
+pub mod daemon;
+pub mod push;

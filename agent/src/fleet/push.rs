@@ -1,0 +1,208 @@
+//! Delivery of windows to the collector: POST with the agent's bearer token; when the collector
+//! cannot take them (down, 5xx), windows wait in a bounded on-disk spool and are sent oldest
+//! first, with exponential backoff, once it is back. Only what overflows the spool is dropped,
+//! and counted; a window the collector refuses (4xx) is counted as rejected.
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+/// Counters shared with `/metrics`.
+#[derive(Default)]
+pub struct PushMetrics {
+    pub windows_sent: AtomicU64,
+    pub windows_spooled: AtomicU64,
+    pub windows_dropped: AtomicU64,
+    pub windows_rejected: AtomicU64,
+    pub spool_files: AtomicU64,
+}
+
+pub struct Sender {
+    url: String,
+    token: String,
+    spool: PathBuf,
+    limit: u64,
+    seq: u64,
+    backoff: Duration,
+    retry_at: Option<Instant>,
+    http: ureq::Agent,
+    pub metrics: Arc<PushMetrics>,
+}
+
+enum Outcome {
+    Sent,
+    /// The collector is unreachable or failing: keep the window.
+    Later(String),
+    /// The collector refused this window: retrying cannot help.
+    Refused(String),
+}
+
+impl Sender {
+    pub fn new(collector: &str, token: &str, spool: PathBuf, limit: u64) -> Result<Self> {
+        std::fs::create_dir_all(&spool)
+            .with_context(|| format!("creating the spool {}", spool.display()))?;
+        let seq = Self::spooled(&spool)?
+            .last()
+            .map(|(n, _)| n + 1)
+            .unwrap_or(0);
+        let http = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(10)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let s = Sender {
+            url: format!("{collector}/api/v1/windows"),
+            token: token.to_string(),
+            spool,
+            limit,
+            seq,
+            backoff: Duration::from_secs(1),
+            retry_at: None,
+            http,
+            metrics: Arc::new(PushMetrics::default()),
+        };
+        s.metrics
+            .spool_files
+            .store(Self::spooled(&s.spool)?.len() as u64, Ordering::Relaxed);
+        Ok(s)
+    }
+
+    /// Spooled windows, oldest first: (sequence number, path).
+    fn spooled(dir: &PathBuf) -> Result<Vec<(u64, PathBuf)>> {
+        let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)?
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let n = name.strip_suffix(".phaseprof")?.parse().ok()?;
+                Some((n, e.path()))
+            })
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
+    fn post(&self, body: &[u8]) -> Outcome {
+        let resp = self
+            .http
+            .post(&self.url)
+            .header("Authorization", &format!("Bearer {}", self.token))
+            .header("Content-Type", "application/octet-stream")
+            .send(body);
+        match resp {
+            Err(e) => Outcome::Later(e.to_string()),
+            Ok(r) if r.status().is_success() => Outcome::Sent,
+            Ok(mut r) => {
+                let status = r.status();
+                let reason = r.body_mut().read_to_string().unwrap_or_default();
+                if status.is_server_error() || status.as_u16() == 429 {
+                    Outcome::Later(format!("{status}: {reason}"))
+                } else {
+                    Outcome::Refused(format!("{status}: {reason}"))
+                }
+            }
+        }
+    }
+
+    /// Hands over one window: sent now if the collector is reachable and nothing older waits,
+    /// else spooled.
+    pub fn submit(&mut self, body: Vec<u8>) -> Result<()> {
+        self.flush_spool(false);
+        let waiting = self.metrics.spool_files.load(Ordering::Relaxed) > 0;
+        if !waiting && self.retry_at.is_none() {
+            match self.post(&body) {
+                Outcome::Sent => {
+                    self.metrics.windows_sent.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Outcome::Refused(reason) => {
+                    self.metrics
+                        .windows_rejected
+                        .fetch_add(1, Ordering::Relaxed);
+                    eprintln!("phaseprof: the collector refused a window: {reason}");
+                    return Ok(());
+                }
+                Outcome::Later(reason) => self.failed(&reason),
+            }
+        }
+        self.spool_window(&body)
+    }
+
+    fn failed(&mut self, reason: &str) {
+        eprintln!(
+            "phaseprof: collector unavailable ({reason}); spooling windows, retry in {:?}",
+            self.backoff
+        );
+        self.retry_at = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
+    }
+
+    fn spool_window(&mut self, body: &[u8]) -> Result<()> {
+        let path = self.spool.join(format!("{:020}.phaseprof", self.seq));
+        self.seq += 1;
+        // Written whole under a temporary name, then renamed: a crash never leaves half a window.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, body).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path)?;
+        self.metrics.windows_spooled.fetch_add(1, Ordering::Relaxed);
+        // Over the limit: the oldest windows go first, counted.
+        let mut files = Self::spooled(&self.spool)?;
+        let mut total: u64 = files
+            .iter()
+            .filter_map(|(_, p)| p.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        while total > self.limit && files.len() > 1 {
+            let (_, oldest) = files.remove(0);
+            total -= oldest.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = std::fs::remove_file(&oldest);
+            self.metrics.windows_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        self.metrics
+            .spool_files
+            .store(files.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sends spooled windows, oldest first, while the collector takes them: after the backoff,
+    /// or at once when `now` (the last flush before exiting).
+    pub fn flush_spool(&mut self, now: bool) {
+        if !now && self.retry_at.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        let Ok(files) = Self::spooled(&self.spool) else {
+            return;
+        };
+        let mut left = files.len() as u64;
+        for (_, path) in files {
+            let Ok(body) = std::fs::read(&path) else {
+                continue;
+            };
+            match self.post(&body) {
+                Outcome::Sent => self.metrics.windows_sent.fetch_add(1, Ordering::Relaxed),
+                Outcome::Refused(reason) => {
+                    eprintln!(
+                        "phaseprof: the collector refused spooled {}: {reason}",
+                        path.display()
+                    );
+                    self.metrics
+                        .windows_rejected
+                        .fetch_add(1, Ordering::Relaxed)
+                }
+                Outcome::Later(reason) => {
+                    self.failed(&reason);
+                    self.metrics.spool_files.store(left, Ordering::Relaxed);
+                    return;
+                }
+            };
+            let _ = std::fs::remove_file(&path);
+            left -= 1;
+        }
+        self.metrics.spool_files.store(0, Ordering::Relaxed);
+        if self.retry_at.take().is_some() {
+            eprintln!("phaseprof: collector back; spool delivered");
+        }
+        self.backoff = Duration::from_secs(1);
+    }
+}

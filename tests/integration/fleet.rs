@@ -1,0 +1,167 @@
+//! The fleet: two agents (different `host` labels) push windows of two workloads to a
+//! collector on 127.0.0.1; the collector is killed for 30 s and restarted; nothing is lost.
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use phaseprof_e2e::*;
+
+use crate::require_root;
+
+const TOKEN_A: &str = "agent-a-token-0123456789";
+const TOKEN_B: &str = "agent-b-token-0123456789";
+
+fn collector(port: u16, data: &Path, tokens: &Path) -> Child {
+    let mut c = Command::new(collector_bin())
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--tokens",
+            tokens.to_str().unwrap(),
+        ])
+        .arg("--data")
+        .arg(data)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
+    read_until(&mut err, "listening on");
+    c
+}
+
+fn agent(
+    dir: &Path,
+    name: &str,
+    port: u16,
+    token: &str,
+    host: &str,
+    target: &str,
+) -> (Child, std::io::BufReader<std::process::ChildStderr>) {
+    let cfg = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "collector = \"http://127.0.0.1:{port}\"\ntoken = \"{token}\"\nwindow = \"1s\"\n\
+             spool_dir = \"{}\"\n[labels]\nhost = \"{host}\"\nservice = \"{target}\"\n[[target]]\nname = \"{target}\"\n",
+            dir.join(format!("{name}-spool")).display()
+        ),
+    )
+    .unwrap();
+    let mut a = Command::new(phaseprof_bin())
+        .args(["agent", "--config", cfg.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = std::io::BufReader::new(a.stderr.take().unwrap());
+    (a, err)
+}
+
+fn merged(port: u16, host: &str) -> serde_json::Value {
+    let (status, body) = http_get(&format!(
+        "http://127.0.0.1:{port}/api/v1/merged?sel=host%3D{host}"
+    ));
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn by_name(m: &serde_json::Value, name: &str) -> u64 {
+    m["events"]["syscall"]["by_name"][name]["count"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+// Checks that two agents' windows reach the collector labelled by host, that the merged view
+// per host equals the workloads' ground truth exactly (validator-sim's writes, relay-sim's
+// fsyncs), and that killing the collector for 30 s and restarting it loses no window: the
+// agents spool and deliver afterwards, dropping nothing.
+#[test]
+fn two_agents_and_a_collector_outage() {
+    require_root!();
+    let Some(relay) = go_workload("relay-sim") else {
+        eprintln!("SKIPPED: no Go toolchain");
+        return;
+    };
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let dir = scratch("fleet");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("host-a {TOKEN_A}\nhost-b {TOKEN_B}\n")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = dir.join("data");
+    let mut coll = collector(port, &data, &tokens);
+
+    let mut va = Command::new(&sim)
+        .args([
+            "--wait-stdin",
+            "--blocks",
+            "120",
+            "--flushes",
+            "5",
+            "--sleep-ms",
+            "40",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut rb = Command::new(&relay)
+        .args(["-wait-stdin", "-iterations", "400"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut agent_a, mut err_a) = agent(&dir, "a", port, TOKEN_A, "host-a", "validator-sim");
+    let (mut agent_b, mut err_b) = agent(&dir, "b", port, TOKEN_B, "host-b", "relay-sim");
+    read_until(&mut err_a, &format!("recording pid {}", va.id()));
+    read_until(&mut err_b, &format!("recording pid {}", rb.id()));
+    // Both targets are recorded: let them run.
+    writeln!(va.stdin.take().unwrap()).unwrap();
+    writeln!(rb.stdin.take().unwrap()).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = coll.kill();
+    let _ = coll.wait();
+    std::thread::sleep(Duration::from_secs(30));
+    let mut coll = collector(port, &data, &tokens);
+    let truth_a = truth_from(&va.wait_with_output().unwrap().stdout);
+    let truth_b = truth_from(&rb.wait_with_output().unwrap().stdout);
+    std::thread::sleep(Duration::from_secs(2));
+    for a in [&agent_a, &agent_b] {
+        // SAFETY: signalling children we spawned.
+        unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
+    }
+    let mut logs = String::new();
+    for (a, err) in [(&mut agent_a, &mut err_a), (&mut agent_b, &mut err_b)] {
+        assert!(a.wait().unwrap().success());
+        for line in err.lines() {
+            logs += &line.unwrap();
+            logs.push('\n');
+        }
+    }
+    eprintln!("{logs}");
+    assert!(logs.contains("spooling windows"), "the outage was noticed");
+    assert!(!logs.contains("the collector refused"), "no window refused");
+    let a = merged(port, "host-a");
+    let b = merged(port, "host-b");
+    eprintln!(
+        "host-a writes {} (truth {}), host-b fsyncs {} (truth {})",
+        by_name(&a, "write"),
+        truth_a["write_syscalls"],
+        by_name(&b, "fsync"),
+        truth_b["fsyncs"]
+    );
+    assert_eq!(
+        by_name(&a, "write"),
+        truth_a["write_syscalls"].as_u64().unwrap()
+    );
+    assert_eq!(by_name(&b, "fsync"), truth_b["fsyncs"].as_u64().unwrap());
+    assert_eq!(a["labels"]["host"], "host-a");
+    assert_eq!(b["labels"]["service"], "relay-sim");
+    assert_eq!(a["lost"]["events"], 0);
+    let _ = coll.kill();
+    let _ = coll.wait();
+}
