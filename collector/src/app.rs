@@ -71,6 +71,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/merged", get(merged))
         .route("/api/v1/merged.phaseprof", get(merged_download))
         .route("/api/v1/labels", get(labels))
+        .route("/api/v1/diff", get(diff))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
@@ -215,6 +216,53 @@ async fn merged_download(
     phaseprof_model::write_profile(&p, &mut body)
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
+}
+
+#[derive(Deserialize, Default)]
+struct DiffQuery {
+    /// Baseline selector, e.g. `version=1.4`.
+    a: String,
+    /// Compared selector, e.g. `version=1.5`.
+    b: String,
+    #[serde(default)]
+    from: u64,
+    #[serde(default)]
+    to: u64,
+}
+
+/// Two selections compared with each stored (host, window) as a replicate: the verdicts of
+/// `phaseprof diff` across the fleet.
+async fn diff(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<DiffQuery>,
+) -> Result<Response, ApiError> {
+    check_read(&s, &headers)?;
+    let side = |sel: &str| -> Result<Vec<phaseprof_model::Profile>, ApiError> {
+        let query = SelectorQuery {
+            sel: sel.to_string(),
+            from: q.from,
+            to: q.to,
+        };
+        let bodies = s.store.bodies(&selector(&query)?)?;
+        if bodies.is_empty() {
+            return Err(ApiError(
+                StatusCode::NOT_FOUND,
+                format!("no windows match `{sel}`"),
+            ));
+        }
+        bodies
+            .iter()
+            .map(|b| {
+                phaseprof_model::read_profile(&b[..])
+                    .map_err(|e| StoreError::Corrupt(e.to_string()).into())
+            })
+            .collect()
+    };
+    let (a, b) = (side(&q.a)?, side(&q.b)?);
+    let report =
+        phaseprof_model::diff::diff(&a, &b, &phaseprof_model::diff::DiffOptions::default());
+    Ok(Json(report).into_response())
 }
 
 /// Every label key with the values seen (the pages' label pickers).
@@ -437,6 +485,28 @@ mod tests {
         assert_eq!(st, StatusCode::NOT_FOUND);
         let (st, _) = call(&s, "GET", "/api/v1/merged?sel=oops", None, vec![]).await;
         assert_eq!(st, StatusCode::BAD_REQUEST);
+        let (st, d) = call(
+            &s,
+            "GET",
+            "/api/v1/diff?a=host%3Da&b=host%3Db",
+            None,
+            vec![],
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(
+            (d["a_runs"].as_u64(), d["b_runs"].as_u64()),
+            (Some(2), Some(1))
+        );
+        let (st, _) = call(
+            &s,
+            "GET",
+            "/api/v1/diff?a=host%3Da&b=host%3Dz",
+            None,
+            vec![],
+        )
+        .await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
         let (_, labels) = call(&s, "GET", "/api/v1/labels", None, vec![]).await;
         assert_eq!(labels["host"], serde_json::json!(["a", "b"]));
         let mut locked = s.clone();
