@@ -176,11 +176,14 @@ async fn windows(
     Ok(Json(s.store.windows(&selector(&q)?)?).into_response())
 }
 
-/// Every selected window decoded and merged into one profile.
-fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<phaseprof_model::Profile, ApiError> {
+/// Every window `q` selects, decoded (404 when none matches).
+fn selected(s: &AppState, q: &SelectorQuery) -> Result<Vec<phaseprof_model::Profile>, ApiError> {
     let bodies = s.store.bodies(&selector(q)?)?;
     if bodies.is_empty() {
-        return Err(ApiError(StatusCode::NOT_FOUND, "no windows match".into()));
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no windows match `{}`", q.sel),
+        ));
     }
     let profiles = bodies
         .iter()
@@ -188,6 +191,12 @@ fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<phaseprof_model::Pr
             phaseprof_model::read_profile(&b[..]).map_err(|e| StoreError::Corrupt(e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    Ok(profiles)
+}
+
+/// Every selected window merged into one profile.
+fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<phaseprof_model::Profile, ApiError> {
+    let profiles = selected(s, q)?;
     let refs: Vec<&phaseprof_model::Profile> = profiles.iter().collect();
     Ok(phaseprof_model::merge::merge(&refs))
 }
@@ -238,26 +247,13 @@ async fn diff(
     Query(q): Query<DiffQuery>,
 ) -> Result<Response, ApiError> {
     check_read(&s, &headers)?;
-    let side = |sel: &str| -> Result<Vec<phaseprof_model::Profile>, ApiError> {
+    let side = |sel: &str| {
         let query = SelectorQuery {
             sel: sel.to_string(),
             from: q.from,
             to: q.to,
         };
-        let bodies = s.store.bodies(&selector(&query)?)?;
-        if bodies.is_empty() {
-            return Err(ApiError(
-                StatusCode::NOT_FOUND,
-                format!("no windows match `{sel}`"),
-            ));
-        }
-        bodies
-            .iter()
-            .map(|b| {
-                phaseprof_model::read_profile(&b[..])
-                    .map_err(|e| StoreError::Corrupt(e.to_string()).into())
-            })
-            .collect()
+        selected(&s, &query)
     };
     let (a, b) = (side(&q.a)?, side(&q.b)?);
     let report =

@@ -270,42 +270,17 @@ pub fn served_url(stderr: &mut impl std::io::BufRead) -> String {
         .to_string()
 }
 
-/// A plain HTTP/1.0 GET of `http://host:port/path`: (status, body).
-pub fn http_get(url: &str) -> (u16, String) {
+/// One HTTP/1.0 request to `http://host:port/path`, with extra header lines and a body:
+/// (status, body).
+fn http_request(method: &str, url: &str, headers: &str, body: &[u8]) -> (u16, String) {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").expect("an http:// URL");
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
     let mut s = std::net::TcpStream::connect(host).expect("connecting to the server");
     write!(
         s,
-        "GET {} HTTP/1.0\r\nHost: {host}\r\n\r\n",
-        if path.is_empty() { "/" } else { path }
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let status = resp
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = resp
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// A plain HTTP/1.0 POST of `body` with a bearer token: (status, body).
-pub fn http_post(url: &str, token: &str, body: &[u8]) -> (u16, String) {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://").expect("an http:// URL");
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut s = std::net::TcpStream::connect(host).expect("connecting to the server");
-    write!(
-        s,
-        "POST {path} HTTP/1.0\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\
-         Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.0\r\nHost: {host}\r\n{headers}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .unwrap();
@@ -322,4 +297,16 @@ pub fn http_post(url: &str, token: &str, body: &[u8]) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+/// A plain HTTP/1.0 GET of `http://host:port/path`: (status, body).
+pub fn http_get(url: &str) -> (u16, String) {
+    http_request("GET", url, "", &[])
+}
+
+/// A plain HTTP/1.0 POST of `body` with a bearer token: (status, body).
+pub fn http_post(url: &str, token: &str, body: &[u8]) -> (u16, String) {
+    let headers =
+        format!("Authorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\n");
+    http_request("POST", url, &headers, body)
 }
