@@ -24,15 +24,21 @@ fn runs(name: &str, flushes: &str, n: usize) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `n` runs per side recorded alternately, A then B, as a benchmark should be: a machine that
-/// drifts (caches warming, a neighbour's load) then affects both sides alike.
+/// `n` runs per side recorded alternately in ABBA order, as a benchmark should be: a machine that
+/// drifts (caches warming, a neighbour's load) then affects both sides alike, and so does
+/// whatever the run just before leaves behind (B is not always the second of a pair).
 fn alternating(a: (&str, &str), b: (&str, &str), n: usize) -> (Vec<PathBuf>, Vec<PathBuf>) {
     (0..n)
         .map(|i| {
-            (
-                run(&format!("{}-{i}", a.0), a.1),
-                run(&format!("{}-{i}", b.0), b.1),
-            )
+            let run_a = || run(&format!("{}-{i}", a.0), a.1);
+            let run_b = || run(&format!("{}-{i}", b.0), b.1);
+            if i % 2 == 0 {
+                let ra = run_a();
+                (ra, run_b())
+            } else {
+                let rb = run_b();
+                (run_a(), rb)
+            }
         })
         .unzip()
 }
@@ -85,7 +91,7 @@ fn replicated_diff_verdicts() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| format!("{}/{} {}", m["phase"], m["metric"], m["verdict"]))
+        .map(|m| format!("{}/{} {} {}", m["phase"], m["metric"], m["verdict"], m["diff"]))
         .collect();
     eprintln!("same build: {verdicts:?}");
     assert!(claimed.is_empty(), "same build judged changed: {claimed:?}");
