@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(clang llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux
-          chromium)                                       # the web UI's browser test
+          chromium                                        # the web UI's browser test
+          clickhouse-server clickhouse-client)            # the collector's ClickHouse store test
 command -v go >/dev/null 2>&1 || packages+=(golang-go)   # `go tool pprof` reads our exports
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm) # playwright-core drives chromium
 

@@ -9,7 +9,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use phaseprof_model::merge::Merger;
 use phaseprof_model::summary::Summary;
+use phaseprof_model::Profile;
 use serde::Deserialize;
 
 use crate::store::{Selector, Store, StoreError};
@@ -176,8 +178,8 @@ async fn windows(
     Ok(Json(s.store.windows(&selector(&q)?)?).into_response())
 }
 
-/// Every window `q` selects, decoded (404 when none matches).
-fn selected(s: &AppState, q: &SelectorQuery) -> Result<Vec<phaseprof_model::Profile>, ApiError> {
+/// The bodies of the windows `q` selects (404 when none matches).
+fn selected_bodies(s: &AppState, q: &SelectorQuery) -> Result<Vec<Vec<u8>>, ApiError> {
     let bodies = s.store.bodies(&selector(q)?)?;
     if bodies.is_empty() {
         return Err(ApiError(
@@ -185,20 +187,64 @@ fn selected(s: &AppState, q: &SelectorQuery) -> Result<Vec<phaseprof_model::Prof
             format!("no windows match `{}`", q.sel),
         ));
     }
-    let profiles = bodies
-        .iter()
-        .map(|b| {
-            phaseprof_model::read_profile(&b[..]).map_err(|e| StoreError::Corrupt(e.to_string()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(profiles)
+    Ok(bodies)
 }
 
-/// Every selected window merged into one profile.
-fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<phaseprof_model::Profile, ApiError> {
-    let profiles = selected(s, q)?;
-    let refs: Vec<&phaseprof_model::Profile> = profiles.iter().collect();
-    Ok(phaseprof_model::merge::merge(&refs))
+fn decode(body: &[u8]) -> Result<Profile, StoreError> {
+    phaseprof_model::read_profile(body).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// Every window `q` selects, decoded.
+fn selected(s: &AppState, q: &SelectorQuery) -> Result<Vec<Profile>, ApiError> {
+    Ok(selected_bodies(s, q)?
+        .iter()
+        .map(|b| decode(b))
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Every selected window merged into one profile. Windows are decoded and folded in on every
+/// core, each worker merging its share one window at a time (an hour of a fleet is thousands
+/// of windows: never all decoded at once); the partial merges are merged last.
+fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<Profile, ApiError> {
+    let bodies = selected_bodies(s, q)?;
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(bodies.len());
+    let partials: Vec<Result<Profile, StoreError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = bodies
+            .chunks(bodies.len().div_ceil(workers))
+            .map(|share| {
+                scope.spawn(move || {
+                    let mut m = Merger::default();
+                    for b in share {
+                        m.add(&decode(b)?);
+                    }
+                    Ok(m.finish())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(StoreError::Backend("a merge worker panicked".into())))
+            })
+            .collect()
+    });
+    let mut m = Merger::default();
+    for p in partials {
+        m.add(&p?);
+    }
+    Ok(m.finish())
+}
+
+/// Runs a query's store and merge work off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
 async fn merged(
@@ -207,7 +253,7 @@ async fn merged(
     Query(q): Query<SelectorQuery>,
 ) -> Result<Response, ApiError> {
     check_read(&s, &headers)?;
-    let p = merge_selected(&s, &q)?;
+    let p = blocking(move || merge_selected(&s, &q)).await?;
     let mut json = serde_json::to_value(Summary::of(&p))
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     json["labels"] = serde_json::to_value(&p.meta.labels).unwrap_or_default();
@@ -220,7 +266,7 @@ async fn merged_download(
     Query(q): Query<SelectorQuery>,
 ) -> Result<Response, ApiError> {
     check_read(&s, &headers)?;
-    let p = merge_selected(&s, &q)?;
+    let p = blocking(move || merge_selected(&s, &q)).await?;
     let mut body = Vec::new();
     phaseprof_model::write_profile(&p, &mut body)
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
@@ -247,17 +293,23 @@ async fn diff(
     Query(q): Query<DiffQuery>,
 ) -> Result<Response, ApiError> {
     check_read(&s, &headers)?;
-    let side = |sel: &str| {
-        let query = SelectorQuery {
-            sel: sel.to_string(),
-            from: q.from,
-            to: q.to,
+    let report = blocking(move || {
+        let side = |sel: &str| {
+            let query = SelectorQuery {
+                sel: sel.to_string(),
+                from: q.from,
+                to: q.to,
+            };
+            selected(&s, &query)
         };
-        selected(&s, &query)
-    };
-    let (a, b) = (side(&q.a)?, side(&q.b)?);
-    let report =
-        phaseprof_model::diff::diff(&a, &b, &phaseprof_model::diff::DiffOptions::default());
+        let (a, b) = (side(&q.a)?, side(&q.b)?);
+        Ok(phaseprof_model::diff::diff(
+            &a,
+            &b,
+            &phaseprof_model::diff::DiffOptions::default(),
+        ))
+    })
+    .await?;
     Ok(Json(report).into_response())
 }
 

@@ -1,7 +1,8 @@
 //! phaseprof-collector: receives windows from fleet agents (authenticated per agent, validated
-//! whole before anything is stored), stores them behind the [`store::Store`] trait, and merges
+//! whole before anything is stored), stores them behind the [`store::Store`] trait (SQLite embedded, or ClickHouse), and merges
 //! them by label selector and time range.
 pub mod app;
+pub mod clickhouse;
 pub mod sqlite;
 pub mod store;
 pub mod tokens;

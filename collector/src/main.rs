@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use phaseprof_collector::app::{AppState, Metrics};
+use phaseprof_collector::clickhouse::ClickHouseStore;
 use phaseprof_collector::sqlite::SqliteStore;
 use phaseprof_collector::store::Store;
 use phaseprof_collector::tokens::Tokens;
@@ -19,6 +20,13 @@ struct Args {
     /// Directory of the embedded store (SQLite).
     #[arg(long, default_value = "/var/lib/phaseprof-collector")]
     data: PathBuf,
+    /// Store windows in ClickHouse instead, e.g. `http://127.0.0.1:8123/?database=default`
+    /// (credentials as `&user=…&password=…`); several collectors may share it.
+    #[arg(long, value_name = "URL")]
+    clickhouse: Option<String>,
+    /// The ClickHouse table (created if missing).
+    #[arg(long, default_value = "phaseprof_windows")]
+    clickhouse_table: String,
     /// Agent tokens: lines of `AGENT-NAME TOKEN`.
     #[arg(long, value_name = "FILE")]
     tokens: PathBuf,
@@ -62,7 +70,10 @@ fn run(args: Args) -> Result<()> {
     let file = args.tokens.display().to_string();
     let text = std::fs::read_to_string(&args.tokens).with_context(|| format!("reading {file}"))?;
     let tokens = Tokens::parse(&file, &text).map_err(anyhow::Error::msg)?;
-    let store = Arc::new(SqliteStore::open(&args.data)?);
+    let store: Arc<dyn Store> = match &args.clickhouse {
+        Some(url) => Arc::new(ClickHouseStore::open(url, &args.clickhouse_table)?),
+        None => Arc::new(SqliteStore::open(&args.data)?),
+    };
     let state = AppState {
         store: store.clone(),
         tokens: Arc::new(tokens),
@@ -82,10 +93,12 @@ fn run(args: Args) -> Result<()> {
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap_or_default();
                 let before = now.saturating_sub(retain).as_nanos() as u64;
-                if let Ok(n) = store.retain(before) {
-                    if n > 0 {
-                        eprintln!("phaseprof-collector: retention removed {n} windows");
-                    }
+                let store = store.clone();
+                match tokio::task::spawn_blocking(move || store.retain(before)).await {
+                    Ok(Ok(0)) => {}
+                    Ok(Ok(n)) => eprintln!("phaseprof-collector: retention removed {n} windows"),
+                    Ok(Err(e)) => eprintln!("phaseprof-collector: retention: {e}"),
+                    Err(e) => eprintln!("phaseprof-collector: retention: {e}"),
                 }
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }

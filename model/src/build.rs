@@ -71,6 +71,15 @@ impl ProfileBuilder {
         i
     }
 
+    /// `intern_frame` for a borrowed frame, cloned only when new (merging thousands of windows
+    /// that share their frames).
+    pub fn intern_frame_ref(&mut self, frame: &Frame) -> u32 {
+        match self.frame_index.get(frame) {
+            Some(&i) => i,
+            None => self.intern_frame(frame.clone()),
+        }
+    }
+
     pub fn frame(&self, index: u32) -> Option<&Frame> {
         self.profile.frames.get(index as usize)
     }

@@ -65,21 +65,31 @@ fn add_stats(into: &mut PhaseStats, s: &PhaseStats) {
 /// One profile holding everything of `profiles` (which should share their phases; phases are
 /// matched by name). Metadata comes from the first, its time range spans all.
 pub fn merge(profiles: &[&Profile]) -> Profile {
-    let Some(first) = profiles.first() else {
-        return Profile::default();
-    };
-    let mut meta = first.meta.clone();
-    meta.start_unix_ns = profiles
-        .iter()
-        .map(|p| p.meta.start_unix_ns)
-        .min()
-        .unwrap_or(0);
-    meta.end_unix_ns = profiles
-        .iter()
-        .map(|p| p.meta.end_unix_ns)
-        .max()
-        .unwrap_or(0);
+    let mut m = Merger::default();
     for p in profiles {
+        m.add(p);
+    }
+    m.finish()
+}
+
+/// Merges profiles one at a time, so that thousands of stored windows can be folded in as they
+/// are decoded instead of all being held at once.
+#[derive(Default)]
+pub struct Merger {
+    /// None until the first profile, whose metadata the result keeps.
+    b: Option<ProfileBuilder>,
+    stats: Vec<PhaseStats>,
+}
+
+impl Merger {
+    pub fn add(&mut self, p: &Profile) {
+        let b = self
+            .b
+            .get_or_insert_with(|| ProfileBuilder::new(p.meta.clone(), p.phases.clone()));
+        let merged = b.profile_mut();
+        let meta = &mut merged.meta;
+        meta.start_unix_ns = meta.start_unix_ns.min(p.meta.start_unix_ns);
+        meta.end_unix_ns = meta.end_unix_ns.max(p.meta.end_unix_ns);
         for pid in &p.meta.pids {
             if !meta.pids.contains(pid) {
                 meta.pids.push(*pid);
@@ -90,37 +100,45 @@ pub fn merge(profiles: &[&Profile]) -> Profile {
                 meta.events.push(*k);
             }
         }
-        meta.threads.extend(p.meta.threads.clone());
-    }
-    let mut phases = first.phases.clone();
-    for p in profiles {
-        for name in &p.phases {
-            if !phases.contains(name) {
-                phases.push(name.clone());
+        meta.threads
+            .extend(p.meta.threads.iter().map(|(t, n)| (*t, n.clone())));
+        // Phases new to the merge are appended; indices are remapped below.
+        let phase_map: Vec<u32> = p
+            .phases
+            .iter()
+            .map(|n| match merged.phases.iter().position(|x| x == n) {
+                Some(i) => i as u32,
+                None => {
+                    merged.phases.push(n.clone());
+                    (merged.phases.len() - 1) as u32
+                }
+            })
+            .collect();
+        if !p.phase_stats.is_empty() {
+            self.stats
+                .resize(merged.phases.len().max(self.stats.len()), PhaseStats::default());
+        }
+        for (i, s) in p.phase_stats.iter().enumerate() {
+            if let Some(into) = phase_map.get(i).and_then(|&to| self.stats.get_mut(to as usize)) {
+                add_stats(into, s);
             }
         }
-    }
-    let mut b = ProfileBuilder::new(meta, phases.clone());
-    let mut stats = vec![
-        PhaseStats::default();
-        if profiles.iter().any(|p| !p.phase_stats.is_empty()) {
-            phases.len()
-        } else {
-            0
+        let lost = &mut merged.lost;
+        lost.events += p.lost.events;
+        lost.stacks += p.lost.stacks;
+        lost.syscalls_in_flight_at_start += p.lost.syscalls_in_flight_at_start;
+        lost.phase_exits_before_start += p.lost.phase_exits_before_start;
+        for (k, v) in &p.lost.by_reason {
+            *lost.by_reason.entry(k.clone()).or_default() += v;
         }
-    ];
-    let mut lost = Lost::default();
-    for p in profiles {
-        let frame_map: Vec<u32> = p.frames.iter().map(|f| b.intern_frame(f.clone())).collect();
+        for (k, v) in &p.costs {
+            *merged.costs.entry(k.clone()).or_default() += v;
+        }
+        let frame_map: Vec<u32> = p.frames.iter().map(|f| b.intern_frame_ref(f)).collect();
         let stack_map: Vec<u32> = p
             .stacks
             .iter()
             .map(|s| b.intern_stack(s.frames.iter().map(|&f| frame_map[f as usize]).collect()))
-            .collect();
-        let phase_map: Vec<u32> = p
-            .phases
-            .iter()
-            .map(|n| phases.iter().position(|x| x == n).unwrap_or(0) as u32)
             .collect();
         // Masks are remapped bit by bit, as phase indices may differ between profiles.
         let at = |phase: u32, mask: u64| {
@@ -180,25 +198,20 @@ pub fn merge(profiles: &[&Profile]) -> Profile {
                 s.count,
             );
         }
-        for (i, s) in p.phase_stats.iter().enumerate() {
-            if let Some(into) = phase_map.get(i).and_then(|&to| stats.get_mut(to as usize)) {
-                add_stats(into, s);
-            }
-        }
-        lost.events += p.lost.events;
-        lost.stacks += p.lost.stacks;
-        lost.syscalls_in_flight_at_start += p.lost.syscalls_in_flight_at_start;
-        lost.phase_exits_before_start += p.lost.phase_exits_before_start;
-        for (k, v) in &p.lost.by_reason {
-            *lost.by_reason.entry(k.clone()).or_default() += v;
-        }
-        for (k, v) in &p.costs {
-            *b.profile_mut().costs.entry(k.clone()).or_default() += v;
-        }
     }
-    *b.phase_stats_mut() = stats;
-    *b.lost_mut() = lost;
-    b.finish()
+
+    /// The merged profile (empty when nothing was added).
+    pub fn finish(self) -> Profile {
+        let Some(mut b) = self.b else {
+            return Profile::default();
+        };
+        let mut stats = self.stats;
+        if !stats.is_empty() {
+            stats.resize(b.profile_mut().phases.len(), PhaseStats::default());
+        }
+        *b.phase_stats_mut() = stats;
+        b.finish()
+    }
 }
 
 #[cfg(test)]

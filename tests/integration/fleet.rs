@@ -12,7 +12,8 @@ use crate::require_root;
 const TOKEN_A: &str = "agent-a-token-0123456789";
 const TOKEN_B: &str = "agent-b-token-0123456789";
 
-fn collector(port: u16, data: &Path, tokens: &Path) -> Child {
+/// A collector on `port` storing with `store` (`--data DIR` or `--clickhouse URL`).
+fn collector(port: u16, store: &[String], tokens: &Path) -> Child {
     let mut c = Command::new(collector_bin())
         .args([
             "--listen",
@@ -20,8 +21,7 @@ fn collector(port: u16, data: &Path, tokens: &Path) -> Child {
             "--tokens",
             tokens.to_str().unwrap(),
         ])
-        .arg("--data")
-        .arg(data)
+        .args(store)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -74,26 +74,38 @@ fn by_name(m: &serde_json::Value, name: &str) -> u64 {
 // Checks that two agents' windows reach the collector labelled by host, that the merged view
 // per host equals the workloads' ground truth exactly (validator-sim's writes, relay-sim's
 // fsyncs), and that killing the collector for 30 s and restarting it loses no window: the
-// agents spool and deliver afterwards, dropping nothing.
+// agents spool and deliver afterwards, dropping nothing. Embedded SQLite store.
 #[test]
 fn two_agents_and_a_collector_outage() {
     require_root!();
+    let dir = scratch("fleet");
+    let data = dir.join("data").display().to_string();
+    two_agents_and_an_outage(&dir, &["--data".into(), data]);
+}
+
+// The same against a real clickhouse-server (Debian's, installed by scripts/setup.sh) on
+// 127.0.0.1: the collector restarted after the outage finds everything stored before it.
+#[test]
+fn two_agents_and_a_collector_outage_clickhouse() {
+    require_root!();
+    let Some(ch) = ClickHouse::start("fleet-clickhouse-server") else {
+        panic!("clickhouse-server is not installed: run scripts/setup.sh");
+    };
+    let dir = scratch("fleet-clickhouse");
+    two_agents_and_an_outage(&dir, &["--clickhouse".into(), ch.url.clone()]);
+}
+
+fn two_agents_and_an_outage(dir: &Path, store: &[String]) {
     let Some(relay) = go_workload("relay-sim") else {
         eprintln!("SKIPPED: no Go toolchain");
         return;
     };
     let _g = bpf_lock();
     let sim = rust_workload("validator-sim");
-    let dir = scratch("fleet");
     let tokens = dir.join("tokens");
     std::fs::write(&tokens, format!("host-a {TOKEN_A}\nhost-b {TOKEN_B}\n")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let data = dir.join("data");
-    let mut coll = collector(port, &data, &tokens);
+    let port = free_port();
+    let mut coll = collector(port, store, &tokens);
 
     let mut va = Command::new(&sim)
         .args([
@@ -115,8 +127,8 @@ fn two_agents_and_a_collector_outage() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let (mut agent_a, mut err_a) = agent(&dir, "a", port, TOKEN_A, "host-a", "validator-sim");
-    let (mut agent_b, mut err_b) = agent(&dir, "b", port, TOKEN_B, "host-b", "relay-sim");
+    let (mut agent_a, mut err_a) = agent(dir, "a", port, TOKEN_A, "host-a", "validator-sim");
+    let (mut agent_b, mut err_b) = agent(dir, "b", port, TOKEN_B, "host-b", "relay-sim");
     read_until(&mut err_a, &format!("recording pid {}", va.id()));
     read_until(&mut err_b, &format!("recording pid {}", rb.id()));
     // Both targets are recorded: let them run.
@@ -126,7 +138,7 @@ fn two_agents_and_a_collector_outage() {
     let _ = coll.kill();
     let _ = coll.wait();
     std::thread::sleep(Duration::from_secs(30));
-    let mut coll = collector(port, &data, &tokens);
+    let mut coll = collector(port, store, &tokens);
     let truth_a = truth_from(&va.wait_with_output().unwrap().stdout);
     let truth_b = truth_from(&rb.wait_with_output().unwrap().stdout);
     std::thread::sleep(Duration::from_secs(2));

@@ -278,13 +278,15 @@ fn http_request(method: &str, url: &str, headers: &str, body: &[u8]) -> (u16, St
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
     let mut s = std::net::TcpStream::connect(host).expect("connecting to the server");
-    write!(
-        s,
+    // One write, no Nagle: a request sent in pieces waits out the peer's delayed ACK (40 ms).
+    s.set_nodelay(true).unwrap();
+    let mut req = format!(
         "{method} {path} HTTP/1.0\r\nHost: {host}\r\n{headers}Content-Length: {}\r\n\r\n",
         body.len()
     )
-    .unwrap();
-    s.write_all(body).unwrap();
+    .into_bytes();
+    req.extend_from_slice(body);
+    s.write_all(&req).unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let status = resp
@@ -309,4 +311,85 @@ pub fn http_post(url: &str, token: &str, body: &[u8]) -> (u16, String) {
     let headers =
         format!("Authorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\n");
     http_request("POST", url, &headers, body)
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released: good enough for a test's own servers).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `clickhouse-server` of the machine's (Debian's) package run for one test on 127.0.0.1,
+/// with its own ports, data directory and a password-less `default` user; killed on drop.
+pub struct ClickHouse {
+    child: std::process::Child,
+    /// The HTTP interface, for `phaseprof-collector --clickhouse`.
+    pub url: String,
+}
+
+impl ClickHouse {
+    /// None when clickhouse-server is not installed (`scripts/setup.sh` installs it).
+    pub fn start(name: &str) -> Option<ClickHouse> {
+        let bin = ["/usr/bin/clickhouse-server", "/usr/sbin/clickhouse-server"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())?;
+        let dir = scratch(name);
+        let (http, tcp) = (free_port(), free_port());
+        std::fs::write(
+            dir.join("users.xml"),
+            "<yandex><profiles><default/></profiles><quotas><default/></quotas><users><default>\
+             <password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile>\
+             <quota>default</quota></default></users></yandex>\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("config.xml"),
+            format!(
+                "<yandex><logger><level>warning</level><console>1</console></logger>\
+                 <http_port>{http}</http_port><tcp_port>{tcp}</tcp_port>\
+                 <listen_host>127.0.0.1</listen_host><path>{d}/data/</path>\
+                 <tmp_path>{d}/data/tmp/</tmp_path><users_config>{d}/users.xml</users_config>\
+                 <default_profile>default</default_profile><default_database>default</default_database>\
+                 <mark_cache_size>268435456</mark_cache_size></yandex>\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(bin)
+            .arg(format!("--config-file={}", dir.join("config.xml").display()))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
+            .spawn()
+            .expect("starting clickhouse-server");
+        let url = format!("http://127.0.0.1:{http}/");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while http_request_ok(&format!("{url}ping")).is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "clickhouse-server did not start: {}",
+                std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Some(ClickHouse { child, url })
+    }
+}
+
+impl Drop for ClickHouse {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// GET `url` if something answers 200 there.
+fn http_request_ok(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("http://")?;
+    let host = &rest[..rest.find('/').unwrap_or(rest.len())];
+    std::net::TcpStream::connect(host).ok()?;
+    let (status, body) = http_get(url);
+    (status == 200).then_some(body)
 }
