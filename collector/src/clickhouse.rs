@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use crate::store::{Selector, Store, StoreError, WindowInfo};
 
-/// Windows per INSERT at most, and how long a window waits for others to join its batch.
-const BATCH_ROWS: usize = 256;
-const BATCH_WAIT: Duration = Duration::from_millis(50);
+/// Windows per INSERT at most, and the least time between two INSERTs: windows arriving
+/// meanwhile join the next batch, so parts are made at most ten times a second at any rate.
+const BATCH_ROWS: usize = 512;
+const INSERT_SPACING: Duration = Duration::from_millis(100);
 
 struct Row {
     id: i64,
@@ -179,19 +180,25 @@ fn time_range(sel: &Selector) -> String {
     format!("start_ns >= {} AND start_ns < {to}", sel.from_ns)
 }
 
-/// The insert thread: collects windows for up to `BATCH_WAIT` (or `BATCH_ROWS`), writes them
-/// as one RowBinary INSERT, and answers each sender with the outcome.
+/// The insert thread: takes the windows waiting (at least one), the ones that arrive until
+/// `INSERT_SPACING` after the previous INSERT began, writes them as one RowBinary INSERT, and
+/// answers each sender with the outcome.
 fn insert_batches(http: &Http, table: &str, rx: mpsc::Receiver<(Row, Reply)>) {
+    let mut last = Instant::now() - INSERT_SPACING;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
-        let deadline = Instant::now() + BATCH_WAIT;
+        let due = last + INSERT_SPACING;
         while batch.len() < BATCH_ROWS {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
+            let item = match due.checked_duration_since(Instant::now()) {
+                Some(left) => rx.recv_timeout(left).ok(),
+                None => rx.try_recv().ok(),
+            };
+            match item {
+                Some(item) => batch.push(item),
+                None => break,
             }
         }
+        last = Instant::now();
         let mut data = Vec::new();
         for (row, _) in &batch {
             put_i64(&mut data, row.id);

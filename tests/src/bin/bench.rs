@@ -556,91 +556,33 @@ fn main() {
         );
     }
     if wanted("fleet") {
-        // 6. The collector with its SQLite store: sustained ingest of typical windows (500
-        //    stacks, as a 10 s window of a busy service at 99 Hz) from 4 concurrent agents, then
-        //    the latency of a merged query over 1 hour of 10 hosts (3,600 windows of 10 s).
+        // 6. The collector: sustained ingest of typical windows (500 stacks, as a 10 s window
+        //    of a busy service at 99 Hz) from 50 concurrent agents (a fleet of 2,000 hosts
+        //    pushing every 10 s is 200 windows/s with ~50 requests in flight), then the latency
+        //    of a merged query over 1 hour of 10 hosts (3,600 windows of 10 s); with the
+        //    embedded SQLite store and with ClickHouse (Debian's clickhouse-server, started here).
         let dir =
             std::env::temp_dir().join(format!("phaseprof-bench-fleet-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let token = "bench-agent-token-0123456789";
-        std::fs::write(dir.join("tokens"), format!("bench {token}\n")).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut coll = Command::new(root().join("target/release/phaseprof-collector"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--tokens"])
-            .arg(dir.join("tokens"))
-            .arg("--data")
-            .arg(dir.join("data"))
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = std::io::BufReader::new(coll.stderr.take().unwrap());
-        read_until(&mut err, "listening on");
-        let hour_ns = 3_600_000_000_000u64;
-        // The last hour: older windows would fall to the collector's 7-day retention.
-        let now_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        let t0 = now_ns - hour_ns;
-        let window = |host: usize, i: u64| {
-            let mut p = synthetic_profile(500);
-            p.meta.start_unix_ns = t0 + i * 10_000_000_000;
-            p.meta.end_unix_ns = p.meta.start_unix_ns + 10_000_000_000;
-            p.meta.labels.insert("host".into(), format!("host-{host}"));
-            p.meta.labels.insert("version".into(), "1.5".into());
-            let mut b = Vec::new();
-            phaseprof_model::write_profile(&p, &mut b).unwrap();
-            b
-        };
-        // 10 hosts x 360 windows; bodies differ only in labels and times.
-        let n: usize = std::env::var("PHASEPROF_BENCH_WINDOWS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3600);
-        let bodies: Vec<Vec<u8>> = (0..n).map(|k| window(k % 10, (k / 10) as u64)).collect();
-        let size = bodies.iter().map(Vec::len).sum::<usize>() / bodies.len();
-        let url = format!("http://127.0.0.1:{port}/api/v1/windows");
-        let t = Instant::now();
-        std::thread::scope(|s| {
-            for chunk in bodies.chunks(bodies.len() / 4) {
-                let url = &url;
-                s.spawn(move || {
-                    for b in chunk {
-                        let (status, body) = phaseprof_e2e::http_post(url, token, b);
-                        assert_eq!(status, 201, "{body}");
-                    }
-                });
-            }
-        });
-        let secs = t.elapsed().as_secs_f64();
-        println!(
-            "collector (SQLite) ingest: {} windows of {:.1} KiB from 4 agents in {secs:.1} s = {:.0} windows/s",
-            bodies.len(),
-            size as f64 / 1024.0,
-            bodies.len() as f64 / secs
+        let hour = FleetHour::new();
+        fleet_bench(
+            "SQLite",
+            &["--data".into(), dir.join("data").display().to_string()],
+            &dir,
+            &hour,
+            rounds,
         );
-        // One round: decoding and merging thousands of stored windows takes tens of seconds.
-        let mut q = vec![];
-        for _ in 0..1 {
-            let t = Instant::now();
-            let (status, body) = phaseprof_e2e::http_get(&format!(
-                "http://127.0.0.1:{port}/api/v1/merged?sel=version%3D1.5&from={t0}&to={now_ns}"
-            ));
-            assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
-            q.push(t.elapsed().as_secs_f64());
+        match phaseprof_e2e::ClickHouse::start("bench-clickhouse") {
+            Some(ch) => fleet_bench(
+                "ClickHouse",
+                &["--clickhouse".into(), ch.url.clone()],
+                &dir,
+                &hour,
+                rounds,
+            ),
+            None => println!("collector (ClickHouse): skipped, clickhouse-server not installed"),
         }
-        println!(
-            "merged query over 1 hour of 10 hosts ({} windows): {:.2} s",
-            bodies.len(),
-            median(q)
-        );
-        let _ = coll.kill();
-        let _ = coll.wait();
         let _ = std::fs::remove_dir_all(&dir);
     }
     if wanted("agent") {
@@ -711,4 +653,101 @@ fn main() {
             rss_kib as f64 / 1024.0
         );
     }
+}
+
+/// An hour of 10 hosts' windows, ending now (older windows would fall to the collector's 7-day
+/// retention); bodies differ only in labels and times.
+struct FleetHour {
+    from_ns: u64,
+    to_ns: u64,
+    bodies: Vec<Vec<u8>>,
+}
+
+impl FleetHour {
+    fn new() -> Self {
+        let to_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let from_ns = to_ns - 3_600_000_000_000;
+        let n: usize = std::env::var("PHASEPROF_BENCH_WINDOWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3600);
+        let template = synthetic_profile(500);
+        let bodies = (0..n)
+            .map(|k| {
+                let mut p = template.clone();
+                p.meta.start_unix_ns = from_ns + (k / 10) as u64 * 10_000_000_000;
+                p.meta.end_unix_ns = p.meta.start_unix_ns + 10_000_000_000;
+                p.meta.labels.insert("host".into(), format!("host-{}", k % 10));
+                p.meta.labels.insert("version".into(), "1.5".into());
+                let mut b = Vec::new();
+                phaseprof_model::write_profile(&p, &mut b).unwrap();
+                b
+            })
+            .collect();
+        FleetHour {
+            from_ns,
+            to_ns,
+            bodies,
+        }
+    }
+}
+
+/// Ingest rate and merged-query latency of a collector storing with `store`.
+fn fleet_bench(name: &str, store: &[String], dir: &std::path::Path, hour: &FleetHour, rounds: usize) {
+    const AGENTS: usize = 50;
+    let token = "bench-agent-token-0123456789";
+    std::fs::write(dir.join("tokens"), format!("bench {token}\n")).unwrap();
+    let port = phaseprof_e2e::free_port();
+    let mut coll = Command::new(root().join("target/release/phaseprof-collector"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--tokens"])
+        .arg(dir.join("tokens"))
+        .args(store)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(coll.stderr.take().unwrap());
+    read_until(&mut err, "listening on");
+    let bodies = &hour.bodies;
+    let size = bodies.iter().map(Vec::len).sum::<usize>() / bodies.len();
+    let url = format!("http://127.0.0.1:{port}/api/v1/windows");
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for chunk in bodies.chunks(bodies.len().div_ceil(AGENTS)) {
+            let url = &url;
+            s.spawn(move || {
+                for b in chunk {
+                    let (status, body) = phaseprof_e2e::http_post(url, token, b);
+                    assert_eq!(status, 201, "{body}");
+                }
+            });
+        }
+    });
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "collector ({name}) ingest: {} windows of {:.1} KiB from {AGENTS} agents in {secs:.1} s = {:.0} windows/s",
+        bodies.len(),
+        size as f64 / 1024.0,
+        bodies.len() as f64 / secs
+    );
+    let mut q = vec![];
+    for _ in 0..rounds.min(3) {
+        let t = Instant::now();
+        let (status, body) = phaseprof_e2e::http_get(&format!(
+            "http://127.0.0.1:{port}/api/v1/merged?sel=version%3D1.5&from={}&to={}",
+            hour.from_ns, hour.to_ns
+        ));
+        assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+        q.push(t.elapsed().as_secs_f64());
+    }
+    println!(
+        "collector ({name}) merged query over 1 hour of 10 hosts ({} windows): {:.2} s (median of {})",
+        bodies.len(),
+        median(q),
+        rounds.min(3)
+    );
+    let _ = coll.kill();
+    let _ = coll.wait();
 }
