@@ -99,6 +99,27 @@ impl<'obj> Session<'obj> {
         self.deferred_phases = phases;
     }
 
+    /// Resolves `cfg`'s phases in `pid`'s executable and libraries and attaches their probes,
+    /// phase `i` of `cfg` counted as the session's phase `ids[i]` (an agent's targets each have
+    /// their own phases file, merged into one list of names). Uprobes sit on the file: other
+    /// processes of the same executable are covered too.
+    pub fn attach_phases(
+        &mut self,
+        pid: u32,
+        cfg: &PhaseConfig,
+        file: &str,
+        ids: &[u32],
+    ) -> Result<()> {
+        let mut plan = PhasePlan::default();
+        plan.resolve(cfg, file, &targets::code_objects(pid)?)?;
+        for probe in &plan.probes {
+            let id = ids[probe.phase as usize - 1];
+            self.engine
+                .attach_phase(id, &probe.site, probe.returns.as_deref())?;
+        }
+        Ok(())
+    }
+
     pub fn engine(&self) -> &Engine<'obj> {
         &self.engine
     }

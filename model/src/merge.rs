@@ -115,11 +115,16 @@ impl Merger {
             })
             .collect();
         if !p.phase_stats.is_empty() {
-            self.stats
-                .resize(merged.phases.len().max(self.stats.len()), PhaseStats::default());
+            self.stats.resize(
+                merged.phases.len().max(self.stats.len()),
+                PhaseStats::default(),
+            );
         }
         for (i, s) in p.phase_stats.iter().enumerate() {
-            if let Some(into) = phase_map.get(i).and_then(|&to| self.stats.get_mut(to as usize)) {
+            if let Some(into) = phase_map
+                .get(i)
+                .and_then(|&to| self.stats.get_mut(to as usize))
+            {
                 add_stats(into, s);
             }
         }

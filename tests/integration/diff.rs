@@ -91,7 +91,12 @@ fn replicated_diff_verdicts() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| format!("{}/{} {} {}", m["phase"], m["metric"], m["verdict"], m["diff"]))
+        .map(|m| {
+            format!(
+                "{}/{} {} {}",
+                m["phase"], m["metric"], m["verdict"], m["diff"]
+            )
+        })
         .collect();
     eprintln!("same build: {verdicts:?}");
     assert!(claimed.is_empty(), "same build judged changed: {claimed:?}");

@@ -43,8 +43,14 @@ fn agent(
         &cfg,
         format!(
             "collector = \"http://127.0.0.1:{port}\"\ntoken = \"{token}\"\nwindow = \"1s\"\n\
-             spool_dir = \"{}\"\n[labels]\nhost = \"{host}\"\nservice = \"{target}\"\n[[target]]\nname = \"{target}\"\n",
-            dir.join(format!("{name}-spool")).display()
+             spool_dir = \"{}\"\n[labels]\nhost = \"{host}\"\nservice = \"{target}\"\n\
+             [[target]]\nname = \"{target}\"\nphases = \"{}\"\n",
+            dir.join(format!("{name}-spool")).display(),
+            root()
+                .join("tests/workloads")
+                .join(target)
+                .join("phases.toml")
+                .display()
         ),
     )
     .unwrap();
@@ -74,7 +80,8 @@ fn by_name(m: &serde_json::Value, name: &str) -> u64 {
 // Checks that two agents' windows reach the collector labelled by host, that the merged view
 // per host equals the workloads' ground truth exactly (validator-sim's writes, relay-sim's
 // fsyncs), and that killing the collector for 30 s and restarting it loses no window: the
-// agents spool and deliver afterwards, dropping nothing. Embedded SQLite store.
+// agents spool and deliver afterwards, dropping nothing; each target has its own phases file and
+// the calls per phase are exact too. Embedded SQLite store.
 #[test]
 fn two_agents_and_a_collector_outage() {
     require_root!();
@@ -171,6 +178,20 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String]) {
         truth_a["write_syscalls"].as_u64().unwrap()
     );
     assert_eq!(by_name(&b, "fsync"), truth_b["fsyncs"].as_u64().unwrap());
+    // Each target's own phases file: calls per phase exact on both hosts.
+    for (m, truth, names) in [
+        (&a, &truth_a, &["propose", "replay", "finalize"][..]),
+        (&b, &truth_b, &["ingest", "verify", "commit", "fanout"][..]),
+    ] {
+        for name in names {
+            assert_eq!(
+                phase_json(m, name)["calls"],
+                truth["calls"][name],
+                "{} {name}",
+                m["labels"]["host"]
+            );
+        }
+    }
     assert_eq!(a["labels"]["host"], "host-a");
     assert_eq!(b["labels"]["service"], "relay-sim");
     assert_eq!(a["lost"]["events"], 0);

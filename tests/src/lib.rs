@@ -359,7 +359,10 @@ impl ClickHouse {
         )
         .unwrap();
         let child = Command::new(bin)
-            .arg(format!("--config-file={}", dir.join("config.xml").display()))
+            .arg(format!(
+                "--config-file={}",
+                dir.join("config.xml").display()
+            ))
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
             .spawn()

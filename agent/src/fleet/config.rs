@@ -8,7 +8,7 @@
 //! spool_limit = "256MiB"
 //! metrics_listen = "127.0.0.1:9464"
 //! events = ["cpu", "offcpu", "syscall"]
-//! phases = "/etc/phaseprof/phases.toml"
+//! phases = "/etc/phaseprof/phases.toml"    # for targets without their own
 //! [labels]
 //! service = "relay"
 //! version = "1.5"
@@ -16,6 +16,7 @@
 //! name = "relay"                   # regex on comm or command line; or:
 //! # exe = "/usr/bin/relay"
 //! # cgroup = "system.slice/relay.service"
+//! phases = "/etc/phaseprof/relay-phases.toml"
 //! ```
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -54,6 +55,7 @@ struct RawTarget {
     name: Option<String>,
     exe: Option<PathBuf>,
     cgroup: Option<String>,
+    phases: Option<PathBuf>,
 }
 
 fn default_window() -> String {
@@ -93,6 +95,14 @@ impl TargetRule {
     }
 }
 
+/// A target rule and the phases file of its processes.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub rule: TargetRule,
+    /// The target's own `phases`, else the config's top-level one.
+    pub phases: Option<PathBuf>,
+}
+
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub collector: String,
@@ -102,9 +112,8 @@ pub struct AgentConfig {
     pub spool_limit: u64,
     pub metrics_listen: Option<SocketAddr>,
     pub events: Vec<EventKind>,
-    pub phases: Option<PathBuf>,
     pub labels: BTreeMap<String, String>,
-    pub targets: Vec<TargetRule>,
+    pub targets: Vec<Target>,
 }
 
 impl AgentConfig {
@@ -159,7 +168,10 @@ impl AgentConfig {
                     i + 1
                 ),
             };
-            targets.push(rule);
+            targets.push(Target {
+                rule,
+                phases: t.phases.or_else(|| raw.phases.clone()),
+            });
         }
         if targets.is_empty() {
             bail!("{file}: no [[target]]: name (regex), exe or cgroup");
@@ -172,7 +184,6 @@ impl AgentConfig {
             spool_limit,
             metrics_listen: raw.metrics_listen,
             events,
-            phases: raw.phases,
             labels: raw.labels,
             targets,
         })
@@ -188,13 +199,15 @@ mod tests {
     fn parses_and_refuses_clearly() {
         let c = AgentConfig::parse(
             "a.toml",
-            "collector = \"http://127.0.0.1:7071/\"\ntoken = \"t\"\nwindow = \"2s\"\nspool_dir = \"/tmp/s\"\n[labels]\nservice = \"relay\"\n[[target]]\nname = \"relay\"\n[[target]]\ncgroup = \"/system.slice/x.service\"\n",
+            "collector = \"http://127.0.0.1:7071/\"\ntoken = \"t\"\nwindow = \"2s\"\nspool_dir = \"/tmp/s\"\nphases = \"/p.toml\"\n[labels]\nservice = \"relay\"\n[[target]]\nname = \"relay\"\n[[target]]\ncgroup = \"/system.slice/x.service\"\nphases = \"/x.toml\"\n",
         )
         .unwrap();
         assert_eq!(c.collector, "http://127.0.0.1:7071");
         assert_eq!(c.window, Duration::from_secs(2));
         assert_eq!(c.spool_limit, 256 << 20);
         assert_eq!(c.targets.len(), 2);
+        assert_eq!(c.targets[0].phases.as_deref(), Some(Path::new("/p.toml")));
+        assert_eq!(c.targets[1].phases.as_deref(), Some(Path::new("/x.toml")));
         assert_eq!(c.labels["service"], "relay");
         let err = |text: &str| AgentConfig::parse("a.toml", text).unwrap_err().to_string();
         assert!(

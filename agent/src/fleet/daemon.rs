@@ -13,9 +13,10 @@ use anyhow::{Context, Result};
 use phaseprof_model::{write_profile, Profile};
 
 use super::config::AgentConfig;
+use super::phases::FleetPhases;
 use super::push::{PushMetrics, Sender};
 use crate::engine::EngineConfig;
-use crate::phases::{PhaseConfig, PhasePlan};
+use crate::phases::PhasePlan;
 use crate::record::{open_session, RecordOptions};
 use crate::targets::TargetSpec;
 
@@ -92,14 +93,8 @@ fn label(p: &mut Profile, cfg: &AgentConfig) {
 
 pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     crate::preflight::check_can_record()?;
-    let deferred = match &cfg.phases {
-        Some(f) => Some((PhaseConfig::load(f)?, f.display().to_string())),
-        None => None,
-    };
-    let plan = match &deferred {
-        Some((c, file)) => PhasePlan::from_config(c, file)?,
-        None => PhasePlan::default(),
-    };
+    let mut phases = FleetPhases::load(&cfg.targets)?;
+    let plan = PhasePlan::from_config(&phases.merged, "agent phases")?;
     let opts = RecordOptions {
         target: TargetSpec::Pids(vec![]),
         duration: None,
@@ -108,7 +103,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
             ..EngineConfig::default()
         },
         output: Default::default(),
-        phases: cfg.phases.clone(),
+        phases: None,
         window: cfg.window,
         alloc_budget: None,
         alloc_at_entry: false,
@@ -126,7 +121,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     }
     let mut storage = MaybeUninit::uninit();
     let mut fallback = MaybeUninit::uninit();
-    let (mut session, _) = open_session(&opts, plan, deferred, &mut storage, &mut fallback)?;
+    let (mut session, _) = open_session(&opts, plan, None, &mut storage, &mut fallback)?;
     eprintln!(
         "phaseprof: agent pushing {}-s windows to {}",
         cfg.window.as_secs_f64(),
@@ -158,13 +153,23 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
             session.prune_exited();
             known.retain(|pid| session.live().contains(pid));
             for pid in crate::targets::all_pids() {
-                if pid == me || known.contains(&pid) || !cfg.targets.iter().any(|t| t.matches(pid))
-                {
+                // A zombie still matches by name but has nothing left to record.
+                if pid == me || known.contains(&pid) || !crate::targets::process_alive(pid) {
                     continue;
+                }
+                let Some(target) = cfg.targets.iter().position(|t| t.rule.matches(pid)) else {
+                    continue;
+                };
+                let comm = crate::targets::read_comm(pid, pid).unwrap_or_default();
+                if let Some((config, file, ids)) = phases.to_probe(target, pid) {
+                    // A phases file that does not fit this build is reported; the target is
+                    // still recorded, without phases.
+                    if let Err(e) = session.attach_phases(pid, config, file, ids) {
+                        eprintln!("phaseprof: pid {pid} ({comm}): no phases: {e:#}");
+                    }
                 }
                 match session.add_target(pid) {
                     Ok(()) => {
-                        let comm = crate::targets::read_comm(pid, pid).unwrap_or_default();
                         eprintln!("phaseprof: recording pid {pid} ({comm})");
                         known.insert(pid);
                     }

@@ -2,4 +2,5 @@
 //! collector.
 pub mod config;
 pub mod daemon;
+pub mod phases;
 pub mod push;

@@ -680,7 +680,9 @@ impl FleetHour {
                 let mut p = template.clone();
                 p.meta.start_unix_ns = from_ns + (k / 10) as u64 * 10_000_000_000;
                 p.meta.end_unix_ns = p.meta.start_unix_ns + 10_000_000_000;
-                p.meta.labels.insert("host".into(), format!("host-{}", k % 10));
+                p.meta
+                    .labels
+                    .insert("host".into(), format!("host-{}", k % 10));
                 p.meta.labels.insert("version".into(), "1.5".into());
                 let mut b = Vec::new();
                 phaseprof_model::write_profile(&p, &mut b).unwrap();
@@ -696,7 +698,13 @@ impl FleetHour {
 }
 
 /// Ingest rate and merged-query latency of a collector storing with `store`.
-fn fleet_bench(name: &str, store: &[String], dir: &std::path::Path, hour: &FleetHour, rounds: usize) {
+fn fleet_bench(
+    name: &str,
+    store: &[String],
+    dir: &std::path::Path,
+    hour: &FleetHour,
+    rounds: usize,
+) {
     const AGENTS: usize = 50;
     let token = "bench-agent-token-0123456789";
     std::fs::write(dir.join("tokens"), format!("bench {token}\n")).unwrap();
