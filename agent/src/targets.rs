@@ -38,6 +38,26 @@ pub fn process_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// CPU time of every thread of `pids`, in ns (exact: schedstat, not clock ticks).
+pub fn cpu_ns(pids: impl Iterator<Item = u32>) -> u64 {
+    let mut total = 0;
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                total += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
 pub fn read_comm(pid: u32, tid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .ok()

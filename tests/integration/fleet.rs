@@ -30,10 +30,11 @@ fn collector(port: u16, store: &[String], tokens: &Path) -> Child {
     c
 }
 
+/// An agent pushing to the collector on `port`, serving its metrics on `metrics_port`.
 fn agent(
     dir: &Path,
     name: &str,
-    port: u16,
+    (port, metrics_port): (u16, u16),
     token: &str,
     host: &str,
     target: &str,
@@ -43,7 +44,7 @@ fn agent(
         &cfg,
         format!(
             "collector = \"http://127.0.0.1:{port}\"\ntoken = \"{token}\"\nwindow = \"1s\"\n\
-             spool_dir = \"{}\"\n[labels]\nhost = \"{host}\"\nservice = \"{target}\"\n\
+             spool_dir = \"{}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n[labels]\nhost = \"{host}\"\nservice = \"{target}\"\n\
              [[target]]\nname = \"{target}\"\nphases = \"{}\"\n",
             dir.join(format!("{name}-spool")).display(),
             root()
@@ -134,8 +135,23 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String]) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let (mut agent_a, mut err_a) = agent(dir, "a", port, TOKEN_A, "host-a", "validator-sim");
-    let (mut agent_b, mut err_b) = agent(dir, "b", port, TOKEN_B, "host-b", "relay-sim");
+    let metrics_a = free_port();
+    let (mut agent_a, mut err_a) = agent(
+        dir,
+        "a",
+        (port, metrics_a),
+        TOKEN_A,
+        "host-a",
+        "validator-sim",
+    );
+    let (mut agent_b, mut err_b) = agent(
+        dir,
+        "b",
+        (port, free_port()),
+        TOKEN_B,
+        "host-b",
+        "relay-sim",
+    );
     read_until(&mut err_a, &format!("recording pid {}", va.id()));
     read_until(&mut err_b, &format!("recording pid {}", rb.id()));
     // Both targets are recorded: let them run.
@@ -149,6 +165,27 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String]) {
     let truth_a = truth_from(&va.wait_with_output().unwrap().stdout);
     let truth_b = truth_from(&rb.wait_with_output().unwrap().stdout);
     std::thread::sleep(Duration::from_secs(2));
+    // Every phase call of the finished workload has been counted in a window by now: the
+    // agent's /metrics says two probe hits (entry, exit) per call.
+    let (status, metrics) = http_get(&format!("http://127.0.0.1:{metrics_a}/metrics"));
+    assert_eq!(status, 200);
+    let metric = |line: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no `{line}` in\n{metrics}"))
+    };
+    let calls: u64 = ["propose", "replay", "finalize"]
+        .iter()
+        .map(|n| num(&truth_a["calls"][n]))
+        .sum();
+    assert_eq!(
+        metric("phaseprof_agent_probe_hits_total{probe=\"phase\"}"),
+        2.0 * calls as f64
+    );
+    let overhead = metric("phaseprof_agent_estimated_overhead");
+    assert!((0.0..1.0).contains(&overhead), "{overhead}");
+    assert!(metric("phaseprof_agent_windows_sent_total") > 0.0);
     for a in [&agent_a, &agent_b] {
         // SAFETY: signalling children we spawned.
         unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };

@@ -46,27 +46,6 @@ pub struct AllocRecorder {
     go_rates: Vec<GoRate>,
 }
 
-/// CPU time of every thread of `pids`, in ns (exact: schedstat, not clock ticks).
-fn targets_cpu_ns(pids: impl Iterator<Item = u32>) -> u64 {
-    let mut total = 0;
-    for pid in pids {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            let path = t.path().join("schedstat");
-            if let Ok(s) = std::fs::read_to_string(path) {
-                total += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    total
-}
-
 impl AllocRecorder {
     pub fn new(sample_bytes: u64, budget: Option<f64>, at_entry: bool) -> Self {
         let now = Instant::now();
@@ -163,7 +142,7 @@ impl AllocRecorder {
             g.ensure_sampling();
         }
         if let Some(duty) = &mut self.duty {
-            let cpu_now = targets_cpu_ns(pids.iter().copied());
+            let cpu_now = crate::targets::cpu_ns(pids.iter().copied());
             self.cpu_first.get_or_insert(cpu_now);
             self.cpu_last = self.cpu_last.max(cpu_now);
             if self.attached && now - self.measure_start >= duty.slice() {
@@ -192,14 +171,14 @@ impl AllocRecorder {
                 }
                 engine.pause_alloc(false);
                 self.hits_at_slice = engine.alloc_probe_hits()?;
-                self.cpu_at_slice = targets_cpu_ns(pids.iter().copied());
+                self.cpu_at_slice = crate::targets::cpu_ns(pids.iter().copied());
                 self.measure_start = Instant::now();
                 self.attached = true;
             }
         }
         if now - self.last_report >= REPORT_EVERY {
             let hits = engine.alloc_probe_hits()?;
-            let cpu = targets_cpu_ns(pids.iter().copied());
+            let cpu = crate::targets::cpu_ns(pids.iter().copied());
             let d_hits = hits - self.hits_at_report;
             let d_cpu = cpu.saturating_sub(self.cpu_at_report);
             let secs = (now - self.last_report).as_secs_f64();
@@ -238,7 +217,7 @@ impl AllocRecorder {
         }
         let pids: Vec<u32> = self.sites.keys().copied().collect();
         let (hits, cpu) = if self.duty.is_some() {
-            let cpu_now = targets_cpu_ns(pids.iter().copied());
+            let cpu_now = crate::targets::cpu_ns(pids.iter().copied());
             self.cpu_last = self.cpu_last.max(cpu_now);
             if self.attached {
                 let h = engine.alloc_probe_hits()? - self.hits_at_slice;
@@ -254,7 +233,7 @@ impl AllocRecorder {
             }
         } else {
             let h = engine.alloc_probe_hits()? - self.hits_at_report;
-            let c = targets_cpu_ns(pids.iter().copied()).saturating_sub(self.cpu_at_report);
+            let c = crate::targets::cpu_ns(pids.iter().copied()).saturating_sub(self.cpu_at_report);
             (self.hits_total + h, self.cpu_while_on + c)
         };
         let (fraction, scale) = match &self.duty {

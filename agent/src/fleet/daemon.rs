@@ -2,7 +2,7 @@
 //! cgroup (re-discovered when they restart or new ones appear), records windows, labels them
 //! and pushes them to the collector; `/metrics` for Prometheus; SIGTERM or Ctrl-C flushes the
 //! current window before exiting.
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,11 +23,49 @@ use crate::targets::TargetSpec;
 /// How often /proc is scanned for new targets.
 const SCAN_EVERY: Duration = Duration::from_secs(1);
 
+/// Probe costs measured on our machines (`BPF-NOTES.md`): a phase call is an entry uprobe and
+/// an exit probe; a syscall an enter and an exit tracepoint counting latency, or with the user
+/// stack taken too.
+const NS_PER_PHASE_CALL: f64 = 850.0;
+const NS_PER_SYSCALL: f64 = 240.0;
+const NS_PER_SYSCALL_WITH_STACK: f64 = 640.0;
+
 #[derive(Default)]
 struct AgentMetrics {
     windows_recorded: AtomicU64,
     targets: AtomicU64,
     lost_events: AtomicU64,
+    phase_probe_hits: AtomicU64,
+    syscall_probe_hits: AtomicU64,
+    cpu_samples: AtomicU64,
+    /// Of the last window, in millionths: probe time estimated from the hits over the targets'
+    /// own CPU time.
+    overhead_ppm: AtomicU64,
+}
+
+/// A window's probe hits by kind, and the estimated slowdown of targets that ran `cpu_ns`.
+fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
+    // Phase statistics are inclusive: a call of a nested phase counts in its own phase only.
+    let calls: u64 = p.phase_stats.iter().map(|s| s.calls).sum();
+    let syscalls: u64 = p.syscalls.iter().map(|s| s.count).sum();
+    let per_syscall = if p.meta.syscall_stacks {
+        NS_PER_SYSCALL_WITH_STACK
+    } else {
+        NS_PER_SYSCALL
+    };
+    let probe_ns = calls as f64 * NS_PER_PHASE_CALL + syscalls as f64 * per_syscall;
+    let own = (cpu_ns as f64 - probe_ns).max(1.0);
+    m.phase_probe_hits.fetch_add(2 * calls, Ordering::Relaxed);
+    m.syscall_probe_hits
+        .fetch_add(2 * syscalls, Ordering::Relaxed);
+    m.cpu_samples
+        .fetch_add(p.cpu.iter().map(|s| s.count).sum(), Ordering::Relaxed);
+    let ppm = if cpu_ns == 0 {
+        0.0
+    } else {
+        probe_ns / own * 1e6
+    };
+    m.overhead_ppm.store(ppm as u64, Ordering::Relaxed);
 }
 
 fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
@@ -40,7 +78,13 @@ fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
          # TYPE phaseprof_agent_windows_rejected_total counter\nphaseprof_agent_windows_rejected_total {}\n\
          # TYPE phaseprof_agent_spool_windows gauge\nphaseprof_agent_spool_windows {}\n\
          # TYPE phaseprof_agent_targets gauge\nphaseprof_agent_targets {}\n\
-         # TYPE phaseprof_agent_lost_events_total counter\nphaseprof_agent_lost_events_total {}\n",
+         # TYPE phaseprof_agent_lost_events_total counter\nphaseprof_agent_lost_events_total {}\n\
+         # TYPE phaseprof_agent_probe_hits_total counter\n\
+         phaseprof_agent_probe_hits_total{{probe=\"phase\"}} {}\n\
+         phaseprof_agent_probe_hits_total{{probe=\"syscall\"}} {}\n\
+         # TYPE phaseprof_agent_cpu_samples_total counter\nphaseprof_agent_cpu_samples_total {}\n\
+         # HELP phaseprof_agent_estimated_overhead Probe time over the targets' own CPU time in the last window (phase and syscall probes, at their measured costs).\n\
+         # TYPE phaseprof_agent_estimated_overhead gauge\nphaseprof_agent_estimated_overhead {}\n",
         g(&a.windows_recorded),
         g(&p.windows_sent),
         g(&p.windows_spooled),
@@ -49,6 +93,10 @@ fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
         g(&p.spool_files),
         g(&a.targets),
         g(&a.lost_events),
+        g(&a.phase_probe_hits),
+        g(&a.syscall_probe_hits),
+        g(&a.cpu_samples),
+        g(&a.overhead_ppm) as f64 / 1e6,
     )
 }
 
@@ -128,14 +176,22 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         cfg.collector
     );
     let me = std::process::id();
-    let mut known: BTreeSet<u32> = BTreeSet::new();
+    // Targets and their CPU time at the start of the window (for the overhead estimate).
+    let mut known: BTreeMap<u32, u64> = BTreeMap::new();
     let mut next_scan = Instant::now();
     let mut start = SystemTime::now();
     let mut next_window = Instant::now() + cfg.window;
-    let submit = |p: &mut Profile, sender: &mut Sender| -> Result<()> {
+    let submit = |p: &mut Profile, sender: &mut Sender, known: &mut BTreeMap<u32, u64>| {
+        let mut cpu_ns = 0;
+        for (&pid, mark) in known.iter_mut() {
+            let now = crate::targets::cpu_ns(std::iter::once(pid));
+            cpu_ns += now.saturating_sub(*mark);
+            *mark = now;
+        }
         if p.meta.pids.is_empty() {
             return Ok(()); // no target yet: nothing to say
         }
+        count_window(&agent_metrics, p, cpu_ns);
         label(p, cfg);
         let mut body = Vec::new();
         write_profile(p, &mut body)?;
@@ -151,10 +207,10 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         if Instant::now() >= next_scan {
             next_scan += SCAN_EVERY;
             session.prune_exited();
-            known.retain(|pid| session.live().contains(pid));
+            known.retain(|pid, _| session.live().contains(pid));
             for pid in crate::targets::all_pids() {
                 // A zombie still matches by name but has nothing left to record.
-                if pid == me || known.contains(&pid) || !crate::targets::process_alive(pid) {
+                if pid == me || known.contains_key(&pid) || !crate::targets::process_alive(pid) {
                     continue;
                 }
                 let Some(target) = cfg.targets.iter().position(|t| t.rule.matches(pid)) else {
@@ -171,7 +227,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
                 match session.add_target(pid) {
                     Ok(()) => {
                         eprintln!("phaseprof: recording pid {pid} ({comm})");
-                        known.insert(pid);
+                        known.insert(pid, crate::targets::cpu_ns(std::iter::once(pid)));
                     }
                     // Gone between the scan and the attach, or not ours to read: try again later.
                     Err(e) => eprintln!("phaseprof: pid {pid}: {e:#}"),
@@ -187,14 +243,14 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         if Instant::now() >= next_window {
             let end = SystemTime::now();
             let mut p = session.take_window(start, end)?;
-            submit(&mut p, &mut sender)?;
+            submit(&mut p, &mut sender, &mut known)?;
             start = end;
             next_window += cfg.window;
         }
     }
     // SIGTERM: the current window is recorded and delivered (or spooled) before exiting.
     let mut last = session.finish(start, SystemTime::now())?;
-    submit(&mut last, &mut sender)?;
+    submit(&mut last, &mut sender, &mut known)?;
     sender.flush_spool(true);
     eprintln!("phaseprof: agent stopped");
     Ok(())
