@@ -5,6 +5,7 @@ pub mod app;
 pub mod clickhouse;
 pub mod sqlite;
 pub mod store;
+pub mod tls;
 pub mod tokens;
 
 pub use app::{app, AppState};

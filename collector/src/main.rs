@@ -9,6 +9,7 @@ use phaseprof_collector::app::{AppState, Metrics};
 use phaseprof_collector::clickhouse::ClickHouseStore;
 use phaseprof_collector::sqlite::SqliteStore;
 use phaseprof_collector::store::Store;
+use phaseprof_collector::tls::{server_config, TlsListener};
 use phaseprof_collector::tokens::Tokens;
 
 /// Receives phaseprof windows from fleet agents, stores them, and merges them by label.
@@ -33,6 +34,12 @@ struct Args {
     /// Bearer token for queries (required when listening beyond loopback).
     #[arg(long, env = "PHASEPROF_READ_TOKEN", hide_env_values = true)]
     read_token: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Largest window accepted, in bytes.
     #[arg(long, default_value_t = 16 << 20)]
     max_body: usize,
@@ -81,6 +88,10 @@ fn run(args: Args) -> Result<()> {
         max_body: args.max_body,
         metrics: Arc::new(Metrics::default()),
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(server_config(cert, key)?),
+        _ => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -106,15 +117,31 @@ fn run(args: Args) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        eprintln!(
-            "phaseprof-collector: listening on http://{}/",
-            listener.local_addr()?
-        );
-        axum::serve(listener, phaseprof_collector::app(state))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        let app = phaseprof_collector::app(state);
+        let stop = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        match tls {
+            Some(config) => {
+                eprintln!(
+                    "phaseprof-collector: listening on https://{}/",
+                    listener.local_addr()?
+                );
+                let listener = TlsListener::new(listener, config)?;
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stop)
+                    .await?;
+            }
+            None => {
+                eprintln!(
+                    "phaseprof-collector: listening on http://{}/",
+                    listener.local_addr()?
+                );
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stop)
+                    .await?;
+            }
+        }
         Ok(())
     })
 }

@@ -1,7 +1,7 @@
 //! The fleet: two agents (different `host` labels) push windows of two workloads to a
 //! collector on 127.0.0.1; the collector is killed for 30 s and restarted; nothing is lost.
 use std::io::{BufRead, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -32,6 +32,7 @@ fn collector(port: u16, store: &[String], tokens: &Path) -> Child {
 
 /// An agent pushing to the collector on `port`, serving its metrics on `metrics_port`.
 fn agent(
+    t: &Transport,
     dir: &Path,
     name: &str,
     (port, metrics_port): (u16, u16),
@@ -43,9 +44,11 @@ fn agent(
     std::fs::write(
         &cfg,
         format!(
-            "collector = \"http://127.0.0.1:{port}\"\ntoken = \"{token}\"\nwindow = \"1s\"\n\
+            "collector = \"{}\"\n{}token = \"{token}\"\nwindow = \"1s\"\n\
              spool_dir = \"{}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n[labels]\nhost = \"{host}\"\nservice = \"{target}\"\n\
              [[target]]\nname = \"{target}\"\nphases = \"{}\"\n",
+            t.url(port),
+            t.agent_config(),
             dir.join(format!("{name}-spool")).display(),
             root()
                 .join("tests/workloads")
@@ -64,10 +67,39 @@ fn agent(
     (a, err)
 }
 
-fn merged(port: u16, host: &str) -> serde_json::Value {
-    let (status, body) = http_get(&format!(
-        "http://127.0.0.1:{port}/api/v1/merged?sel=host%3D{host}"
-    ));
+/// How agents and the test reach the collector: plain HTTP, or HTTPS trusting a private CA.
+#[derive(Clone)]
+enum Transport {
+    Http,
+    Https { ca: PathBuf },
+}
+
+impl Transport {
+    fn url(&self, port: u16) -> String {
+        match self {
+            Transport::Http => format!("http://127.0.0.1:{port}"),
+            Transport::Https { .. } => format!("https://127.0.0.1:{port}"),
+        }
+    }
+
+    fn get(&self, url: &str) -> (u16, String) {
+        match self {
+            Transport::Http => http_get(url),
+            Transport::Https { ca } => https_get(url, ca),
+        }
+    }
+
+    /// The agent.toml line trusting the CA.
+    fn agent_config(&self) -> String {
+        match self {
+            Transport::Http => String::new(),
+            Transport::Https { ca } => format!("ca_file = \"{}\"\n", ca.display()),
+        }
+    }
+}
+
+fn merged(t: &Transport, port: u16, host: &str) -> serde_json::Value {
+    let (status, body) = t.get(&format!("{}/api/v1/merged?sel=host%3D{host}", t.url(port)));
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -88,11 +120,12 @@ fn two_agents_and_a_collector_outage() {
     require_root!();
     let dir = scratch("fleet");
     let data = dir.join("data").display().to_string();
-    two_agents_and_an_outage(&dir, &["--data".into(), data]);
+    two_agents_and_an_outage(&dir, &["--data".into(), data], &Transport::Http);
 }
 
 // The same against a real clickhouse-server (Debian's, installed by scripts/setup.sh) on
-// 127.0.0.1: the collector restarted after the outage finds everything stored before it.
+// 127.0.0.1: the collector restarted after the outage finds everything stored before it. Agents
+// push over HTTPS here (the collector's rustls listener, a private CA in the agents' ca_file).
 #[test]
 fn two_agents_and_a_collector_outage_clickhouse() {
     require_root!();
@@ -100,10 +133,19 @@ fn two_agents_and_a_collector_outage_clickhouse() {
         panic!("clickhouse-server is not installed: run scripts/setup.sh");
     };
     let dir = scratch("fleet-clickhouse");
-    two_agents_and_an_outage(&dir, &["--clickhouse".into(), ch.url.clone()]);
+    let (ca, cert, key) = tls_files(&dir);
+    let store = [
+        "--clickhouse".into(),
+        ch.url.clone(),
+        "--tls-cert".into(),
+        cert.display().to_string(),
+        "--tls-key".into(),
+        key.display().to_string(),
+    ];
+    two_agents_and_an_outage(&dir, &store, &Transport::Https { ca });
 }
 
-fn two_agents_and_an_outage(dir: &Path, store: &[String]) {
+fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
     let Some(relay) = go_workload("relay-sim") else {
         eprintln!("SKIPPED: no Go toolchain");
         return;
@@ -137,6 +179,7 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String]) {
         .unwrap();
     let metrics_a = free_port();
     let (mut agent_a, mut err_a) = agent(
+        t,
         dir,
         "a",
         (port, metrics_a),
@@ -145,6 +188,7 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String]) {
         "validator-sim",
     );
     let (mut agent_b, mut err_b) = agent(
+        t,
         dir,
         "b",
         (port, free_port()),
@@ -201,8 +245,8 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String]) {
     eprintln!("{logs}");
     assert!(logs.contains("spooling windows"), "the outage was noticed");
     assert!(!logs.contains("the collector refused"), "no window refused");
-    let a = merged(port, "host-a");
-    let b = merged(port, "host-b");
+    let a = merged(t, port, "host-a");
+    let b = merged(t, port, "host-b");
     eprintln!(
         "host-a writes {} (truth {}), host-b fsyncs {} (truth {})",
         by_name(&a, "write"),

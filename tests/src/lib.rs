@@ -396,3 +396,106 @@ fn http_request_ok(url: &str) -> Option<String> {
     let (status, body) = http_get(url);
     (status == 200).then_some(body)
 }
+
+/// A private CA and a certificate it signed for 127.0.0.1, made with openssl in `dir`:
+/// (CA certificate, server certificate, server key), PEM files.
+pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let (ca_key, ca, key, csr, cert) = (
+        dir.join("ca.key"),
+        dir.join("ca.pem"),
+        dir.join("server.key"),
+        dir.join("server.csr"),
+        dir.join("server.pem"),
+    );
+    let ext = dir.join("san.ext");
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let s = |p: &PathBuf| p.to_str().unwrap().to_string();
+    for args in [
+        vec![
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &s(&ca_key),
+            "-out",
+            &s(&ca),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=phaseprof test CA",
+        ],
+        vec![
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &s(&key),
+            "-out",
+            &s(&csr),
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            &s(&csr),
+            "-CA",
+            &s(&ca),
+            "-CAkey",
+            &s(&ca_key),
+            "-CAcreateserial",
+            "-out",
+            &s(&cert),
+            "-days",
+            "2",
+            "-extfile",
+            &s(&ext),
+        ],
+    ] {
+        let out = Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("running openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (ca, cert, key)
+}
+
+/// GET over HTTPS trusting only the CA certificate `ca`: (status, body).
+pub fn https_get(url: &str, ca: &Path) -> (u16, String) {
+    let pem = std::fs::read(ca).unwrap();
+    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+        .filter_map(|i| match i.unwrap() {
+            ureq::tls::PemItem::Certificate(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs)))
+                .build(),
+        )
+        .build()
+        .into();
+    let mut resp = agent.get(url).call().expect("HTTPS request");
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}

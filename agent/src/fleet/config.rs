@@ -1,7 +1,8 @@
 //! `agent.toml`: where to push, how to find targets, which labels to attach.
 //!
 //! ```toml
-//! collector = "http://127.0.0.1:7071"
+//! collector = "http://127.0.0.1:7071"      # or https://…
+//! # ca_file = "/etc/phaseprof/collector-ca.pem"  # for https: trust this CA instead of the public ones
 //! token_file = "/etc/phaseprof/agent.token"   # or token = "..."
 //! window = "10s"
 //! spool_dir = "/var/lib/phaseprof-agent/spool"
@@ -32,6 +33,7 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     collector: String,
+    ca_file: Option<PathBuf>,
     token: Option<String>,
     token_file: Option<PathBuf>,
     #[serde(default = "default_window")]
@@ -106,6 +108,8 @@ pub struct Target {
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub collector: String,
+    /// PEM certificates the collector's TLS certificate must chain to (None: the public roots).
+    pub ca_file: Option<PathBuf>,
     pub token: String,
     pub window: Duration,
     pub spool_dir: PathBuf,
@@ -130,6 +134,9 @@ impl AgentConfig {
                 "{file}: collector `{}` must be an http:// or https:// URL",
                 raw.collector
             );
+        }
+        if raw.ca_file.is_some() && !raw.collector.starts_with("https://") {
+            bail!("{file}: ca_file is for an https:// collector");
         }
         let token = match (raw.token, raw.token_file) {
             (Some(t), None) => t,
@@ -178,6 +185,7 @@ impl AgentConfig {
         }
         Ok(AgentConfig {
             collector: raw.collector.trim_end_matches('/').to_string(),
+            ca_file: raw.ca_file,
             token,
             window,
             spool_dir: raw.spool_dir,

@@ -159,6 +159,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     };
     let mut sender = Sender::new(
         &cfg.collector,
+        cfg.ca_file.as_deref(),
         &cfg.token,
         cfg.spool_dir.clone(),
         cfg.spool_limit,

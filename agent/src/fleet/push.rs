@@ -2,12 +2,12 @@
 //! cannot take them (down, 5xx), windows wait in a bounded on-disk spool and are sent oldest
 //! first, with exponential backoff, once it is back. Only what overflows the spool is dropped,
 //! and counted; a window the collector refuses (4xx) is counted as rejected.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 /// Counters shared with `/metrics`.
 #[derive(Default)]
@@ -17,6 +17,25 @@ pub struct PushMetrics {
     pub windows_dropped: AtomicU64,
     pub windows_rejected: AtomicU64,
     pub spool_files: AtomicU64,
+}
+
+/// TLS (rustls) trusting only the certificates of the PEM file `path`.
+fn trusting(path: &Path) -> Result<ureq::tls::TlsConfig> {
+    let pem = std::fs::read(path).with_context(|| format!("reading ca_file {}", path.display()))?;
+    let certs = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("ca_file {}", path.display()))?;
+    if certs.is_empty() {
+        bail!("ca_file {} holds no PEM certificate", path.display());
+    }
+    Ok(ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs)))
+        .build())
 }
 
 pub struct Sender {
@@ -40,18 +59,28 @@ enum Outcome {
 }
 
 impl Sender {
-    pub fn new(collector: &str, token: &str, spool: PathBuf, limit: u64) -> Result<Self> {
+    /// `ca_file`: PEM certificates an https collector's certificate must chain to (None: the
+    /// public web roots).
+    pub fn new(
+        collector: &str,
+        ca_file: Option<&Path>,
+        token: &str,
+        spool: PathBuf,
+        limit: u64,
+    ) -> Result<Self> {
         std::fs::create_dir_all(&spool)
             .with_context(|| format!("creating the spool {}", spool.display()))?;
         let seq = Self::spooled(&spool)?
             .last()
             .map(|(n, _)| n + 1)
             .unwrap_or(0);
-        let http = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(10)))
-            .http_status_as_error(false)
-            .build()
-            .into();
+            .http_status_as_error(false);
+        if let Some(path) = ca_file {
+            config = config.tls_config(trusting(path)?);
+        }
+        let http = config.build().into();
         let s = Sender {
             url: format!("{collector}/api/v1/windows"),
             token: token.to_string(),
