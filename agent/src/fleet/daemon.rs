@@ -23,12 +23,13 @@ use crate::targets::TargetSpec;
 /// How often /proc is scanned for new targets.
 const SCAN_EVERY: Duration = Duration::from_secs(1);
 
-/// Probe costs measured on our machines (`BPF-NOTES.md`): a phase call is an entry uprobe and
-/// an exit probe; a syscall an enter and an exit tracepoint counting latency, or with the user
-/// stack taken too.
-const NS_PER_PHASE_CALL: f64 = 850.0;
-const NS_PER_SYSCALL: f64 = 240.0;
-const NS_PER_SYSCALL_WITH_STACK: f64 = 640.0;
+/// Probe costs as `bench` measured them on the development VM (README, Performance): a native
+/// phase call (entry uprobe + uretprobe; Go's return-instruction probes cost about 2.3 times
+/// more, so Go targets are underestimated), and a target's syscall counted with its latency,
+/// without and with its user stack.
+const NS_PER_PHASE_CALL: f64 = 7634.0;
+const NS_PER_SYSCALL: f64 = 460.0;
+const NS_PER_SYSCALL_WITH_STACK: f64 = 1473.0;
 
 #[derive(Default)]
 struct AgentMetrics {
