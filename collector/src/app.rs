@@ -9,11 +9,11 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use phaseprof_model::merge::Merger;
 use phaseprof_model::summary::Summary;
 use phaseprof_model::Profile;
 use serde::Deserialize;
 
+use crate::merged::{decode, merge_bodies};
 use crate::store::{Selector, Store, StoreError};
 use crate::tokens::Tokens;
 
@@ -190,10 +190,6 @@ fn selected_bodies(s: &AppState, q: &SelectorQuery) -> Result<Vec<Vec<u8>>, ApiE
     Ok(bodies)
 }
 
-fn decode(body: &[u8]) -> Result<Profile, StoreError> {
-    phaseprof_model::read_profile(body).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
 /// Every window `q` selects, decoded.
 fn selected(s: &AppState, q: &SelectorQuery) -> Result<Vec<Profile>, ApiError> {
     Ok(selected_bodies(s, q)?
@@ -202,40 +198,9 @@ fn selected(s: &AppState, q: &SelectorQuery) -> Result<Vec<Profile>, ApiError> {
         .collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Every selected window merged into one profile. Windows are decoded and folded in on every
-/// core, each worker merging its share one window at a time (an hour of a fleet is thousands
-/// of windows: never all decoded at once); the partial merges are merged last.
+/// Every selected window merged into one profile.
 fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<Profile, ApiError> {
-    let bodies = selected_bodies(s, q)?;
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(bodies.len());
-    let partials: Vec<Result<Profile, StoreError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = bodies
-            .chunks(bodies.len().div_ceil(workers))
-            .map(|share| {
-                scope.spawn(move || {
-                    let mut m = Merger::default();
-                    for b in share {
-                        m.add(&decode(b)?);
-                    }
-                    Ok(m.finish())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(StoreError::Backend("a merge worker panicked".into())))
-            })
-            .collect()
-    });
-    let mut m = Merger::default();
-    for p in partials {
-        m.add(&p?);
-    }
-    Ok(m.finish())
+    Ok(merge_bodies(&selected_bodies(s, q)?)?)
 }
 
 /// Runs a query's store and merge work off the async workers.

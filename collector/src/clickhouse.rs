@@ -54,7 +54,10 @@ impl Http {
                     "{}{}query={}",
                     self.url,
                     if self.url.contains('?') { "&" } else { "?" },
-                    percent_encode(query)
+                    percent_encoding::utf8_percent_encode(
+                        query,
+                        percent_encoding::NON_ALPHANUMERIC
+                    )
                 ),
                 d.to_vec(),
             ),
@@ -80,17 +83,6 @@ impl Http {
         }
         Ok(bytes)
     }
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 impl ClickHouseStore {

@@ -3,6 +3,8 @@
 //! them by label selector and time range.
 pub mod app;
 pub mod clickhouse;
+pub mod merged;
+pub mod pages;
 pub mod sqlite;
 pub mod store;
 pub mod tls;

@@ -7,8 +7,9 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use phaseprof_collector::app::{AppState, Metrics};
 use phaseprof_collector::clickhouse::ClickHouseStore;
+use phaseprof_collector::pages::Selections;
 use phaseprof_collector::sqlite::SqliteStore;
-use phaseprof_collector::store::Store;
+use phaseprof_collector::store::{parse_age, Store};
 use phaseprof_collector::tls::{server_config, TlsListener};
 use phaseprof_collector::tokens::Tokens;
 
@@ -46,21 +47,6 @@ struct Args {
     /// Delete windows older than this (e.g. 7d, 12h).
     #[arg(long, default_value = "7d", value_parser = parse_age)]
     retain: Duration,
-}
-
-fn parse_age(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not an age like 7d or 12h"))?;
-    let secs = match unit {
-        "s" | "" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (s, m, h, d)")),
-    };
-    Ok(Duration::from_secs(secs))
 }
 
 fn main() {
@@ -117,7 +103,13 @@ fn run(args: Args) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let app = phaseprof_collector::app(state);
+        // The ingest and query API, and `serve`'s pages over label selections (read token
+        // required as for queries).
+        let pages = phaseprof::web::AppState {
+            source: Arc::new(Selections::new(state.store.clone())),
+            token: state.read_token.clone(),
+        };
+        let app = phaseprof_collector::app(state).merge(phaseprof::web::app(pages));
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };

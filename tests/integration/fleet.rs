@@ -276,6 +276,18 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
     assert_eq!(a["labels"]["host"], "host-a");
     assert_eq!(b["labels"]["service"], "relay-sim");
     assert_eq!(a["lost"]["events"], 0);
+    // The same merge through the collector's pages: the index offers the hosts in its label
+    // pickers, and the selection's profile (its JSON) counts the same writes.
+    let (status, index) = t.get(&format!("{}/", t.url(port)));
+    assert_eq!(status, 200, "{index}");
+    assert!(index.contains("<option>host-b</option>"), "{index}");
+    let (status, page) = t.get(&format!(
+        "{}/api/profiles/host%3Dhost-a%407d",
+        t.url(port)
+    ));
+    assert_eq!(status, 200, "{page}");
+    let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+    assert_eq!(by_name(&page, "write"), by_name(&a, "write"));
     let _ = coll.kill();
     let _ = coll.wait();
 }

@@ -28,6 +28,23 @@ pub trait ProfileSource: Send + Sync + 'static {
     fn heading(&self) -> String {
         "Profiles".into()
     }
+    /// Label keys with their values, for a source whose profiles are label selections (the
+    /// collector): the index page shows a picker, `/select?KEY=VALUE…` opens the selection.
+    fn pickers(&self) -> Vec<LabelPicker> {
+        Vec::new()
+    }
+    /// The profile id of a selection made with the pickers (`(key, value)` pairs, `last`: the
+    /// time range); None when the source has no pickers.
+    fn select(&self, _labels: &[(String, String)], _last: &str) -> Option<String> {
+        None
+    }
+}
+
+/// One label key and the values seen.
+#[derive(Clone, Debug, Serialize)]
+pub struct LabelPicker {
+    pub key: String,
+    pub values: Vec<String>,
 }
 
 /// One profile as listed.
@@ -144,6 +161,7 @@ pub fn app(state: AppState) -> Router {
             "/range/{from}/{to}/download.phaseprof",
             get(api::range_download),
         )
+        .route("/select", get(pages::select))
         .route("/diff", get(pages::diff))
         .route("/diff.svg", get(api::diff_svg))
         .route("/api/profiles", get(api::profiles))

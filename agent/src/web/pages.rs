@@ -14,16 +14,16 @@ fn render(t: &impl Template) -> Result<Html<String>, WebError> {
     t.render().map(Html).map_err(WebError::internal)
 }
 
-/// `a b` in a query value (phase names contain no reserved characters but `(none)`).
+/// Everything but RFC 3986's unreserved characters.
+const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// A value escaped for a URL query or path segment (phase names have `(none)`, selections `=`).
 fn query_escape(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(s, RESERVED).to_string()
 }
 
 fn unix_time(ns: u64) -> String {
@@ -48,6 +48,7 @@ struct IndexPage {
     heading: String,
     refresh: u32,
     entries: Vec<IndexRow>,
+    pickers: Vec<super::LabelPicker>,
 }
 
 pub async fn index(State(state): State<AppState>) -> Result<Html<String>, WebError> {
@@ -79,7 +80,33 @@ pub async fn index(State(state): State<AppState>) -> Result<Html<String>, WebErr
         heading: state.source.heading(),
         refresh: state.source.refresh_s(),
         entries,
+        pickers: state.source.pickers(),
     })
+}
+
+/// The label pickers' form: opens the profile of the selection (every non-empty label, and
+/// `last`, the time range).
+pub async fn select(
+    State(state): State<AppState>,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<axum::response::Redirect, WebError> {
+    let last = q
+        .iter()
+        .find(|(k, _)| k == "last")
+        .map_or("1h", |(_, v)| v.as_str())
+        .to_string();
+    let labels: Vec<(String, String)> = q
+        .into_iter()
+        .filter(|(k, v)| k != "last" && !v.is_empty())
+        .collect();
+    let id = state
+        .source
+        .select(&labels, &last)
+        .ok_or_else(|| WebError::not_found("these profiles have no label pickers"))?;
+    Ok(axum::response::Redirect::to(&format!(
+        "/profile/{}",
+        query_escape(&id)
+    )))
 }
 
 pub struct PhaseRow {

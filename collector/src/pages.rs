@@ -1,0 +1,252 @@
+//! The collector's HTML pages and their JSON API: `serve`'s web app (the `phaseprof` crate's
+//! `web`) over label selections. Each profile is a selection — the windows of a label set over
+//! a recent range (`host=a,version=1.5@1h`) — merged on demand; the index lists the label sets
+//! seen in the last day and offers label pickers.
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use phaseprof::web::{LabelPicker, ProfileEntry, ProfileSource};
+use phaseprof_model::Profile;
+
+use crate::merged::merge_bodies;
+use crate::store::{parse_age, Selector, Store};
+
+/// A merged selection is reused this long: one page view fetches its profile several times
+/// (the page, each flamegraph, the downloads).
+const CACHE_FOR: Duration = Duration::from_secs(30);
+/// The index lists label sets with windows this recent.
+const LISTED: Duration = Duration::from_secs(24 * 3600);
+/// The range of a listed label set's profile.
+const DEFAULT_LAST: &str = "1h";
+
+pub struct Selections {
+    store: Arc<dyn Store>,
+    cache: Mutex<Vec<(String, Instant, Arc<Profile>)>>,
+}
+
+impl Selections {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Selections {
+            store,
+            cache: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn recent(&self, age: Duration) -> Selector {
+        Selector {
+            labels: BTreeMap::new(),
+            from_ns: now_ns().saturating_sub(age.as_nanos() as u64),
+            to_ns: 0,
+        }
+    }
+
+    fn merge(&self, id: &str) -> Option<Profile> {
+        let (labels, last) = parse_id(id)?;
+        let sel = Selector {
+            labels,
+            ..self.recent(last)
+        };
+        let bodies = self.store.bodies(&sel).ok()?;
+        if bodies.is_empty() {
+            return None;
+        }
+        merge_bodies(&bodies).ok()
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64
+}
+
+/// `k=v,k=v@AGE` (either part may be empty) → labels and age.
+fn parse_id(id: &str) -> Option<(BTreeMap<String, String>, Duration)> {
+    let (labels, last) = id.rsplit_once('@').unwrap_or((id, DEFAULT_LAST));
+    Some((Selector::parse_labels(labels).ok()?, parse_age(last).ok()?))
+}
+
+fn id_of<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>, last: &str) -> String {
+    let sel: Vec<String> = labels
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    format!("{}@{last}", sel.join(","))
+}
+
+/// Work that reads the store and decodes windows, called from the web app's async handlers:
+/// moved off the async worker where the runtime allows it.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+impl ProfileSource for Selections {
+    fn list(&self) -> Vec<ProfileEntry> {
+        let windows = blocking(|| self.store.windows(&self.recent(LISTED))).unwrap_or_default();
+        let mut sets: BTreeMap<BTreeMap<String, String>, (u64, u64)> = BTreeMap::new();
+        for w in windows {
+            let range = sets.entry(w.labels).or_insert((u64::MAX, 0));
+            range.0 = range.0.min(w.start_ns);
+            range.1 = range.1.max(w.end_ns);
+        }
+        sets.into_iter()
+            .map(|(labels, (start, end))| {
+                let id = id_of(&labels, DEFAULT_LAST);
+                ProfileEntry {
+                    name: id.clone(),
+                    id,
+                    comm: labels.get("service").cloned().unwrap_or_default(),
+                    pids: Vec::new(),
+                    start_unix_ns: start,
+                    duration_ns: end.saturating_sub(start),
+                    events: Vec::new(),
+                }
+            })
+            .collect()
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Profile>> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.retain(|(_, at, _)| at.elapsed() < CACHE_FOR);
+        if let Some((_, _, p)) = cache.iter().find(|(k, _, _)| k == id) {
+            return Some(p.clone());
+        }
+        // Merged under the lock: concurrent requests for one selection merge it once.
+        let p = Arc::new(blocking(|| self.merge(id))?);
+        cache.push((id.to_string(), Instant::now(), p.clone()));
+        Some(p)
+    }
+
+    fn refresh_s(&self) -> u32 {
+        60
+    }
+
+    fn heading(&self) -> String {
+        "Fleet: label sets of the last 24 hours (each over its last hour)".into()
+    }
+
+    fn pickers(&self) -> Vec<LabelPicker> {
+        let windows = blocking(|| self.store.windows(&self.recent(LISTED))).unwrap_or_default();
+        let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for w in windows {
+            for (k, v) in w.labels {
+                keys.entry(k).or_default().insert(v);
+            }
+        }
+        keys.into_iter()
+            .map(|(key, values)| LabelPicker {
+                key,
+                values: values.into_iter().collect(),
+            })
+            .collect()
+    }
+
+    fn select(&self, labels: &[(String, String)], last: &str) -> Option<String> {
+        parse_age(last).ok()?;
+        Some(id_of(labels.iter().map(|(k, v)| (k, v)), last))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sqlite::SqliteStore;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use phaseprof_model::*;
+    use tower::ServiceExt;
+
+    fn window(host: &str, version: &str, samples: u64) -> Profile {
+        let start = now_ns() - 60_000_000_000;
+        let mut b = ProfileBuilder::new(
+            Meta {
+                pids: vec![7],
+                comm: "relay".into(),
+                events: vec![EventKind::Cpu],
+                frequency_hz: 99,
+                start_unix_ns: start,
+                end_unix_ns: start + 10_000_000_000,
+                labels: [("host", host), ("version", version)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Meta::default()
+            },
+            vec!["verify".into()],
+        );
+        let f = b.intern_frame(Frame {
+            function: "verify_signatures".into(),
+            module: "relay".into(),
+            kind: FrameKind::User,
+            inlined: false,
+        });
+        let s = b.intern_stack(vec![f]);
+        b.add_cpu(7, 7, PhaseAt { phase: 1, mask: 2 }, s, samples);
+        b.finish()
+    }
+
+    async fn get(app: &axum::Router, uri: &str) -> (u16, String, String) {
+        let resp = app
+            .clone()
+            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let location = resp
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            location,
+            String::from_utf8_lossy(&body).into_owned(),
+        )
+    }
+
+    // Checks the pages over stored windows: the index lists each label set and offers a picker
+    // per label; picking `version=1.5` opens the merge of both hosts' 1.5 windows; the summary
+    // API of that selection counts exactly their samples.
+    #[tokio::test]
+    async fn pages_show_label_selections() {
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::memory().unwrap());
+        for (host, version, n) in [("a", "1.5", 3), ("b", "1.5", 4), ("a", "1.4", 10)] {
+            let p = window(host, version, n);
+            let mut body = Vec::new();
+            write_profile(&p, &mut body).unwrap();
+            let m = &p.meta;
+            store
+                .insert(host, &m.labels, m.start_unix_ns, m.end_unix_ns, &body)
+                .unwrap();
+        }
+        let app = phaseprof::web::app(phaseprof::web::AppState {
+            source: Arc::new(Selections::new(store)),
+            token: None,
+        });
+        let (status, _, index) = get(&app, "/").await;
+        assert_eq!(status, 200);
+        assert!(index.contains("id=\"pickers\""), "{index}");
+        assert!(index.contains("<option>1.4</option>"));
+        assert!(index.contains("host=a,version=1.5@1h"));
+        let (status, location, _) = get(&app, "/select?host=&version=1.5&last=1h").await;
+        assert_eq!(status, 303);
+        assert_eq!(location, "/profile/version%3D1.5%401h");
+        let (status, _, page) = get(&app, &location).await;
+        assert_eq!(status, 200, "{page}");
+        assert!(page.contains("verify"));
+        let (status, _, json) = get(&app, "/api/profiles/version%3D1.5%401h").await;
+        assert_eq!(status, 200, "{json}");
+        let summary: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(summary["events"]["cpu"]["samples"], 7, "{summary}");
+        let (status, _, _) = get(&app, "/profile/version%3D9.9%401h").await;
+        assert_eq!(status, 404);
+    }
+}
