@@ -281,10 +281,7 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
     let (status, index) = t.get(&format!("{}/", t.url(port)));
     assert_eq!(status, 200, "{index}");
     assert!(index.contains("<option>host-b</option>"), "{index}");
-    let (status, page) = t.get(&format!(
-        "{}/api/profiles/host%3Dhost-a%407d",
-        t.url(port)
-    ));
+    let (status, page) = t.get(&format!("{}/api/profiles/host%3Dhost-a%407d", t.url(port)));
     assert_eq!(status, 200, "{page}");
     let page: serde_json::Value = serde_json::from_str(&page).unwrap();
     assert_eq!(by_name(&page, "write"), by_name(&a, "write"));

@@ -367,9 +367,13 @@ impl ClickHouse {
             .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
             .spawn()
             .expect("starting clickhouse-server");
-        let url = format!("http://127.0.0.1:{http}/");
+        // The guard first: a server that never answers is still killed.
+        let server = ClickHouse {
+            child,
+            url: format!("http://127.0.0.1:{http}/"),
+        };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while http_request_ok(&format!("{url}ping")).is_none() {
+        while !answers_ok(http, "/ping") {
             assert!(
                 std::time::Instant::now() < deadline,
                 "clickhouse-server did not start: {}",
@@ -377,7 +381,7 @@ impl ClickHouse {
             );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        Some(ClickHouse { child, url })
+        Some(server)
     }
 }
 
@@ -388,13 +392,17 @@ impl Drop for ClickHouse {
     }
 }
 
-/// GET `url` if something answers 200 there.
-fn http_request_ok(url: &str) -> Option<String> {
-    let rest = url.strip_prefix("http://")?;
-    let host = &rest[..rest.find('/').unwrap_or(rest.len())];
-    std::net::TcpStream::connect(host).ok()?;
-    let (status, body) = http_get(url);
-    (status == 200).then_some(body)
+/// Whether a server on 127.0.0.1:`port` answers GET `path` with 200 (false while it starts).
+fn answers_ok(port: u16, path: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let mut resp = String::new();
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .is_ok()
+        && s.read_to_string(&mut resp).is_ok()
+        && (resp.starts_with("HTTP/1.0 200") || resp.starts_with("HTTP/1.1 200"))
 }
 
 /// A private CA and a certificate it signed for 127.0.0.1, made with openssl in `dir`:
