@@ -1,5 +1,5 @@
 //! A recording session: the attached engine, the targets it follows, and the profile its
-//! windows fold into. `record` drives one to a file; live serving and the fleet agent (later)
+//! windows fold into. `record` drives one to a file; `attach` and the fleet agent
 //! drive the same windows.
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

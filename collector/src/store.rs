@@ -1,4 +1,4 @@
-//! Storage behind a trait: the embedded SQLite store by default; ClickHouse for fleets (later).
+//! Storage behind a trait: the embedded SQLite store by default; ClickHouse for fleets.
 //! A window is stored whole, in the `.phaseprof` encoding it arrived in, with its labels and
 //! time range as columns to select by.
 use std::collections::BTreeMap;
