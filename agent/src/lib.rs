@@ -21,5 +21,6 @@ pub mod session;
 pub mod soak;
 pub mod symbolize;
 pub mod targets;
+pub mod unwind;
 pub mod web;
 pub mod window;

@@ -1,0 +1,364 @@
+//! Unwinding a copied user stack when the code has no frame pointers: framehop over each
+//! module's call-frame information (`.eh_frame` with its `.eh_frame_hdr` index, `.debug_frame`
+//! when present), falling back to frame pointers where a module has none. Input is what a
+//! sample captures: the user `ip`, `sp`, `bp` and a copy of the stack from `sp` up (BPF copies
+//! it in chunks and stops at the first fault, so the copy may be shorter than asked).
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use object::{Object, ObjectSection, ObjectSegment};
+
+use crate::procmaps::{parse_maps, ProcMaps, Vma};
+
+/// Registers and stack memory of one sample.
+pub struct StackCopy<'a> {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Memory from `sp` up.
+    pub stack: &'a [u8],
+}
+
+impl StackCopy<'_> {
+    fn read(&self, addr: u64) -> Result<u64, ()> {
+        let at = addr.checked_sub(self.sp).ok_or(())? as usize;
+        let bytes = self.stack.get(at..at + 8).ok_or(())?;
+        Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+    }
+}
+
+/// A stack as unwound: addresses leaf first (the first is `ip`, the rest return addresses, as a
+/// frame-pointer walk gives them), and whether the walk ended at the stack's end rather than at
+/// the end of the copy or at code it could not unwind.
+#[derive(Debug, PartialEq)]
+pub struct Unwound {
+    pub frames: Vec<u64>,
+    pub complete: bool,
+}
+
+/// The modules of one process, ready to unwind its samples. Rebuilt when its mappings change
+/// (exec, dlopen): `covers` says whether an address is known.
+pub struct ProcessUnwinder {
+    unwinder: UnwinderX86_64<Vec<u8>>,
+    cache: CacheX86_64,
+    ranges: Vec<Range<u64>>,
+}
+
+/// Stacks deeper than this are cut (and reported incomplete).
+const MAX_FRAMES: usize = 256;
+
+impl ProcessUnwinder {
+    /// The executable and libraries mapped by `pid` (read through `/proc/PID/root`, so
+    /// containers' files are found).
+    pub fn for_pid(pid: u32) -> Result<Self> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .with_context(|| format!("reading the mappings of pid {pid}"))?;
+        Ok(Self::from_mappings(&parse_maps(&maps), |vma| {
+            ProcMaps::open_path(pid, vma)
+        }))
+    }
+
+    /// Modules from executable mappings; `open` names the file to read for a mapping.
+    pub fn from_mappings(vmas: &[Vma], open: impl Fn(&Vma) -> std::path::PathBuf) -> Self {
+        let mut unwinder = UnwinderX86_64::new();
+        let mut ranges = Vec::new();
+        let mut by_file: HashMap<&str, Vec<&Vma>> = HashMap::new();
+        for vma in vmas.iter().filter(|v| v.is_file()) {
+            by_file.entry(&vma.path).or_default().push(vma);
+        }
+        for (path, vmas) in by_file {
+            // A file we cannot read or parse only loses its own frames: the walk falls back to
+            // frame pointers there.
+            if let Ok(module) = module(path, &open(vmas[0]), &vmas) {
+                ranges.push(module.avma_range());
+                unwinder.add_module(module);
+            }
+        }
+        ProcessUnwinder {
+            unwinder,
+            cache: CacheX86_64::new(),
+            ranges,
+        }
+    }
+
+    /// Whether `addr` lies in a module this unwinder knows.
+    pub fn covers(&self, addr: u64) -> bool {
+        self.ranges.iter().any(|r| r.contains(&addr))
+    }
+
+    pub fn unwind(&mut self, s: &StackCopy) -> Unwound {
+        let mut read = |addr| s.read(addr);
+        let mut frames = self.unwinder.iter_frames(
+            s.ip,
+            UnwindRegsX86_64::new(s.ip, s.sp, s.bp),
+            &mut self.cache,
+            &mut read,
+        );
+        let mut out = Vec::new();
+        loop {
+            match frames.next() {
+                Ok(Some(f)) if out.len() < MAX_FRAMES => out.push(f.address()),
+                Ok(Some(_)) | Err(_) => {
+                    return Unwound {
+                        frames: out,
+                        complete: false,
+                    }
+                }
+                Ok(None) => {
+                    return Unwound {
+                        frames: out,
+                        complete: true,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How much of a binary's code keeps frame pointers: of its functions (16 bytes or more: tiny
+/// leaf thunks never set one up), how many begin by saving rbp and pointing it at the frame
+/// (`push rbp; mov rbp, rsp`, possibly after `endbr64`). Decides `--unwind auto`.
+#[derive(Debug, PartialEq)]
+pub struct FramePointerCensus {
+    pub with: usize,
+    pub functions: usize,
+}
+
+impl FramePointerCensus {
+    /// Built with frame pointers: most functions keep them (a build without them still has a
+    /// few, from hand-written assembly or functions that need rbp anyway).
+    pub fn has_frame_pointers(&self) -> bool {
+        self.functions > 0 && self.with * 2 >= self.functions
+    }
+}
+
+pub fn frame_pointer_census(path: &Path) -> Result<FramePointerCensus> {
+    use iced_x86::{Code, Decoder, DecoderOptions, Register};
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let symbols = crate::phases::symbols::function_symbols(path)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut census = FramePointerCensus {
+        with: 0,
+        functions: 0,
+    };
+    for f in symbols.iter().filter(|f| f.size >= 16) {
+        let Some(code) =
+            data.get(f.file_offset as usize..(f.file_offset + f.size.min(32)) as usize)
+        else {
+            continue;
+        };
+        census.functions += 1;
+        let mut decoder = Decoder::new(64, code, DecoderOptions::NONE);
+        let mut pushed = false;
+        for _ in 0..4 {
+            if !decoder.can_decode() {
+                break;
+            }
+            let insn = decoder.decode();
+            match insn.code() {
+                Code::Endbr64 => {}
+                Code::Push_r64 if insn.op0_register() == Register::RBP => pushed = true,
+                Code::Mov_r64_rm64 | Code::Mov_rm64_r64
+                    if pushed
+                        && insn.op0_register() == Register::RBP
+                        && insn.op1_register() == Register::RSP =>
+                {
+                    census.with += 1;
+                    break;
+                }
+                _ if pushed => {}
+                _ => break,
+            }
+        }
+    }
+    Ok(census)
+}
+
+/// One mapped ELF file as a framehop module: its unwind sections, and where it is loaded.
+fn module(name: &str, file: &Path, vmas: &[&Vma]) -> Result<Module<Vec<u8>>> {
+    let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let elf = object::File::parse(&data[..]).with_context(|| format!("parsing {name}"))?;
+    // The load bias. The kernel maps a segment from its page-aligned file offset: the mapping
+    // of file offset `offset` at `start` holds the segment whose p_offset rounds down to
+    // `offset`, with p_vaddr rounded down the same way at `start`. (Matching on the unrounded
+    // file range picks the wrong segment when p_offset and p_vaddr differ by a page.)
+    let first = vmas[0];
+    const PAGE: u64 = 0x1000;
+    let svma = elf
+        .segments()
+        .find_map(|seg| {
+            let (off, _) = seg.file_range();
+            (off & !(PAGE - 1) == first.offset).then(|| seg.address() & !(PAGE - 1))
+        })
+        .context("no segment holds the mapped code")?;
+    let bias = first.start.wrapping_sub(svma);
+    let section = |name: &str| {
+        elf.section_by_name(name).and_then(|s| {
+            let range = s.address()..s.address() + s.size();
+            let bytes = s.uncompressed_data().ok()?.into_owned();
+            Some((range, bytes))
+        })
+    };
+    let (text_svma, text) = section(".text").unzip();
+    let (eh_frame_svma, eh_frame) = section(".eh_frame").unzip();
+    let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr").unzip();
+    let got_svma = section(".got").map(|(r, _)| r);
+    let debug_frame = section(".debug_frame").map(|(_, d)| d);
+    let start = vmas.iter().map(|v| v.start).min().unwrap_or(first.start);
+    let end = vmas.iter().map(|v| v.end).max().unwrap_or(first.end);
+    Ok(Module::new(
+        name.to_string(),
+        start..end,
+        bias,
+        ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma,
+            text,
+            got_svma,
+            eh_frame_svma,
+            eh_frame,
+            eh_frame_hdr_svma,
+            eh_frame_hdr,
+            debug_frame,
+            ..Default::default()
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This thread's ip, sp and bp here, and up to 16 KiB of its stack read through
+    /// `/proc/self/mem` in 512-byte chunks that stop at the first unreadable one (as BPF does).
+    #[inline(never)]
+    fn capture() -> (u64, u64, u64, Vec<u8>) {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers, touches no memory.
+        unsafe {
+            std::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+            );
+        }
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        let mut stack = Vec::new();
+        let mut chunk = [0u8; 512];
+        // Chunks aligned to 512 bytes (the first one shorter), so that a chunk never straddles
+        // the end of the stack's mapping.
+        let mut want = 512 - (sp % 512) as usize;
+        while stack.len() < 16 << 10 {
+            match mem.read_at(&mut chunk[..want], sp + stack.len() as u64) {
+                Ok(n) if n == want => stack.extend_from_slice(&chunk[..want]),
+                _ => break,
+            }
+            want = 512;
+        }
+        (ip, sp, bp, stack)
+    }
+
+    #[inline(never)]
+    fn level_three() -> Unwound {
+        let (ip, sp, bp, stack) = capture();
+        let mut u = ProcessUnwinder::for_pid(std::process::id()).unwrap();
+        assert!(u.covers(ip));
+        let got = u.unwind(&StackCopy {
+            ip,
+            sp,
+            bp,
+            stack: &stack,
+        });
+        std::hint::black_box(got)
+    }
+
+    #[inline(never)]
+    fn level_two() -> Unwound {
+        std::hint::black_box(level_three())
+    }
+
+    #[inline(never)]
+    fn level_one() -> Unwound {
+        std::hint::black_box(level_two())
+    }
+
+    // Checks the census on one C file compiled twice by clang -O2: with
+    // -fno-omit-frame-pointer nearly every function keeps rbp, without it none does.
+    #[test]
+    fn census_tells_frame_pointer_builds() {
+        let dir = std::env::temp_dir().join(format!("phaseprof-census-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("f.c");
+        let body: String = (0..40)
+            .map(|i| {
+                format!(
+                    "__attribute__((noinline)) long f{i}(long *v, long n) {{ long s = 0; \
+                     for (long j = 0; j < n; j++) s += v[j] * {i} + f{}(v, n / 2); return s; }}\n",
+                    if i == 0 { 0 } else { i - 1 }
+                )
+            })
+            .collect::<String>()
+            .replacen("f0(v, n / 2)", "0", 1);
+        std::fs::write(
+            &src,
+            format!("{body}int main(void) {{ long v[4] = {{0}}; return (int)f39(v, 4); }}\n"),
+        )
+        .unwrap();
+        let census = |flag: &str| {
+            let out = dir.join(format!("f{flag}"));
+            let st = std::process::Command::new("clang")
+                .args(["-O2", flag, "-o"])
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .expect("clang (scripts/setup.sh installs it)");
+            assert!(st.success());
+            frame_pointer_census(&out).unwrap()
+        };
+        let fp = census("-fno-omit-frame-pointer");
+        let nofp = census("-fomit-frame-pointer");
+        assert!(fp.functions >= 40 && fp.has_frame_pointers(), "{fp:?}");
+        assert!(
+            nofp.functions >= 40 && !nofp.has_frame_pointers(),
+            "{nofp:?}"
+        );
+        assert_eq!(nofp.with, 0, "{nofp:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Checks a real unwind of this test's own stack from its CFI: the frames, symbolized,
+    // pass through level_three, level_two and level_one in that order, and the walk goes on
+    // past them into the test harness.
+    #[test]
+    fn unwinds_its_own_stack() {
+        let u = std::thread::spawn(level_one).join().unwrap();
+        let src = blazesym::symbolize::source::Process::new(std::process::id().into());
+        let symbolizer = blazesym::symbolize::Symbolizer::new();
+        let addrs: Vec<u64> = u.frames.clone();
+        let syms = symbolizer
+            .symbolize(
+                &blazesym::symbolize::source::Source::Process(src),
+                blazesym::symbolize::Input::AbsAddr(&addrs),
+            )
+            .unwrap();
+        let names: Vec<String> = syms
+            .iter()
+            .map(|s| s.as_sym().map(|s| s.name.to_string()).unwrap_or_default())
+            .collect();
+        let at = |f: &str| names.iter().position(|n| n.contains(f));
+        let (three, two, one) = (at("level_three"), at("level_two"), at("level_one"));
+        assert!(
+            three.is_some() && three < two && two < one,
+            "frames {names:?}"
+        );
+        assert!(names.len() > one.unwrap() + 2, "stopped early: {names:?}");
+    }
+}
