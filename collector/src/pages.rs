@@ -10,19 +10,24 @@ use phaseprof::web::{LabelPicker, ProfileEntry, ProfileSource};
 use phaseprof_model::Profile;
 
 use crate::merged::merge_bodies;
-use crate::store::{parse_age, Selector, Store};
+use crate::store::{parse_age, Selector, Store, WindowInfo};
 
 /// A merged selection is reused this long: one page view fetches its profile several times
 /// (the page, each flamegraph, the downloads).
 const CACHE_FOR: Duration = Duration::from_secs(30);
 /// The index lists label sets with windows this recent.
 const LISTED: Duration = Duration::from_secs(24 * 3600);
+/// How long one scan of the listed windows serves the index.
+const LISTED_FOR: Duration = Duration::from_secs(5);
 /// The range of a listed label set's profile.
 const DEFAULT_LAST: &str = "1h";
 
 pub struct Selections {
     store: Arc<dyn Store>,
     cache: Mutex<Vec<(String, Instant, Arc<Profile>)>>,
+    /// The last day's windows (metadata): the index lists them and builds its pickers from
+    /// them, one scan of the store for both.
+    listed: Mutex<Option<(Instant, Arc<Vec<WindowInfo>>)>>,
 }
 
 impl Selections {
@@ -30,6 +35,21 @@ impl Selections {
         Selections {
             store,
             cache: Mutex::new(Vec::new()),
+            listed: Mutex::new(None),
+        }
+    }
+
+    fn listed(&self) -> Arc<Vec<WindowInfo>> {
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        match &*listed {
+            Some((at, w)) if at.elapsed() < LISTED_FOR => w.clone(),
+            _ => {
+                let w = Arc::new(
+                    blocking(|| self.store.windows(&self.recent(LISTED))).unwrap_or_default(),
+                );
+                *listed = Some((Instant::now(), w.clone()));
+                w
+            }
         }
     }
 
@@ -88,16 +108,16 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 
 impl ProfileSource for Selections {
     fn list(&self) -> Vec<ProfileEntry> {
-        let windows = blocking(|| self.store.windows(&self.recent(LISTED))).unwrap_or_default();
-        let mut sets: BTreeMap<BTreeMap<String, String>, (u64, u64)> = BTreeMap::new();
-        for w in windows {
-            let range = sets.entry(w.labels).or_insert((u64::MAX, 0));
+        let mut sets: BTreeMap<&BTreeMap<String, String>, (u64, u64)> = BTreeMap::new();
+        let windows = self.listed();
+        for w in windows.iter() {
+            let range = sets.entry(&w.labels).or_insert((u64::MAX, 0));
             range.0 = range.0.min(w.start_ns);
             range.1 = range.1.max(w.end_ns);
         }
         sets.into_iter()
             .map(|(labels, (start, end))| {
-                let id = id_of(&labels, DEFAULT_LAST);
+                let id = id_of(labels, DEFAULT_LAST);
                 ProfileEntry {
                     name: id.clone(),
                     id,
@@ -132,17 +152,17 @@ impl ProfileSource for Selections {
     }
 
     fn pickers(&self) -> Vec<LabelPicker> {
-        let windows = blocking(|| self.store.windows(&self.recent(LISTED))).unwrap_or_default();
-        let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for w in windows {
-            for (k, v) in w.labels {
+        let windows = self.listed();
+        let mut keys: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for w in windows.iter() {
+            for (k, v) in &w.labels {
                 keys.entry(k).or_default().insert(v);
             }
         }
         keys.into_iter()
             .map(|(key, values)| LabelPicker {
-                key,
-                values: values.into_iter().collect(),
+                key: key.to_string(),
+                values: values.into_iter().map(String::from).collect(),
             })
             .collect()
     }

@@ -8,12 +8,8 @@ use phaseprof_e2e::*;
 use crate::require_root;
 
 fn record(name: &str, flushes: &str) -> std::path::PathBuf {
-    let sim = rust_workload("validator-sim");
-    let cfg = root().join("tests/workloads/validator-sim/phases.toml");
-    record_workload(
+    record_sim_with_phases(
         name,
-        &["--phases", cfg.to_str().unwrap()],
-        &sim,
         &[
             "--blocks",
             "30",
@@ -25,7 +21,6 @@ fn record(name: &str, flushes: &str) -> std::path::PathBuf {
             "2",
         ],
     )
-    .0
 }
 
 // Checks in a real browser: clicking `propose` in the phase table filters the page to it (the

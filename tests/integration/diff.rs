@@ -7,15 +7,10 @@ use phaseprof_e2e::*;
 use crate::require_root;
 
 fn run(name: &str, flushes: &str) -> PathBuf {
-    let sim = rust_workload("validator-sim");
-    let cfg = root().join("tests/workloads/validator-sim/phases.toml");
-    record_workload(
+    record_sim_with_phases(
         name,
-        &["--phases", cfg.to_str().unwrap()],
-        &sim,
         &["--blocks", "20", "--burn-ms", "2", "--flushes", flushes],
     )
-    .0
 }
 
 fn runs(name: &str, flushes: &str, n: usize) -> Vec<PathBuf> {

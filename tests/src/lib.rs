@@ -271,24 +271,29 @@ pub fn served_url(stderr: &mut impl std::io::BufRead) -> String {
 }
 
 /// One HTTP/1.0 request to `http://host:port/path`, with extra header lines and a body:
-/// (status, body).
-fn http_request(method: &str, url: &str, headers: &str, body: &[u8]) -> (u16, String) {
+/// (status, body), or the I/O error (a server still starting).
+fn try_http_request(
+    method: &str,
+    url: &str,
+    headers: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").expect("an http:// URL");
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
-    let mut s = std::net::TcpStream::connect(host).expect("connecting to the server");
+    let mut s = std::net::TcpStream::connect(host)?;
     // One write, no Nagle: a request sent in pieces waits out the peer's delayed ACK (40 ms).
-    s.set_nodelay(true).unwrap();
+    s.set_nodelay(true)?;
     let mut req = format!(
         "{method} {path} HTTP/1.0\r\nHost: {host}\r\n{headers}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
     req.extend_from_slice(body);
-    s.write_all(&req).unwrap();
+    s.write_all(&req)?;
     let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
+    s.read_to_string(&mut resp)?;
     let status = resp
         .split_whitespace()
         .nth(1)
@@ -298,7 +303,11 @@ fn http_request(method: &str, url: &str, headers: &str, body: &[u8]) -> (u16, St
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
-    (status, body)
+    Ok((status, body))
+}
+
+fn http_request(method: &str, url: &str, headers: &str, body: &[u8]) -> (u16, String) {
+    try_http_request(method, url, headers, body).unwrap_or_else(|e| panic!("{method} {url}: {e}"))
 }
 
 /// A plain HTTP/1.0 GET of `http://host:port/path`: (status, body).
@@ -311,6 +320,13 @@ pub fn http_post(url: &str, token: &str, body: &[u8]) -> (u16, String) {
     let headers =
         format!("Authorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\n");
     http_request("POST", url, &headers, body)
+}
+
+/// Records validator-sim (`sim_args`) under its phases file, as `name`: the .phaseprof path.
+pub fn record_sim_with_phases(name: &str, sim_args: &[&str]) -> PathBuf {
+    let sim = rust_workload("validator-sim");
+    let cfg = root().join("tests/workloads/validator-sim/phases.toml");
+    record_workload(name, &["--phases", cfg.to_str().unwrap()], &sim, sim_args).0
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released: good enough for a test's own servers).
@@ -373,7 +389,8 @@ impl ClickHouse {
             url: format!("http://127.0.0.1:{http}/"),
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !answers_ok(http, "/ping") {
+        let ping = format!("{}ping", server.url);
+        while !matches!(try_http_request("GET", &ping, "", &[]), Ok((200, _))) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "clickhouse-server did not start: {}",
@@ -390,19 +407,6 @@ impl Drop for ClickHouse {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Whether a server on 127.0.0.1:`port` answers GET `path` with 200 (false while it starts).
-fn answers_ok(port: u16, path: &str) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let mut resp = String::new();
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
-        .is_ok()
-        && s.read_to_string(&mut resp).is_ok()
-        && (resp.starts_with("HTTP/1.0 200") || resp.starts_with("HTTP/1.1 200"))
 }
 
 /// A private CA and a certificate it signed for 127.0.0.1, made with openssl in `dir`:
@@ -422,58 +426,9 @@ pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     )
     .unwrap();
     let s = |p: &PathBuf| p.to_str().unwrap().to_string();
-    for args in [
-        vec![
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &s(&ca_key),
-            "-out",
-            &s(&ca),
-            "-days",
-            "2",
-            "-subj",
-            "/CN=phaseprof test CA",
-        ],
-        vec![
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &s(&key),
-            "-out",
-            &s(&csr),
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-        vec![
-            "x509",
-            "-req",
-            "-in",
-            &s(&csr),
-            "-CA",
-            &s(&ca),
-            "-CAkey",
-            &s(&ca_key),
-            "-CAcreateserial",
-            "-out",
-            &s(&cert),
-            "-days",
-            "2",
-            "-extfile",
-            &s(&ext),
-        ],
-    ] {
+    let openssl = |args: &[&str]| {
         let out = Command::new("openssl")
-            .args(&args)
+            .args(args)
             .output()
             .expect("running openssl");
         assert!(
@@ -481,7 +436,63 @@ pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
             "openssl {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-    }
+    };
+    // A P-256 key made with the request, unencrypted.
+    let new_key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let (ca_key, ca_pem, key_pem, csr_pem) = (s(&ca_key), s(&ca), s(&key), s(&csr));
+    openssl(
+        &[
+            &[
+                "req",
+                "-x509",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=phaseprof test CA",
+            ][..],
+            &["-keyout", &ca_key, "-out", &ca_pem],
+            &new_key,
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &[
+                "req",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                &key_pem,
+                "-out",
+                &csr_pem,
+            ][..],
+            &new_key,
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "2",
+        "-in",
+        &csr_pem,
+        "-CA",
+        &ca_pem,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &s(&cert),
+        "-extfile",
+        &s(&ext),
+    ]);
     (ca, cert, key)
 }
 
