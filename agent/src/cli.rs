@@ -72,6 +72,16 @@ pub struct AttachArgs {
     pub events: Vec<String>,
     #[arg(long, default_value_t = 99)]
     pub freq: u64,
+    /// How user stacks of cpu samples are walked: `fp` (frame pointers, cheap), `dwarf` (a
+    /// copy of each sample's stack unwound from the binaries' call-frame information, for code
+    /// built without frame pointers), or `auto` (per target: fp when its executable keeps frame
+    /// pointers, else dwarf).
+    #[arg(long, default_value = "auto", value_name = "auto|fp|dwarf")]
+    pub unwind: crate::unwind::UnwindMode,
+    /// With dwarf unwinding: bytes of user stack copied per sample (at most 64KiB; deeper
+    /// stacks are cut there).
+    #[arg(long, default_value = "16KiB", value_parser = parse_stack_copy, value_name = "BYTES")]
+    pub stack_copy: u32,
     /// Length of a window.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub window: Duration,
@@ -230,6 +240,16 @@ pub struct RecordArgs {
     /// How often kernel maps are drained into the profile.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub window: Duration,
+    /// How user stacks of cpu samples are walked: `fp` (frame pointers, cheap), `dwarf` (a
+    /// copy of each sample's stack unwound from the binaries' call-frame information, for code
+    /// built without frame pointers), or `auto` (per target: fp when its executable keeps frame
+    /// pointers, else dwarf).
+    #[arg(long, default_value = "auto", value_name = "auto|fp|dwarf")]
+    pub unwind: crate::unwind::UnwindMode,
+    /// With dwarf unwinding: bytes of user stack copied per sample (at most 64KiB; deeper
+    /// stacks are cut there).
+    #[arg(long, default_value = "16KiB", value_parser = parse_stack_copy, value_name = "BYTES")]
+    pub stack_copy: u32,
     /// Distinct stacks the kernel side can hold (preallocated, ~1 KiB each).
     #[arg(long, default_value_t = 16384)]
     pub stack_entries: u32,
@@ -327,6 +347,17 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 /// Parses `1%` or `0.5%` into a fraction (0.01, 0.005).
+/// A stack-copy size: bytes (`16KiB`), a multiple of 8 up to the programs' 64 KiB.
+pub fn parse_stack_copy(s: &str) -> Result<u32, String> {
+    let n = parse_bytes(s)?;
+    if n == 0 || n > crate::engine::MAX_STACK_COPY as u64 || n % 8 != 0 {
+        return Err(format!(
+            "`{s}`: the stack copy must be a multiple of 8 bytes, at most 64KiB"
+        ));
+    }
+    Ok(n as u32)
+}
+
 pub fn parse_percent(s: &str) -> Result<f64, String> {
     let t = s.trim();
     let num = t
@@ -429,6 +460,8 @@ impl RecordArgs {
                 syscall_stacks: self.syscall_stacks,
                 stack_entries: self.stack_entries,
                 alloc_sample_bytes: self.alloc_sample_bytes,
+                unwind: self.unwind,
+                stack_copy_bytes: self.stack_copy,
                 ..EngineConfig::default()
             },
             alloc_budget: self.alloc_budget,
@@ -545,6 +578,8 @@ pub fn run(cli: Cli) -> Result<i32> {
                         events,
                         freq_hz: args.freq,
                         syscall_stacks: args.syscall_stacks,
+                        unwind: args.unwind,
+                        stack_copy_bytes: args.stack_copy,
                         ..EngineConfig::default()
                     },
                     output: PathBuf::new(),

@@ -16,8 +16,10 @@ use phaseprof_model::{EventKind, Lost, PhaseStats};
 use crate::alloc::sites::{AllocKind, AllocSite};
 use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
 use crate::phases::symbols::ProbeSite;
+use crate::unwind::UnwindMode;
 use crate::window::{
-    RawAlloc, RawAllocTotal, RawCpu, RawGoAlloc, RawLive, RawOffCpu, RawSyscall, RawWindow,
+    RawAlloc, RawAllocTotal, RawCpu, RawGoAlloc, RawLive, RawOffCpu, RawStackSample, RawSyscall,
+    RawWindow,
 };
 
 /// How to configure the programs before loading them.
@@ -41,6 +43,11 @@ pub struct EngineConfig {
     pub alloc_sample_bytes: u64,
     /// Track sampled allocations until freed (the live heap).
     pub alloc_live: bool,
+    /// How user stacks are walked; with `Auto` or `Dwarf` the stack-copy path is loaded and
+    /// targets are switched to it one by one (`Engine::set_unwind`).
+    pub unwind: UnwindMode,
+    /// Bytes of user stack copied per sample for targets unwound from a copy.
+    pub stack_copy_bytes: u32,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +64,8 @@ impl Default for EngineConfig {
             syscall_costs: Vec::new(),
             alloc_sample_bytes: 512 * 1024,
             alloc_live: true,
+            unwind: UnwindMode::Auto,
+            stack_copy_bytes: DEFAULT_STACK_COPY,
         }
     }
 }
@@ -86,6 +95,8 @@ pub struct Engine<'obj> {
     events: Receiver<TargetEvent>,
     /// Go samples with the hash of their stack, which the drain resolves.
     go_allocs: Receiver<(u64, RawGoAlloc)>,
+    /// Stack copies with the hash of their kernel stack, which `take_stack_samples` resolves.
+    stack_samples: Receiver<(u64, RawStackSample)>,
     stack_cache: HashMap<u64, Vec<u64>>,
     cpu_counts: Counters,
     offcpu_counts: Counters,
@@ -97,6 +108,27 @@ pub struct Engine<'obj> {
     detached_at_ns: Option<u64>,
     pub flavour: SwitchFlavour,
     pub cpus: usize,
+}
+
+/// Default user-stack copy per sample: enough for the deepest stacks of the workloads we know
+/// (a frame-pointer-less Rust thread rarely uses more than a few KiB between leaf and entry).
+pub const DEFAULT_STACK_COPY: u32 = 16 << 10;
+/// Largest copy the programs can carry (MAX_STACK_COPY in the shared header).
+pub const MAX_STACK_COPY: u32 = 64 << 10;
+/// Bytes around a stack copy in its ring record: struct stack_sample, the copy's slack
+/// (STACK_COPY_SLACK), and the ring buffer's own header.
+const STACK_RECORD_OVERHEAD: u64 = 48 + 1024 + 8;
+
+/// The stack-copy ring's size: a full second of samples of every CPU at the sampling rate
+/// (user space reads it every few ms; a second covers a slow symbolization pass), a power of
+/// two as the kernel wants it.
+fn stack_ring_bytes(cfg: &EngineConfig, cpus: usize) -> u32 {
+    if cfg.unwind == UnwindMode::Fp || cfg.stack_copy_bytes == 0 {
+        return 4096;
+    }
+    let record = cfg.stack_copy_bytes as u64 + STACK_RECORD_OVERHEAD;
+    let second = record * cfg.freq_hz * cpus.max(1) as u64;
+    second.clamp(256 << 10, 256 << 20).next_power_of_two() as u32
 }
 
 /// Syscall cost rules the kernel counts per phase (MAX_SYSCALL_COSTS in the shared header).
@@ -237,6 +269,14 @@ fn open_skel<'obj>(
     rodata.phases_enabled = cfg.phases_enabled;
     rodata.alloc_sample_bytes = cfg.alloc_sample_bytes.max(1);
     rodata.alloc_live = cfg.alloc_live;
+    rodata.stack_copy_bytes = if cfg.unwind == UnwindMode::Fp {
+        0
+    } else {
+        cfg.stack_copy_bytes.min(MAX_STACK_COPY)
+    };
+    open.maps
+        .stack_samples
+        .set_max_entries(stack_ring_bytes(cfg, online_cpus()?.len()))?;
     for (i, nrs) in cfg.syscall_costs.iter().enumerate().take(MAX_SYSCALL_COSTS) {
         for &nr in nrs {
             if let Some(bits) = rodata.syscall_cost_bits.get_mut(nr as usize) {
@@ -352,6 +392,28 @@ impl<'obj> Engine<'obj> {
             }
             0
         })?;
+        let (stack_tx, stack_rx) = channel();
+        let stack_handle = MapHandle::try_from(&skel.maps.stack_samples)?;
+        builder.add(&stack_handle, move |data: &[u8]| {
+            let n = std::mem::size_of::<types::stack_sample>();
+            if data.len() >= n {
+                let h: types::stack_sample = pod(&data[..n]);
+                let len = (h.len as usize).min(data.len() - n);
+                let sample = RawStackSample {
+                    pid: h.tgid,
+                    tid: h.tid,
+                    phase: h.phase,
+                    phase_mask: h.phase_mask,
+                    kernel: None,
+                    ip: h.ip,
+                    sp: h.sp,
+                    bp: h.bp,
+                    stack: data[n..n + len].to_vec(),
+                };
+                let _ = stack_tx.send((h.kernel_stack, sample));
+            }
+            0
+        })?;
         let ring = builder.build()?;
         Ok(Engine {
             skel,
@@ -360,6 +422,7 @@ impl<'obj> Engine<'obj> {
             ring,
             events: rx,
             go_allocs: go_rx,
+            stack_samples: stack_rx,
             stack_cache: HashMap::new(),
             cpu_counts: Counters::default(),
             offcpu_counts: Counters::default(),
@@ -468,6 +531,40 @@ impl<'obj> Engine<'obj> {
 
     pub fn remove_target(&self, pid: u32) {
         let _ = self.skel.maps.target_pids.delete(&pid.to_ne_bytes());
+        let _ = self.skel.maps.unwind_pids.delete(&pid.to_ne_bytes());
+    }
+
+    /// Walks `pid`'s user stacks from a copy unwound in user space (`dwarf`) or by frame
+    /// pointers. A no-op when the engine was configured with `UnwindMode::Fp`.
+    pub fn set_unwind(&self, pid: u32, dwarf: bool) -> Result<()> {
+        let map = &self.skel.maps.unwind_pids;
+        if dwarf {
+            map.update(&pid.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("switching pid {pid} to stack copies"))
+        } else {
+            let _ = map.delete(&pid.to_ne_bytes());
+            Ok(())
+        }
+    }
+
+    /// Stack copies that arrived since the last call (the ring is read by `poll_events` and
+    /// `drain`), kernel stacks resolved.
+    pub fn take_stack_samples(&mut self) -> Vec<RawStackSample> {
+        let got: Vec<(u64, RawStackSample)> = self.stack_samples.try_iter().collect();
+        got.into_iter()
+            .map(|(kernel, mut s)| {
+                s.kernel = self.stack(kernel);
+                s
+            })
+            .collect()
+    }
+
+    /// Samples sent with a stack copy, and the bytes copied, so far (summed over CPUs).
+    pub fn stack_copies(&self) -> Result<(u64, u64)> {
+        Ok((
+            self.probe_counter(types::probe_counter::STACK_COPIES)?,
+            self.probe_counter(types::probe_counter::STACK_COPY_BYTES)?,
+        ))
     }
 
     /// Process events that arrived since the last call, waiting at most `timeout` for the first.
@@ -769,20 +866,26 @@ impl<'obj> Engine<'obj> {
 
     /// Allocator probe hits so far, summed over CPUs: (entries + returns + frees + Go samples).
     pub fn alloc_probe_hits(&self) -> Result<u64> {
+        use types::probe_counter as c;
         let mut total = 0;
-        for i in 0..types::probe_counter::HITS_MAX.0 {
-            let per_cpu = self
-                .skel
-                .maps
-                .probe_hits
-                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?;
-            total += per_cpu
-                .unwrap_or_default()
-                .iter()
-                .map(|v| pod::<u64>(v))
-                .sum::<u64>();
+        for counter in [c::HITS_ALLOC_ENTRY, c::HITS_ALLOC_EXIT, c::HITS_FREE, c::HITS_GO_SAMPLE] {
+            total += self.probe_counter(counter)?;
         }
         Ok(total)
+    }
+
+    /// One per-CPU counter of `probe_hits`, summed over CPUs.
+    fn probe_counter(&self, counter: types::probe_counter) -> Result<u64> {
+        let per_cpu = self
+            .skel
+            .maps
+            .probe_hits
+            .lookup_percpu(&counter.0.to_ne_bytes(), MapFlags::ANY)?;
+        Ok(per_cpu
+            .unwrap_or_default()
+            .iter()
+            .map(|v| pod::<u64>(v))
+            .sum())
     }
 
     /// The addresses of stack `id` (its hash), leaf first. A stack's entry never changes once
@@ -933,6 +1036,7 @@ impl<'obj> Engine<'obj> {
                 types::drop_reason::DROP_ALLOC_THREAD => "alloc_thread_state",
                 types::drop_reason::DROP_ALLOC_RINGBUF => "alloc_samples_ringbuf_full",
                 types::drop_reason::DROP_PAGEFAULT_KEY => "pagefault_counts_full",
+                types::drop_reason::DROP_STACK_COPY => "stack_copy_ringbuf_full",
                 types::drop_reason::INFO_PHASE_EXIT_UNMATCHED => {
                     lost.phase_exits_before_start = n;
                     continue;
@@ -944,7 +1048,9 @@ impl<'obj> Engine<'obj> {
                 _ => "unknown",
             };
             match reason {
-                types::drop_reason::DROP_USER_STACK | types::drop_reason::DROP_KERNEL_STACK => {
+                types::drop_reason::DROP_USER_STACK
+                | types::drop_reason::DROP_KERNEL_STACK
+                | types::drop_reason::DROP_STACK_COPY => {
                     lost.stacks += n
                 }
                 _ => lost.events += n,

@@ -14,7 +14,9 @@ use crate::engine::{Engine, TargetEvent};
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::symbolize::BlazeSymbolizer;
 use crate::targets;
-use crate::window::RawWindow;
+use crate::unwind::samples::UnwindStats;
+use crate::unwind::{SampleUnwinder, UnwindMode, UnwindPolicy};
+use crate::window::{RawCpu, RawWindow};
 
 pub struct Session<'obj> {
     engine: Engine<'obj>,
@@ -37,6 +39,14 @@ pub struct Session<'obj> {
     /// Cumulative phase totals and drops at the last `take_window`.
     window_stats: Vec<phaseprof_model::PhaseStats>,
     window_lost: phaseprof_model::Lost,
+    /// Per target: frame pointers or stack copies (None: cpu not recorded or `--unwind fp`
+    /// with nothing to decide).
+    unwind_policy: Option<UnwindPolicy>,
+    unwinder: SampleUnwinder,
+    /// Cpu samples unwound from stack copies since the last drain.
+    unwound: Vec<RawCpu>,
+    /// Unwind counts at the last `take_window`.
+    window_unwind: UnwindStats,
     verbose: bool,
 }
 
@@ -67,7 +77,70 @@ impl<'obj> Session<'obj> {
             maps_read: std::time::Instant::now(),
             window_stats: Vec::new(),
             window_lost: phaseprof_model::Lost::default(),
+            unwind_policy: None,
+            unwinder: SampleUnwinder::default(),
+            unwound: Vec::new(),
+            window_unwind: UnwindStats::default(),
             verbose,
+        }
+    }
+
+    /// Walks the user stacks of cpu samples per `mode`: each target added from now on is
+    /// inspected (`auto`) and switched to stack copies of `copy_bytes` where needed.
+    pub fn unwind_stacks(&mut self, mode: UnwindMode, copy_bytes: u32) {
+        self.unwind_policy = Some(UnwindPolicy::new(mode));
+        self.meta_mut().unwind = Some(phaseprof_model::UnwindInfo {
+            mode: format!("{mode:?}").to_lowercase(),
+            stack_copy_bytes: if mode == UnwindMode::Fp {
+                0
+            } else {
+                copy_bytes as u64
+            },
+            ..Default::default()
+        });
+    }
+
+    /// Decides how `pid` (running `exe`) is unwound and tells the kernel.
+    fn choose_unwind(&mut self, pid: u32, exe: &std::path::Path) -> Result<()> {
+        let Some(policy) = &mut self.unwind_policy else {
+            return Ok(());
+        };
+        let d = policy.decide(exe);
+        self.engine.set_unwind(pid, d.dwarf)?;
+        let how = format!("{} ({})", if d.dwarf { "dwarf" } else { "fp" }, d.why);
+        if self.verbose {
+            eprintln!("phaseprof: pid {pid} stacks: {how}");
+        }
+        if let Some(u) = &mut self.agg.builder_mut().meta_mut().unwind {
+            u.targets.insert(pid, how);
+        }
+        Ok(())
+    }
+
+    /// Unwinds the stack copies the engine has received (the ring is read by every poll and
+    /// drain); their samples join the next drained window.
+    fn unwind_received(&mut self) {
+        for s in self.engine.take_stack_samples() {
+            self.unwound.push(self.unwinder.unwind(&s));
+        }
+    }
+
+    /// Drains the kernel maps (`everything` after detach) with the samples unwound meanwhile.
+    fn drain(&mut self, everything: bool) -> Result<RawWindow> {
+        let mut w = self.engine.drain(everything)?;
+        self.unwind_received();
+        w.cpu.append(&mut self.unwound);
+        Ok(w)
+    }
+
+    /// The unwind counts since the last `take_window`, written into `meta`.
+    fn unwind_since_last_window(&mut self, meta: &mut phaseprof_model::Meta) {
+        let now = self.unwinder.stats;
+        let before = std::mem::replace(&mut self.window_unwind, now);
+        if let Some(u) = &mut meta.unwind {
+            u.unwound_samples = now.samples - before.samples;
+            u.complete = now.complete - before.complete;
+            u.copied_bytes = now.copied_bytes - before.copied_bytes;
         }
     }
 
@@ -153,6 +226,7 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;
         }
+        self.choose_unwind(pid, &std::path::PathBuf::from(format!("/proc/{pid}/exe")))?;
         self.engine.add_target(pid)?;
         self.sym.track(pid);
         let meta = self.agg.builder_mut().meta_mut();
@@ -177,6 +251,7 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::command_code_objects(exe))?;
         }
+        self.choose_unwind(pid, exe)?;
         self.engine.arm_target(pid)?;
         let meta = self.agg.builder_mut().meta_mut();
         meta.pids.push(pid);
@@ -196,7 +271,10 @@ impl<'obj> Session<'obj> {
             }
             self.maps_read = std::time::Instant::now();
         }
-        for ev in self.engine.poll_events(timeout) {
+        let events = self.engine.poll_events(timeout);
+        // Before the events: an exec or exit below makes the process's modules unknown.
+        self.unwind_received();
+        for ev in events {
             match ev {
                 TargetEvent::Exec { pid, .. } if !self.live.contains(&pid) => {
                     if let Some(re) = name.filter(|re| targets::matches_name(pid, re)) {
@@ -206,15 +284,20 @@ impl<'obj> Session<'obj> {
                         }
                     }
                 }
-                TargetEvent::Exec { pid, .. } | TargetEvent::MapsChanged { pid } => {
-                    self.sym.track(pid)
+                TargetEvent::Exec { pid, .. } => {
+                    self.sym.track(pid);
+                    self.unwinder.forget(pid);
+                    // A new program: inspected afresh.
+                    self.choose_unwind(pid, &std::path::PathBuf::from(format!("/proc/{pid}/exe")))?;
                 }
+                TargetEvent::MapsChanged { pid } => self.sym.track(pid),
                 // The kernel made the child a target already; we add its mappings.
                 TargetEvent::Fork { pid, .. } => self.add_target(pid)?,
                 TargetEvent::Exit { pid } => {
                     // Its pid may be reused by an unrelated process: stop matching it.
                     self.live.remove(&pid);
                     self.engine.remove_target(pid);
+                    self.unwinder.forget(pid);
                     if let Some(alloc) = &mut self.alloc {
                         alloc.remove_target(pid);
                     }
@@ -226,7 +309,7 @@ impl<'obj> Session<'obj> {
 
     /// Drains one window of the kernel maps into the profile.
     pub fn drain_window(&mut self) -> Result<()> {
-        let w = self.engine.drain(false)?;
+        let w = self.drain(false)?;
         self.fold(&w);
         Ok(())
     }
@@ -253,7 +336,7 @@ impl<'obj> Session<'obj> {
     /// of them): its samples, and the kernel's cumulative phase totals and drops as the growth
     /// since the previous window.
     pub fn take_window(&mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
-        let w = self.engine.drain(false)?;
+        let w = self.drain(false)?;
         self.fold(&w);
         let phases = self.agg.builder_mut().profile_mut().phases.clone();
         let meta = self.agg.builder_mut().meta_mut().clone();
@@ -261,6 +344,7 @@ impl<'obj> Session<'obj> {
         let mut p = done.finish();
         p.meta.start_unix_ns = unix_ns(start);
         p.meta.end_unix_ns = unix_ns(end);
+        self.unwind_since_last_window(&mut p.meta);
         if !self.phase_names.is_empty() {
             let now = self
                 .engine
@@ -314,7 +398,7 @@ impl<'obj> Session<'obj> {
         // the kernel to retire the uprobes, up to a second).
         let stopped_ns = crate::engine::monotonic_ns();
         self.engine.detach();
-        let w = self.engine.drain(true)?;
+        let w = self.drain(true)?;
         self.fold(&w);
         let lost = self.engine.lost()?;
         let lost = self.lost_since_last_window(lost);
@@ -347,6 +431,9 @@ impl<'obj> Session<'obj> {
         } else {
             *self.agg.builder_mut().phase_stats_mut() = phase_stats;
         }
+        let mut meta = std::mem::take(self.agg.builder_mut().meta_mut());
+        self.unwind_since_last_window(&mut meta);
+        *self.agg.builder_mut().meta_mut() = meta;
         let b = self.agg.builder_mut();
         *b.lost_mut() = lost;
         b.meta_mut().start_unix_ns = unix_ns(start);

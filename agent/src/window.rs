@@ -33,6 +33,22 @@ pub struct RawCpu {
     pub count: u64,
 }
 
+/// A cpu sample of a target whose user stack is unwound in user space (`--unwind dwarf`): its
+/// user registers and a copy of its stack, to become a [`RawCpu`] once unwound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawStackSample {
+    pub pid: u32,
+    pub tid: u32,
+    pub phase: u32,
+    pub phase_mask: u64,
+    pub kernel: Option<Addrs>,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Memory from `sp` up (shorter than asked when the copy met an unreadable page).
+    pub stack: Vec<u8>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawOffCpu {
     pub pid: u32,

@@ -61,6 +61,8 @@ enum drop_reason {
 	DROP_ALLOC_THREAD,        /* no task storage for a thread's allocator state */
 	DROP_ALLOC_RINGBUF,       /* a Go allocation sample could not be sent to user space */
 	DROP_PAGEFAULT_KEY,       /* page fault counts map full */
+	DROP_STACK_COPY,          /* a user-stack copy could not be sent (ring buffer full): the
+				   * sample is counted without its user stack */
 	DROP_MAX,
 };
 
@@ -258,6 +260,8 @@ enum probe_counter {
 	HITS_ALLOC_EXIT,
 	HITS_FREE,
 	HITS_GO_SAMPLE,
+	STACK_COPIES,          /* cpu samples sent with a copy of their user stack (--unwind dwarf) */
+	STACK_COPY_BYTES,      /* bytes of user stack copied into them */
 	HITS_MAX,
 };
 
@@ -281,6 +285,29 @@ enum stack_slot {
 	SLOT_ALLOC,
 	SLOT_FAULT,
 	SLOT_MAX,
+};
+
+/*
+ * User stacks unwound in user space (--unwind dwarf, for code without frame pointers): a cpu
+ * sample of such a target is sent through `stack_samples` as this header followed by
+ * `stack_copy_bytes` (+ STACK_COPY_SLACK, for the verifier) bytes of which the first `len` are the user
+ * stack from `sp` up. The stack is read in STACK_COPY_CHUNK pieces aligned to their size (so none
+ * straddles the end of a mapping) and the copy stops at the first piece that faults.
+ */
+#define MAX_STACK_COPY (64 * 1024)
+#define STACK_COPY_CHUNK 512
+#define STACK_COPY_SLACK (2 * STACK_COPY_CHUNK)
+
+struct stack_sample {
+	__u32 tgid;
+	__u32 tid;
+	__u32 phase;
+	__u32 len;             /* bytes of stack copied */
+	__u64 phase_mask;
+	__u64 kernel_stack;    /* key of `stacks`; 0: none */
+	__u64 ip;              /* user registers at the sample (the syscall entry's if in kernel) */
+	__u64 sp;
+	__u64 bp;
 };
 
 enum target_event_kind {

@@ -35,6 +35,8 @@ const volatile bool phases_enabled = false;
 const volatile __u64 alloc_sample_bytes = 512 * 1024;
 /* Track sampled allocations until they are freed (the live heap). */
 const volatile bool alloc_live = true;
+/* Bytes of user stack copied per cpu sample of a target in `unwind_pids` (0: no copies). */
+const volatile __u32 stack_copy_bytes = 0;
 /* Bit i set: syscall cost rule i counts this syscall number. */
 const volatile __u8 syscall_cost_bits[MAX_SYSCALL_NR] = {};
 
@@ -191,6 +193,20 @@ struct {
 	__type(key, struct cpu_key);
 	__type(value, __u64); /* faults */
 } pagefault_counts SEC(".maps");
+
+/* Targets whose user stacks are unwound in user space from a copy (no frame pointers). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u32); /* 1 */
+} unwind_pids SEC(".maps");
+
+/* struct stack_sample records; sized by user space for the sampling rate and copy size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} stack_samples SEC(".maps");
 
 static __always_inline void count_drop(enum drop_reason reason)
 {
@@ -503,6 +519,75 @@ static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid)
 
 /* ---- on-CPU ------------------------------------------------------------ */
 
+/* Adds `n` to per-CPU counter `c` (probe hits, stack-copy bandwidth). */
+static __always_inline void count_hit_n(enum probe_counter c, __u64 n)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
+	if (v)
+		*v += n;
+}
+
+/*
+ * Sends the sample with its user registers and a copy of its user stack to user space, which
+ * unwinds it from the modules' call-frame information. False when the ring buffer is full
+ * (counted: the caller then counts the sample without a user stack).
+ */
+static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, struct cpu_key *key)
+{
+	/* The size is a load-time constant (rodata): the verifier knows the record's length. */
+	struct stack_sample *s = bpf_ringbuf_reserve(&stack_samples,
+		sizeof(*s) + stack_copy_bytes + STACK_COPY_SLACK, 0);
+	if (!s) {
+		count_drop(DROP_STACK_COPY);
+		return false;
+	}
+	__u64 ip, sp, bp;
+	/* User mode iff the interrupted address is in the lower half (x86-64 canonical addresses;
+	 * a context read of `cs` alone is refused: pt_regs context reads are 8 bytes wide). */
+	if ((__s64)ctx->regs.ip >= 0) {
+		ip = ctx->regs.ip;
+		sp = ctx->regs.sp;
+		bp = ctx->regs.bp;
+	} else {
+		/* In the kernel on the thread's behalf: its user registers at the kernel entry. */
+		struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+		ip = BPF_CORE_READ(u, ip);
+		sp = BPF_CORE_READ(u, sp);
+		bp = BPF_CORE_READ(u, bp);
+	}
+	s->tgid = key->tgid;
+	s->tid = key->tid;
+	s->phase = key->phase;
+	s->phase_mask = key->phase_mask;
+	s->kernel_stack = key->kernel_stack;
+	s->ip = ip;
+	s->sp = sp;
+	s->bp = bp;
+	__u8 *stack = (__u8 *)(s + 1);
+	__u64 off = 0;
+	__u64 want = STACK_COPY_CHUNK - (sp & (STACK_COPY_CHUNK - 1));
+	for (int i = 0; i <= MAX_STACK_COPY / STACK_COPY_CHUNK; i++) {
+		if (off >= stack_copy_bytes || off >= MAX_STACK_COPY)
+			break;
+		if (want > stack_copy_bytes - off)
+			want = stack_copy_bytes - off;
+		if (want == 0 || want > STACK_COPY_CHUNK)
+			break;
+		/* The mask changes nothing (want <= STACK_COPY_CHUNK) but proves the bound to the
+		 * verifier, which lost it in the compiler's arithmetic; the slack covers it. */
+		if (bpf_probe_read_user(stack + off, want & (STACK_COPY_SLACK - 1), (void *)(sp + off)))
+			break;
+		off += want;
+		want = STACK_COPY_CHUNK;
+	}
+	s->len = off;
+	count_hit_n(STACK_COPIES, 1);
+	count_hit_n(STACK_COPY_BYTES, off);
+	bpf_ringbuf_submit(s, 0);
+	return true;
+}
+
 SEC("perf_event")
 int perf_event__sample(struct bpf_perf_event_data *ctx)
 {
@@ -518,9 +603,15 @@ int perf_event__sample(struct bpf_perf_event_data *ctx)
 		.phase = phase,
 		.phase_mask = mask,
 		.window = window,
-		.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SAMPLE, DROP_USER_STACK),
 		.kernel_stack = stack_id(ctx, 0, SLOT_SAMPLE, DROP_KERNEL_STACK),
 	};
+	/* Without frame pointers the kernel's walk gives the leaf and garbage: copy the stack. */
+	if (stack_copy_bytes && bpf_map_lookup_elem(&unwind_pids, &tgid)) {
+		if (send_stack_copy(ctx, &key))
+			return 0;
+	} else {
+		key.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SAMPLE, DROP_USER_STACK);
+	}
 	add_u64(&cpu_counts, &key, 1, DROP_CPU_KEY);
 	return 0;
 }
@@ -814,10 +905,7 @@ int uprobe__phase_return(struct pt_regs *ctx)
 
 static __always_inline void count_hit(enum probe_counter c)
 {
-	__u32 key = c;
-	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
-	if (v)
-		*v += 1;
+	count_hit_n(c, 1);
 }
 
 static __always_inline void add_alloc_totals(__u32 tgid, __u32 phase, __u64 mask, __u64 bytes, __u64 count, __u64 frees)
@@ -1151,6 +1239,7 @@ char LICENSE[] SEC("license") = "GPL";
  * records that only travel through the ring buffer or index arrays. */
 struct target_event _target_event = {};
 struct go_alloc_sample _go_alloc_sample = {};
+struct stack_sample _stack_sample = {};
 enum alloc_fn _alloc_fn = AF_MALLOC;
 enum probe_counter _probe_counter = HITS_MAX;
 enum drop_reason _drop_reason = DROP_MAX;

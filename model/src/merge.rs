@@ -83,6 +83,7 @@ pub struct Merger {
 
 impl Merger {
     pub fn add(&mut self, p: &Profile) {
+        let first = self.b.is_none();
         let b = self
             .b
             .get_or_insert_with(|| ProfileBuilder::new(p.meta.clone(), p.phases.clone()));
@@ -102,6 +103,11 @@ impl Merger {
         }
         meta.threads
             .extend(p.meta.threads.iter().map(|(t, n)| (*t, n.clone())));
+        if !first {
+            if let (Some(into), Some(u)) = (&mut meta.unwind, &p.meta.unwind) {
+                into.absorb(u);
+            }
+        }
         // Phases new to the merge are appended; indices are remapped below.
         let phase_map: Vec<u32> = p
             .phases

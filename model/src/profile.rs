@@ -124,10 +124,42 @@ pub struct Meta {
     /// How allocations were recorded, when they were.
     #[serde(default)]
     pub alloc: Option<AllocInfo>,
+    /// How user stacks of cpu samples were walked, when cpu was recorded.
+    #[serde(default)]
+    pub unwind: Option<UnwindInfo>,
     /// Labels a fleet agent attaches to its windows (`host`, `service`, `version`, `build_id`,
     /// and the user's own), by which the collector selects and merges them.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// How user stacks of cpu samples were walked.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct UnwindInfo {
+    /// As asked: `auto`, `fp` or `dwarf`.
+    pub mode: String,
+    /// Per target pid: `fp` or `dwarf`, and why (`dwarf (auto: only 3 of 2140 functions keep
+    /// frame pointers)`).
+    pub targets: BTreeMap<u32, String>,
+    /// User stack copied per sample for `dwarf` targets.
+    pub stack_copy_bytes: u64,
+    /// Samples unwound from a stack copy, and how many of them reached the end of the stack
+    /// (the thread's entry) rather than stopping early.
+    pub unwound_samples: u64,
+    pub complete: u64,
+    /// Bytes of user stack the kernel copied for them (the ring buffer's bandwidth).
+    pub copied_bytes: u64,
+}
+
+impl UnwindInfo {
+    /// Adds another recording's (or window's) counts.
+    pub fn absorb(&mut self, other: &UnwindInfo) {
+        self.targets
+            .extend(other.targets.iter().map(|(p, d)| (*p, d.clone())));
+        self.unwound_samples += other.unwound_samples;
+        self.complete += other.complete;
+        self.copied_bytes += other.copied_bytes;
+    }
 }
 
 /// How allocations were recorded.

@@ -66,7 +66,11 @@ impl Summary {
             let samples: u64 = profile.cpu.iter().map(|s| s.count).sum();
             events.insert(
                 "cpu".into(),
-                serde_json::json!({"samples": samples, "frequency_hz": m.frequency_hz}),
+                serde_json::json!({
+                    "samples": samples,
+                    "frequency_hz": m.frequency_hz,
+                    "unwind": m.unwind,
+                }),
             );
         }
         if profile.recorded(EventKind::Offcpu) {

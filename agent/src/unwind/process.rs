@@ -1,8 +1,4 @@
-//! Unwinding a copied user stack when the code has no frame pointers: framehop over each
-//! module's call-frame information (`.eh_frame` with its `.eh_frame_hdr` index, `.debug_frame`
-//! when present), falling back to frame pointers where a module has none. Input is what a
-//! sample captures: the user `ip`, `sp`, `bp` and a copy of the stack from `sp` up (BPF copies
-//! it in chunks and stops at the first fault, so the copy may be shorter than asked).
+//! One process's modules as framehop sees them, and the unwind of one copied stack.
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
@@ -119,65 +115,6 @@ impl ProcessUnwinder {
     }
 }
 
-/// How much of a binary's code keeps frame pointers: of its functions (16 bytes or more: tiny
-/// leaf thunks never set one up), how many begin by saving rbp and pointing it at the frame
-/// (`push rbp; mov rbp, rsp`, possibly after `endbr64`). Decides `--unwind auto`.
-#[derive(Debug, PartialEq)]
-pub struct FramePointerCensus {
-    pub with: usize,
-    pub functions: usize,
-}
-
-impl FramePointerCensus {
-    /// Built with frame pointers: most functions keep them (a build without them still has a
-    /// few, from hand-written assembly or functions that need rbp anyway).
-    pub fn has_frame_pointers(&self) -> bool {
-        self.functions > 0 && self.with * 2 >= self.functions
-    }
-}
-
-pub fn frame_pointer_census(path: &Path) -> Result<FramePointerCensus> {
-    use iced_x86::{Code, Decoder, DecoderOptions, Register};
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let symbols = crate::phases::symbols::function_symbols(path)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    let mut census = FramePointerCensus {
-        with: 0,
-        functions: 0,
-    };
-    for f in symbols.iter().filter(|f| f.size >= 16) {
-        let Some(code) =
-            data.get(f.file_offset as usize..(f.file_offset + f.size.min(32)) as usize)
-        else {
-            continue;
-        };
-        census.functions += 1;
-        let mut decoder = Decoder::new(64, code, DecoderOptions::NONE);
-        let mut pushed = false;
-        for _ in 0..4 {
-            if !decoder.can_decode() {
-                break;
-            }
-            let insn = decoder.decode();
-            match insn.code() {
-                Code::Endbr64 => {}
-                Code::Push_r64 if insn.op0_register() == Register::RBP => pushed = true,
-                Code::Mov_r64_rm64 | Code::Mov_rm64_r64
-                    if pushed
-                        && insn.op0_register() == Register::RBP
-                        && insn.op1_register() == Register::RSP =>
-                {
-                    census.with += 1;
-                    break;
-                }
-                _ if pushed => {}
-                _ => break,
-            }
-        }
-    }
-    Ok(census)
-}
-
 /// One mapped ELF file as a framehop module: its unwind sections, and where it is loaded.
 fn module(name: &str, file: &Path, vmas: &[&Vma]) -> Result<Module<Vec<u8>>> {
     let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
@@ -288,50 +225,6 @@ mod tests {
     #[inline(never)]
     fn level_one() -> Unwound {
         std::hint::black_box(level_two())
-    }
-
-    // Checks the census on one C file compiled twice by clang -O2: with
-    // -fno-omit-frame-pointer nearly every function keeps rbp, without it none does.
-    #[test]
-    fn census_tells_frame_pointer_builds() {
-        let dir = std::env::temp_dir().join(format!("phaseprof-census-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("f.c");
-        let body: String = (0..40)
-            .map(|i| {
-                format!(
-                    "__attribute__((noinline)) long f{i}(long *v, long n) {{ long s = 0; \
-                     for (long j = 0; j < n; j++) s += v[j] * {i} + f{}(v, n / 2); return s; }}\n",
-                    if i == 0 { 0 } else { i - 1 }
-                )
-            })
-            .collect::<String>()
-            .replacen("f0(v, n / 2)", "0", 1);
-        std::fs::write(
-            &src,
-            format!("{body}int main(void) {{ long v[4] = {{0}}; return (int)f39(v, 4); }}\n"),
-        )
-        .unwrap();
-        let census = |flag: &str| {
-            let out = dir.join(format!("f{flag}"));
-            let st = std::process::Command::new("clang")
-                .args(["-O2", flag, "-o"])
-                .arg(&out)
-                .arg(&src)
-                .status()
-                .expect("clang (scripts/setup.sh installs it)");
-            assert!(st.success());
-            frame_pointer_census(&out).unwrap()
-        };
-        let fp = census("-fno-omit-frame-pointer");
-        let nofp = census("-fomit-frame-pointer");
-        assert!(fp.functions >= 40 && fp.has_frame_pointers(), "{fp:?}");
-        assert!(
-            nofp.functions >= 40 && !nofp.has_frame_pointers(),
-            "{nofp:?}"
-        );
-        assert_eq!(nofp.with, 0, "{nofp:?}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     // Checks a real unwind of this test's own stack from its CFI: the frames, symbolized,

@@ -1,0 +1,106 @@
+//! Stack copies in, cpu samples out: one [`ProcessUnwinder`] per target, built at its first
+//! sample and rebuilt when a sample's address lies outside every module it knows and the
+//! process's code mappings have changed since (dlopen); exec starts it afresh.
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::process::{ProcessUnwinder, StackCopy};
+use crate::procmaps::{parse_maps, ProcMaps, Vma};
+use crate::window::{RawCpu, RawStackSample};
+
+/// Mappings are re-read at most this often per process for addresses no module covers (code in
+/// anonymous memory, such as a JIT's, never will be).
+const RECHECK: Duration = Duration::from_millis(100);
+
+struct Tracked {
+    unwinder: ProcessUnwinder,
+    vmas: Vec<Vma>,
+    checked: Instant,
+}
+
+/// How the samples unwound so far fared.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct UnwindStats {
+    pub samples: u64,
+    /// Walks that reached the end of the stack (the thread's entry).
+    pub complete: u64,
+    /// Samples of a process whose modules could not be read (its leaf address kept alone).
+    pub no_modules: u64,
+    pub copied_bytes: u64,
+}
+
+#[derive(Default)]
+pub struct SampleUnwinder {
+    processes: HashMap<u32, Tracked>,
+    pub stats: UnwindStats,
+}
+
+fn read_vmas(pid: u32) -> Option<Vec<Vma>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(parse_maps(&text))
+}
+
+impl SampleUnwinder {
+    /// Unwinds one sample into a cpu sample of count 1.
+    pub fn unwind(&mut self, s: &RawStackSample) -> RawCpu {
+        self.stats.samples += 1;
+        self.stats.copied_bytes += s.stack.len() as u64;
+        let user = match self.unwinder(s.pid, s.ip) {
+            Some(u) => {
+                let got = u.unwind(&StackCopy {
+                    ip: s.ip,
+                    sp: s.sp,
+                    bp: s.bp,
+                    stack: &s.stack,
+                });
+                self.stats.complete += got.complete as u64;
+                got.frames
+            }
+            None => {
+                self.stats.no_modules += 1;
+                vec![s.ip]
+            }
+        };
+        RawCpu {
+            pid: s.pid,
+            tid: s.tid,
+            phase: s.phase,
+            phase_mask: s.phase_mask,
+            user: Some(user),
+            kernel: s.kernel.clone(),
+            count: 1,
+        }
+    }
+
+    /// `pid` exec'd or exited: its modules are gone.
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+
+    fn unwinder(&mut self, pid: u32, ip: u64) -> Option<&mut ProcessUnwinder> {
+        let stale = match self.processes.get(&pid) {
+            None => true,
+            Some(t) => !t.unwinder.covers(ip) && t.checked.elapsed() >= RECHECK,
+        };
+        if stale {
+            if let Some(vmas) = read_vmas(pid) {
+                let changed = self.processes.get(&pid).is_none_or(|t| t.vmas != vmas);
+                if changed {
+                    let unwinder =
+                        ProcessUnwinder::from_mappings(&vmas, |vma| ProcMaps::open_path(pid, vma));
+                    self.processes.insert(
+                        pid,
+                        Tracked {
+                            unwinder,
+                            vmas,
+                            checked: Instant::now(),
+                        },
+                    );
+                } else if let Some(t) = self.processes.get_mut(&pid) {
+                    t.checked = Instant::now();
+                }
+            }
+        }
+        self.processes.get_mut(&pid).map(|t| &mut t.unwinder)
+    }
+}
