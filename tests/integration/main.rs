@@ -12,6 +12,7 @@ mod fleet;
 mod phases;
 mod soak;
 mod symbols;
+mod unwind;
 
 /// Returns early (skipping, loudly) from a test that needs root when not root.
 #[macro_export]

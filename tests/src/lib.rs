@@ -37,27 +37,72 @@ pub fn collector_bin() -> PathBuf {
     p
 }
 
-/// Builds a Rust workload under `tests/workloads/<name>` once per process (each workload is its
-/// own workspace with its own `.cargo/config.toml` flags) and returns its binary.
-pub fn rust_workload(name: &str) -> PathBuf {
+/// Runs `build` the first time `key` is asked for in this process (workloads are built once).
+fn build_once(key: &str, build: impl FnOnce()) {
     static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    let dir = root().join("tests/workloads").join(name);
-    let bin = dir.join("target/release").join(name);
     let mut built = BUILT
         .get_or_init(|| Mutex::new(Vec::new()))
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if !built.iter().any(|b| b == name) {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--quiet"])
+    if !built.iter().any(|b| b == key) {
+        build();
+        built.push(key.to_string());
+    }
+}
+
+/// Builds a Rust workload under `tests/workloads/<name>` once per process (each workload is its
+/// own workspace with its own `.cargo/config.toml` flags) and returns its binary.
+pub fn rust_workload(name: &str) -> PathBuf {
+    rust_workload_built(name, None)
+}
+
+/// The same workload built a second time without frame pointers, as release builds ship
+/// (`-C force-frame-pointers=no` overrides its config), into `target/nofp`.
+pub fn rust_workload_without_frame_pointers(name: &str) -> PathBuf {
+    rust_workload_built(name, Some("nofp"))
+}
+
+fn rust_workload_built(name: &str, no_frame_pointers: Option<&str>) -> PathBuf {
+    let dir = root().join("tests/workloads").join(name);
+    let target = match no_frame_pointers {
+        Some(sub) => dir.join("target").join(sub),
+        None => dir.join("target"),
+    };
+    let bin = target.join("release").join(name);
+    build_once(&bin.to_string_lossy(), || {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--release", "--quiet", "--target-dir"])
+            .arg(&target)
             .current_dir(&dir)
             .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_TARGET_DIR")
-            .status()
-            .expect("running cargo for the workload");
+            .env_remove("CARGO_TARGET_DIR");
+        if no_frame_pointers.is_some() {
+            // RUSTFLAGS replaces the workload's config flags (which force frame pointers).
+            cargo.env("RUSTFLAGS", "-C force-frame-pointers=no");
+        }
+        let status = cargo.status().expect("running cargo for the workload");
         assert!(status.success(), "building workload {name} failed");
-        built.push(name.to_string());
-    }
+    });
+    bin
+}
+
+/// Builds the C workload `tests/workloads/<name>/<name>.c` with clang -O2 (which omits frame
+/// pointers), linking `libs`, once per process.
+pub fn c_workload(name: &str, libs: &[&str]) -> PathBuf {
+    let dir = root().join("tests/workloads").join(name);
+    let bin = dir.join("target").join(name);
+    build_once(&bin.to_string_lossy(), || {
+        std::fs::create_dir_all(dir.join("target")).expect("creating the workload's target dir");
+        let status = Command::new("clang")
+            .args(["-O2", "-g", "-o"])
+            .arg(&bin)
+            .arg(dir.join(format!("{name}.c")))
+            .args(libs)
+            .status()
+            .expect("running clang (scripts/setup.sh installs it)");
+        assert!(status.success(), "building workload {name} failed");
+    });
     bin
 }
 
@@ -202,14 +247,9 @@ fn folded_share(args: &[&str], pick: impl Fn(&str) -> bool) -> (u64, u64) {
 
 /// Builds the Go workload `tests/workloads/<name>` once per process; None when Go is absent.
 pub fn go_workload(name: &str) -> Option<PathBuf> {
-    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     let go = go_binary()?;
     let bin = std::env::temp_dir().join(format!("phaseprof-{}-{name}", std::process::id()));
-    let mut built = BUILT
-        .get_or_init(|| Mutex::new(Vec::new()))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if !built.iter().any(|b| b == name) {
+    build_once(&bin.to_string_lossy(), || {
         let status = Command::new(go)
             .args(["build", "-o", bin.to_str().expect("UTF-8 temp dir"), "."])
             .current_dir(root().join("tests/workloads").join(name))
@@ -217,8 +257,7 @@ pub fn go_workload(name: &str) -> Option<PathBuf> {
             .status()
             .expect("running go build");
         assert!(status.success(), "building Go workload {name} failed");
-        built.push(name.to_string());
-    }
+    });
     Some(bin)
 }
 

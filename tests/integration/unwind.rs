@@ -1,0 +1,125 @@
+//! Stacks of code built without frame pointers, unwound from stack copies (`--unwind dwarf`).
+
+use std::path::Path;
+
+use phaseprof_e2e::*;
+
+use crate::require_root;
+
+/// Whether a folded stack (root first) reaches a thread's entry: glibc's `start_thread` for
+/// spawned threads, `main` for the main thread.
+fn reaches_entry(stack: &str) -> bool {
+    stack.split(';').any(|f| f == "main" || f == "start_thread")
+}
+
+/// The share of cpu samples whose stack `pick` selects, in percent, and the sample count.
+fn share(file: &Path, pick: impl Fn(&str) -> bool) -> (f64, u64) {
+    let (total, picked) = folded_cpu_share(file, pick);
+    assert!(total > 0, "no cpu samples in {}", file.display());
+    (100.0 * picked as f64 / total as f64, total)
+}
+
+/// How `auto` (or the mode asked) walked the target's stacks, from `report --json`.
+fn unwind_of(file: &Path) -> serde_json::Value {
+    report_json(file)["events"]["cpu"]["unwind"].clone()
+}
+
+// Checks validator-sim built without frame pointers (a second build of the same workload)
+// recorded with --unwind dwarf: at least 95% of cpu samples unwind to the thread's entry, and
+// the burn function's share is within 3 points of the frame-pointer build's. Also checks what
+// the mode is for: the kernel's frame-pointer walk of the same build reaches the entry for few
+// samples; and that `auto` picks each build's way from its binary. Samples at 499 Hz for
+// ~3 s × 2 threads, so the share compares ~3,000 samples a side (one standard error ≈ 1 point).
+#[test]
+fn dwarf_unwinds_a_build_without_frame_pointers() {
+    require_root!();
+    let fp = rust_workload("validator-sim");
+    let nofp = rust_workload_without_frame_pointers("validator-sim");
+    let _g = bpf_lock();
+    // Burning in propose, copying 20 MB per block in replay (memcpy: libc, no frame pointers
+    // there either), 20 write(2) per block in finalize (samples in the kernel: the user stack
+    // from the syscall entry's registers).
+    let args = [
+        "--blocks",
+        "120",
+        "--threads",
+        "2",
+        "--burn-ms",
+        "25",
+        "--clone-bytes",
+        "20000000",
+        "--flushes",
+        "20",
+    ];
+    let opts = |unwind: &'static str| ["--events", "cpu", "--freq", "499", "--unwind", unwind];
+    let (with_fp, truth) = record_workload("unwind-fp", &opts("auto"), &fp, &args);
+    let burn_fn = truth["burn_fn"].as_str().unwrap().to_string();
+    let (dwarf, _) = record_workload("unwind-dwarf", &opts("dwarf"), &nofp, &args);
+    let (fp_walk, _) = record_workload("unwind-fpwalk", &opts("fp"), &nofp, &args);
+    let (auto_nofp, _) = record_workload("unwind-auto", &opts("auto"), &nofp, &["--blocks", "1"]);
+
+    let burns = |stack: &str| stack.split(';').any(|f| f == burn_fn);
+    let (entry_dwarf, n_dwarf) = share(&dwarf, reaches_entry);
+    let (entry_fp_walk, _) = share(&fp_walk, reaches_entry);
+    let (entry_fp_build, n_fp) = share(&with_fp, reaches_entry);
+    let (burn_dwarf, _) = share(&dwarf, burns);
+    let (burn_fp, _) = share(&with_fp, burns);
+    let u = unwind_of(&dwarf);
+    eprintln!(
+        "without frame pointers, dwarf: {entry_dwarf:.1}% of {n_dwarf} samples reach the entry, \
+         burn {burn_dwarf:.1}%; fp walk of that build: {entry_fp_walk:.1}% reach the entry; \
+         frame-pointer build: {entry_fp_build:.1}% of {n_fp} reach the entry, burn {burn_fp:.1}%; \
+         unwind {u}"
+    );
+    assert!(entry_dwarf >= 95.0, "{entry_dwarf:.1}% reach the entry");
+    assert!(
+        (burn_dwarf - burn_fp).abs() <= 3.0,
+        "burn share {burn_dwarf:.1}% vs {burn_fp:.1}% with frame pointers"
+    );
+    assert!(entry_fp_walk < 50.0, "the fp walk reached the entry for {entry_fp_walk:.1}%");
+    // Every sample came through the stack copy, and the kernel dropped none.
+    assert_eq!(u["unwound_samples"].as_u64(), Some(n_dwarf), "{u}");
+    assert_eq!(report_json(&dwarf)["lost"]["stacks"].as_u64(), Some(0));
+    let pid = |file: &Path| report_json(file)["target"]["pids"][0].to_string();
+    let how = |file: &Path| unwind_of(file)["targets"][pid(file)].as_str().unwrap().to_string();
+    assert!(how(&dwarf).starts_with("dwarf (--unwind dwarf"), "{}", how(&dwarf));
+    assert!(how(&with_fp).starts_with("fp (auto"), "{}", how(&with_fp));
+    assert!(how(&auto_nofp).starts_with("dwarf (auto"), "{}", how(&auto_nofp));
+}
+
+// Checks a C program compressing with Debian's zlib (no frame pointers in libz) under
+// --unwind dwarf: the samples in zlib's code unwind through the library's frames back into the
+// caller, compress_block, and on to main. The frame-pointer walk of the same run loses the
+// caller for most of them (printed for comparison, asserted below half).
+#[test]
+fn dwarf_unwinds_through_a_library_into_its_caller() {
+    require_root!();
+    let bin = c_workload("zlib-sim", &["-lz"]);
+    let _g = bpf_lock();
+    let opts = |unwind: &'static str| ["--events", "cpu", "--freq", "499", "--unwind", unwind];
+    let (dwarf, truth) = record_workload("zlib-dwarf", &opts("dwarf"), &bin, &["6"]);
+    let (fp_walk, _) = record_workload("zlib-fp", &opts("fp"), &bin, &["6"]);
+    let caller = truth["caller"].as_str().unwrap().to_string();
+    let in_zlib = |stack: &str| stack.split(';').any(|f| f.starts_with("libz.so") || f == "deflate");
+    let through = |stack: &str| {
+        in_zlib(stack) && stack.contains(&format!("main;run;{caller};compress2;"))
+    };
+    let (zlib_dwarf, n) = share(&dwarf, in_zlib);
+    let (_, zlib_samples) = folded_cpu_share(&dwarf, in_zlib);
+    let (_, through_samples) = folded_cpu_share(&dwarf, through);
+    let (_, fp_zlib) = folded_cpu_share(&fp_walk, in_zlib);
+    let (_, fp_through) = folded_cpu_share(&fp_walk, |s| in_zlib(s) && s.contains(&caller));
+    let pct = |a: u64, b: u64| 100.0 * a as f64 / b.max(1) as f64;
+    eprintln!(
+        "zlib: {zlib_dwarf:.1}% of {n} samples in libz; dwarf: {through_samples}/{zlib_samples} \
+         ({:.1}%) reach main;run;{caller}; fp walk: {fp_through}/{fp_zlib} ({:.1}%) reach {caller}",
+        pct(through_samples, zlib_samples),
+        pct(fp_through, fp_zlib)
+    );
+    assert!(zlib_samples >= 500, "{zlib_samples} samples in zlib");
+    assert!(
+        pct(through_samples, zlib_samples) >= 95.0,
+        "{through_samples}/{zlib_samples}"
+    );
+    assert!(pct(fp_through, fp_zlib) < 50.0, "{fp_through}/{fp_zlib}");
+}

@@ -1,0 +1,73 @@
+/*
+ * zlib-sim: compresses a compressible buffer with Debian's zlib (built without frame pointers)
+ * for a number of rounds, always through compress_block(), called from run() from main(). A
+ * profile of it should show the deflate code inside compress_block: only unwinding from the
+ * call-frame information gets from zlib's frames back to the caller.
+ *
+ * Usage: zlib-sim [ROUNDS] [BYTES]. Truth (one JSON line): pid, rounds, input_bytes,
+ * output_bytes, caller.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* Text-like input: words from a small vocabulary in a pseudo-random order, so deflate works
+ * on matches (its longest_match and deflate_slow are the hot code). */
+static void fill(unsigned char *buf, size_t n)
+{
+	static const char *words[] = { "validator ", "block ", "replay ", "vote ", "commit ",
+				       "ledger ", "shred ", "slot ", "leader ", "fork " };
+	unsigned long x = 88172645463325252UL;
+	size_t at = 0;
+	while (at < n) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		const char *w = words[x % 10];
+		size_t len = strlen(w);
+		if (len > n - at)
+			len = n - at;
+		memcpy(buf + at, w, len);
+		at += len;
+	}
+}
+
+__attribute__((noinline)) static size_t compress_block(const unsigned char *in, size_t n,
+						       unsigned char *out, size_t cap)
+{
+	uLongf got = cap;
+	if (compress2(out, &got, in, n, 9) != Z_OK) {
+		fprintf(stderr, "compress2 failed\n");
+		exit(1);
+	}
+	return got;
+}
+
+__attribute__((noinline)) static size_t run(long rounds, size_t n)
+{
+	unsigned char *in = malloc(n);
+	size_t cap = compressBound(n);
+	unsigned char *out = malloc(cap);
+	if (!in || !out)
+		exit(1);
+	fill(in, n);
+	size_t total = 0;
+	for (long r = 0; r < rounds; r++)
+		total += compress_block(in, n, out, cap);
+	free(in);
+	free(out);
+	return total;
+}
+
+int main(int argc, char **argv)
+{
+	long rounds = argc > 1 ? atol(argv[1]) : 40;
+	size_t n = argc > 2 ? (size_t)atol(argv[2]) : 1 << 20;
+	size_t total = run(rounds, n);
+	printf("{\"pid\":%d,\"rounds\":%ld,\"input_bytes\":%zu,\"output_bytes\":%zu,"
+	       "\"caller\":\"compress_block\"}\n",
+	       (int)getpid(), rounds, n * rounds, total);
+	return 0;
+}
