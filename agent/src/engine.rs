@@ -570,6 +570,8 @@ impl<'obj> Engine<'obj> {
     /// Process events that arrived since the last call, waiting at most `timeout` for the first.
     pub fn poll_events(&self, timeout: Duration) -> Vec<TargetEvent> {
         let _ = self.ring.poll(timeout);
+        // The stack-copy ring wakes no one per sample (see send_stack_copy): read it too.
+        let _ = self.ring.consume();
         self.events.try_iter().collect()
     }
 

@@ -584,7 +584,12 @@ static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, str
 	s->len = off;
 	count_hit_n(STACK_COPIES, 1);
 	count_hit_n(STACK_COPY_BYTES, off);
-	bpf_ringbuf_submit(s, 0);
+	/* No wakeup per sample: waking the reader costs an IPI, which in a VM is a VM exit (about
+	 * 35 us a sample measured here). User space reads the ring every 20 ms anyway; it is woken
+	 * only once the ring is a quarter full. */
+	__u64 avail = bpf_ringbuf_query(&stack_samples, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&stack_samples, BPF_RB_RING_SIZE);
+	bpf_ringbuf_submit(s, avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	return true;
 }
 

@@ -9,6 +9,8 @@
 //! spool_limit = "256MiB"
 //! metrics_listen = "127.0.0.1:9464"
 //! events = ["cpu", "offcpu", "syscall"]
+//! unwind = "auto"                  # auto | fp | dwarf (see `record --unwind`)
+//! stack_copy = "16KiB"             # user stack copied per sample with dwarf unwinding
 //! phases = "/etc/phaseprof/phases.toml"    # for targets without their own
 //! [labels]
 //! service = "relay"
@@ -44,6 +46,10 @@ struct RawConfig {
     metrics_listen: Option<SocketAddr>,
     #[serde(default = "default_events")]
     events: Vec<String>,
+    #[serde(default = "default_unwind")]
+    unwind: String,
+    #[serde(default = "default_stack_copy")]
+    stack_copy: String,
     phases: Option<PathBuf>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
@@ -66,6 +72,14 @@ fn default_window() -> String {
 fn default_spool_limit() -> String {
     "256MiB".into()
 }
+fn default_unwind() -> String {
+    "auto".into()
+}
+
+fn default_stack_copy() -> String {
+    "16KiB".into()
+}
+
 fn default_events() -> Vec<String> {
     vec!["cpu".into(), "offcpu".into(), "syscall".into()]
 }
@@ -116,6 +130,8 @@ pub struct AgentConfig {
     pub spool_limit: u64,
     pub metrics_listen: Option<SocketAddr>,
     pub events: Vec<EventKind>,
+    pub unwind: crate::unwind::UnwindMode,
+    pub stack_copy_bytes: u32,
     pub labels: BTreeMap<String, String>,
     pub targets: Vec<Target>,
 }
@@ -162,6 +178,12 @@ impl AgentConfig {
             }
             events.push(k);
         }
+        let unwind = raw
+            .unwind
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{file}: unwind: {e}"))?;
+        let stack_copy_bytes = crate::cli::parse_stack_copy(&raw.stack_copy)
+            .map_err(|e| anyhow::anyhow!("{file}: stack_copy: {e}"))?;
         let mut targets = Vec::new();
         for (i, t) in raw.targets.into_iter().enumerate() {
             let rule = match (t.name, t.exe, t.cgroup) {
@@ -192,6 +214,8 @@ impl AgentConfig {
             spool_limit,
             metrics_listen: raw.metrics_listen,
             events,
+            unwind,
+            stack_copy_bytes,
             labels: raw.labels,
             targets,
         })

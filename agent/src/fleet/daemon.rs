@@ -39,6 +39,10 @@ struct AgentMetrics {
     phase_probe_hits: AtomicU64,
     syscall_probe_hits: AtomicU64,
     cpu_samples: AtomicU64,
+    /// Samples unwound from stack copies (targets without frame pointers), and the bytes of
+    /// stack the kernel copied for them (the ring buffer's bandwidth).
+    unwound_samples: AtomicU64,
+    stack_copy_bytes: AtomicU64,
     /// Of the last window, in millionths: probe time estimated from the hits over the targets'
     /// own CPU time.
     overhead_ppm: AtomicU64,
@@ -61,6 +65,12 @@ fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
         .fetch_add(2 * syscalls, Ordering::Relaxed);
     m.cpu_samples
         .fetch_add(p.cpu.iter().map(|s| s.count).sum(), Ordering::Relaxed);
+    if let Some(u) = &p.meta.unwind {
+        m.unwound_samples
+            .fetch_add(u.unwound_samples, Ordering::Relaxed);
+        m.stack_copy_bytes
+            .fetch_add(u.copied_bytes, Ordering::Relaxed);
+    }
     let ppm = if cpu_ns == 0 {
         0.0
     } else {
@@ -84,6 +94,8 @@ fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
          phaseprof_agent_probe_hits_total{{probe=\"phase\"}} {}\n\
          phaseprof_agent_probe_hits_total{{probe=\"syscall\"}} {}\n\
          # TYPE phaseprof_agent_cpu_samples_total counter\nphaseprof_agent_cpu_samples_total {}\n\
+         # TYPE phaseprof_agent_unwound_samples_total counter\nphaseprof_agent_unwound_samples_total {}\n\
+         # TYPE phaseprof_agent_stack_copy_bytes_total counter\nphaseprof_agent_stack_copy_bytes_total {}\n\
          # HELP phaseprof_agent_estimated_overhead Probe time over the targets' own CPU time in the last window (phase and syscall probes, at their measured costs).\n\
          # TYPE phaseprof_agent_estimated_overhead gauge\nphaseprof_agent_estimated_overhead {}\n",
         g(&a.windows_recorded),
@@ -97,6 +109,8 @@ fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
         g(&a.phase_probe_hits),
         g(&a.syscall_probe_hits),
         g(&a.cpu_samples),
+        g(&a.unwound_samples),
+        g(&a.stack_copy_bytes),
         g(&a.overhead_ppm) as f64 / 1e6,
     )
 }
@@ -149,6 +163,8 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         duration: None,
         engine: EngineConfig {
             events: cfg.events.clone(),
+            unwind: cfg.unwind,
+            stack_copy_bytes: cfg.stack_copy_bytes,
             ..EngineConfig::default()
         },
         output: Default::default(),

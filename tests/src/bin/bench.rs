@@ -1,14 +1,15 @@
 //! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
 //!
 //! Run as root after `cargo build --release --workspace`:
-//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|agent]`.
+//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|agent|unwind]`.
 //! Prints: ns per syscall of a getppid loop bare / with our probes attached but the loop not a
 //! target (the floor) / under `record` (stacks on and off) / under bpftrace doing the same
 //! counting; validator-sim's wall time bare vs recorded; the agent's CPU% and peak RSS while
 //! recording a 16-thread validator-sim at 99 Hz; ns per malloc/free pair with allocator probes at
 //! the function entry vs at the chosen (emulated) instruction; validator-sim's slowdown with
 //! allocation probes, with and without `--alloc-budget 1%`; flamegraph render time and SVG size
-//! for 50k unique stacks, and the profile page's load time from `phaseprof serve`.
+//! for 50k unique stacks, and the profile page's load time from `phaseprof serve`; the
+//! agent's CPU per 1,000 samples and the target's slowdown with frame-pointer vs dwarf unwinding.
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -109,6 +110,24 @@ fn ns_per_call(out: &str) -> f64 {
         .filter_map(|l| l.trim().parse::<f64>().ok())
         .next_back()
         .expect("loop printed ns/call")
+}
+
+/// CPU seconds a live process has used itself (utime + stime from /proc; not its children's).
+fn cpu_now(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (field(11) + field(12)) / hz
 }
 
 /// CPU seconds and peak RSS (KiB) of a child, via wait4.
@@ -619,24 +638,6 @@ fn main() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let cpu_now = |pid: u32| -> f64 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map(|(_, r)| r.split_whitespace().collect())
-                .unwrap_or_default();
-            // SAFETY: sysconf has no preconditions.
-            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-            (fields
-                .get(11)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-                + fields
-                    .get(12)
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .unwrap_or(0.0))
-                / hz
-        };
         std::thread::sleep(std::time::Duration::from_secs(3));
         let (c0, t0) = (cpu_now(agent.id()), Instant::now());
         std::thread::sleep(std::time::Duration::from_secs(25));
@@ -653,6 +654,94 @@ fn main() {
             rss_kib as f64 / 1024.0
         );
     }
+    if wanted("unwind") {
+        unwind_bench(&pp, tmp, rounds);
+    }
+}
+
+/// 8. Unwinding without frame pointers, fp vs dwarf. (a) The agent's CPU per 1,000 samples:
+///    `record --pid` of validator-sim built without frame pointers, two threads burning (about
+///    198 samples/s at 99 Hz on 2 CPUs), the agent's own CPU from /proc between 3 s and 18 s
+///    over the samples of that span (the recording's rate × the span). (b) The extra slowdown of
+///    a fixed-work target at 99 Hz: zlib-sim's own elapsed time (compressing with Debian's
+///    zlib) bare, under fp and under dwarf, alternating.
+fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
+    let nofp = phaseprof_e2e::rust_workload_without_frame_pointers("validator-sim");
+    let zlib = phaseprof_e2e::c_workload("zlib-sim", &["-lz"]);
+    let report = |file: &str| -> serde_json::Value {
+        serde_json::from_str(&run(Command::new(pp).args(["report", "--json", file]))).unwrap()
+    };
+    let agent_cost = |unwind: &str| -> (f64, f64, f64) {
+        let mut target = Command::new(&nofp)
+            .args(["--blocks", "100000", "--threads", "2", "--burn-ms", "20"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = target.id().to_string();
+        let agent = Command::new(pp)
+            .args(["record", "--events", "cpu", "--unwind", unwind, "--pid", &pid])
+            .args(["--duration", "20s", "-o", tmp])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let (c0, t0) = (cpu_now(agent.id()), Instant::now());
+        std::thread::sleep(std::time::Duration::from_secs(15));
+        let (c1, span) = (cpu_now(agent.id()), t0.elapsed().as_secs_f64());
+        wait_rusage(agent);
+        let _ = target.kill();
+        let _ = target.wait();
+        let r = report(tmp);
+        let samples = r["events"]["cpu"]["samples"].as_f64().unwrap();
+        let rate = samples / (r["duration_ns"].as_f64().unwrap() / 1e9);
+        let copied = r["events"]["cpu"]["unwind"]["copied_bytes"]
+            .as_f64()
+            .unwrap_or(0.0);
+        let cpu_ms = (c1 - c0) * 1e3;
+        (cpu_ms / (rate * span / 1000.0), rate, copied / samples.max(1.0))
+    };
+    let (mut fp, mut dwarf) = (vec![], vec![]);
+    let mut copy_per_sample = 0.0;
+    let mut rate = 0.0;
+    for _ in 0..rounds.min(3) {
+        fp.push(agent_cost("fp").0);
+        let (ms, r, copy) = agent_cost("dwarf");
+        dwarf.push(ms);
+        (rate, copy_per_sample) = (r, copy);
+    }
+    let (fp, dwarf) = (median(fp), median(dwarf));
+    println!(
+        "agent CPU per 1,000 cpu samples (validator-sim without frame pointers, {rate:.0} samples/s,          median of {} rounds): fp {fp:.1} ms, dwarf {dwarf:.1} ms ({:.1}x); dwarf copies {:.1} KiB          per sample ({:.2} MiB/s through the ring buffer)",
+        rounds.min(3),
+        dwarf / fp,
+        copy_per_sample / 1024.0,
+        copy_per_sample * rate / (1 << 20) as f64
+    );
+    let elapsed = |c: &mut Command| truth_from(run(c).as_bytes())["elapsed_ns"].as_f64().unwrap();
+    let recorded = |unwind: &str| {
+        elapsed(
+            Command::new(pp)
+                .args(["record", "--events", "cpu", "--unwind", unwind, "-o", tmp, "--"])
+                .arg(&zlib)
+                .arg("10"),
+        )
+    };
+    let (mut bare, mut fp, mut dwarf) = (vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        bare.push(elapsed(Command::new(&zlib).arg("10")));
+        fp.push(recorded("fp"));
+        dwarf.push(recorded("dwarf"));
+    }
+    let (bare, fp, dwarf) = (median(bare), median(fp), median(dwarf));
+    println!(
+        "zlib-sim (10 rounds of deflate, Debian's zlib), median of {rounds} alternating rounds at 99 Hz:          bare {:.1} ms, fp {:.1} ms ({:+.2}%), dwarf {:.1} ms ({:+.2}%): dwarf's extra slowdown {:+.2} points",
+        bare / 1e6,
+        fp / 1e6,
+        100.0 * (fp / bare - 1.0),
+        dwarf / 1e6,
+        100.0 * (dwarf / bare - 1.0),
+        100.0 * (dwarf - fp) / bare
+    );
 }
 
 /// An hour of 10 hosts' windows, ending now (older windows would fall to the collector's 7-day
