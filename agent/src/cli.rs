@@ -688,6 +688,20 @@ pub fn run(cli: Cli) -> Result<i32> {
 mod tests {
     use super::*;
 
+    // Checks the accepted `--stack-copy` sizes and the refused ones.
+    #[test]
+    fn stack_copy_sizes() {
+        assert_eq!(parse_stack_copy("16KiB").unwrap(), 16384);
+        assert_eq!(parse_stack_copy("64KiB").unwrap(), 65536);
+        assert!(parse_stack_copy("65KiB")
+            .unwrap_err()
+            .contains("at most 64KiB"));
+        assert!(parse_stack_copy("0").is_err());
+        assert!(parse_stack_copy("1001")
+            .unwrap_err()
+            .contains("multiple of 8"));
+    }
+
     // Checks duration parsing of the units users type, and a clear error otherwise.
     #[test]
     fn durations() {

@@ -870,7 +870,12 @@ impl<'obj> Engine<'obj> {
     pub fn alloc_probe_hits(&self) -> Result<u64> {
         use types::probe_counter as c;
         let mut total = 0;
-        for counter in [c::HITS_ALLOC_ENTRY, c::HITS_ALLOC_EXIT, c::HITS_FREE, c::HITS_GO_SAMPLE] {
+        for counter in [
+            c::HITS_ALLOC_ENTRY,
+            c::HITS_ALLOC_EXIT,
+            c::HITS_FREE,
+            c::HITS_GO_SAMPLE,
+        ] {
             total += self.probe_counter(counter)?;
         }
         Ok(total)
@@ -1052,9 +1057,7 @@ impl<'obj> Engine<'obj> {
             match reason {
                 types::drop_reason::DROP_USER_STACK
                 | types::drop_reason::DROP_KERNEL_STACK
-                | types::drop_reason::DROP_STACK_COPY => {
-                    lost.stacks += n
-                }
+                | types::drop_reason::DROP_STACK_COPY => lost.stacks += n,
                 _ => lost.events += n,
             }
             lost.by_reason.insert(name.to_string(), n);

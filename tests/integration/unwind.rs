@@ -76,15 +76,31 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
         (burn_dwarf - burn_fp).abs() <= 3.0,
         "burn share {burn_dwarf:.1}% vs {burn_fp:.1}% with frame pointers"
     );
-    assert!(entry_fp_walk < 50.0, "the fp walk reached the entry for {entry_fp_walk:.1}%");
+    assert!(
+        entry_fp_walk < 50.0,
+        "the fp walk reached the entry for {entry_fp_walk:.1}%"
+    );
     // Every sample came through the stack copy, and the kernel dropped none.
     assert_eq!(u["unwound_samples"].as_u64(), Some(n_dwarf), "{u}");
     assert_eq!(report_json(&dwarf)["lost"]["stacks"].as_u64(), Some(0));
     let pid = |file: &Path| report_json(file)["target"]["pids"][0].to_string();
-    let how = |file: &Path| unwind_of(file)["targets"][pid(file)].as_str().unwrap().to_string();
-    assert!(how(&dwarf).starts_with("dwarf (--unwind dwarf"), "{}", how(&dwarf));
+    let how = |file: &Path| {
+        unwind_of(file)["targets"][pid(file)]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        how(&dwarf).starts_with("dwarf (--unwind dwarf"),
+        "{}",
+        how(&dwarf)
+    );
     assert!(how(&with_fp).starts_with("fp (auto"), "{}", how(&with_fp));
-    assert!(how(&auto_nofp).starts_with("dwarf (auto"), "{}", how(&auto_nofp));
+    assert!(
+        how(&auto_nofp).starts_with("dwarf (auto"),
+        "{}",
+        how(&auto_nofp)
+    );
 }
 
 // Checks a C program compressing with Debian's zlib (no frame pointers in libz) under
@@ -94,16 +110,19 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
 #[test]
 fn dwarf_unwinds_through_a_library_into_its_caller() {
     require_root!();
-    let bin = c_workload("zlib-sim", &["-lz"]);
+    let bin = c_workload("zlib-sim", "", &["-lz"]);
     let _g = bpf_lock();
     let opts = |unwind: &'static str| ["--events", "cpu", "--freq", "499", "--unwind", unwind];
     let (dwarf, truth) = record_workload("zlib-dwarf", &opts("dwarf"), &bin, &["6"]);
     let (fp_walk, _) = record_workload("zlib-fp", &opts("fp"), &bin, &["6"]);
     let caller = truth["caller"].as_str().unwrap().to_string();
-    let in_zlib = |stack: &str| stack.split(';').any(|f| f.starts_with("libz.so") || f == "deflate");
-    let through = |stack: &str| {
-        in_zlib(stack) && stack.contains(&format!("main;run;{caller};compress2;"))
+    let in_zlib = |stack: &str| {
+        stack
+            .split(';')
+            .any(|f| f.starts_with("libz.so") || f == "deflate")
     };
+    let through =
+        |stack: &str| in_zlib(stack) && stack.contains(&format!("main;run;{caller};compress2;"));
     let (zlib_dwarf, n) = share(&dwarf, in_zlib);
     let (_, zlib_samples) = folded_cpu_share(&dwarf, in_zlib);
     let (_, through_samples) = folded_cpu_share(&dwarf, through);
@@ -122,4 +141,35 @@ fn dwarf_unwinds_through_a_library_into_its_caller() {
         "{through_samples}/{zlib_samples}"
     );
     assert!(pct(fp_through, fp_zlib) < 50.0, "{fp_through}/{fp_zlib}");
+}
+
+// Checks a library loaded after recording began: zlib-sim built to dlopen libz after ~300 ms of
+// warm-up, recorded with --unwind dwarf from its start. The first samples in libz fall outside
+// every module the unwinder knows; it re-reads the mappings, adds libz, and those samples unwind
+// back into compress_block as with a linked libz.
+#[test]
+fn dwarf_follows_a_library_loaded_later() {
+    require_root!();
+    let bin = c_workload("zlib-sim", "-dlopen", &["-DLOAD_ZLIB_LATE", "-ldl"]);
+    let _g = bpf_lock();
+    let opts = ["--events", "cpu", "--freq", "499", "--unwind", "dwarf"];
+    let (file, truth) = record_workload("zlib-dlopen", &opts, &bin, &["4"]);
+    let caller = truth["caller"].as_str().unwrap().to_string();
+    let in_zlib = |stack: &str| {
+        stack
+            .split(';')
+            .any(|f| f.starts_with("libz.so") || f == "deflate")
+    };
+    let (_, zlib_samples) = folded_cpu_share(&file, in_zlib);
+    let (_, through) = folded_cpu_share(&file, |s| {
+        in_zlib(s) && s.contains(&format!("main;run;{caller};"))
+    });
+    let (_, warm_up) = folded_cpu_share(&file, |s| s.split(';').any(|f| f == "warm_up"));
+    eprintln!("dlopen'ed libz: {through}/{zlib_samples} samples reach {caller}; warm-up {warm_up}");
+    assert!(warm_up >= 50, "{warm_up} samples before the dlopen");
+    assert!(zlib_samples >= 300, "{zlib_samples} samples in zlib");
+    assert!(
+        through as f64 >= 0.95 * zlib_samples as f64,
+        "{through}/{zlib_samples}"
+    );
 }

@@ -88,20 +88,20 @@ fn rust_workload_built(name: &str, no_frame_pointers: Option<&str>) -> PathBuf {
 }
 
 /// Builds the C workload `tests/workloads/<name>/<name>.c` with clang -O2 (which omits frame
-/// pointers), linking `libs`, once per process.
-pub fn c_workload(name: &str, libs: &[&str]) -> PathBuf {
+/// pointers) and `flags` (libraries, defines) into `target/<name><variant>`, once per process.
+pub fn c_workload(name: &str, variant: &str, flags: &[&str]) -> PathBuf {
     let dir = root().join("tests/workloads").join(name);
-    let bin = dir.join("target").join(name);
+    let bin = dir.join("target").join(format!("{name}{variant}"));
     build_once(&bin.to_string_lossy(), || {
         std::fs::create_dir_all(dir.join("target")).expect("creating the workload's target dir");
         let status = Command::new("clang")
             .args(["-O2", "-g", "-o"])
             .arg(&bin)
             .arg(dir.join(format!("{name}.c")))
-            .args(libs)
+            .args(flags)
             .status()
             .expect("running clang (scripts/setup.sh installs it)");
-        assert!(status.success(), "building workload {name} failed");
+        assert!(status.success(), "building workload {name}{variant} failed");
     });
     bin
 }

@@ -256,5 +256,25 @@ mod tests {
         );
         assert!(err("collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"\nbogus=1\n[[target]]\nname=\"a\"").contains("bogus"));
         assert!(err("collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"\n[[target]]\nname=\"a\"\nexe=\"/b\"").contains("exactly one"));
+        let base = "collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"\n";
+        assert_eq!(c.unwind, crate::unwind::UnwindMode::Auto);
+        assert_eq!(c.stack_copy_bytes, 16 << 10);
+        let c = AgentConfig::parse(
+            "a.toml",
+            &format!("{base}unwind=\"dwarf\"\nstack_copy=\"32KiB\"\n[[target]]\nname=\"a\""),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.unwind, c.stack_copy_bytes),
+            (crate::unwind::UnwindMode::Dwarf, 32 << 10)
+        );
+        assert!(
+            err(&format!("{base}unwind=\"lbr\"\n[[target]]\nname=\"a\""))
+                .contains("unwind: unknown unwind mode `lbr`")
+        );
+        assert!(err(&format!(
+            "{base}stack_copy=\"1MiB\"\n[[target]]\nname=\"a\""
+        ))
+        .contains("at most 64KiB"));
     }
 }

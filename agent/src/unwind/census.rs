@@ -143,10 +143,16 @@ mod tests {
     #[test]
     fn tells_standard_library_functions() {
         assert!(from_prebuilt_rust_std("std::rt::lang_start_internal"));
-        assert!(from_prebuilt_rust_std("<alloc::vec::Vec<T> as core::clone::Clone>::clone"));
-        assert!(from_prebuilt_rust_std("<&mut core::fmt::Formatter as core::fmt::Write>::write_str"));
+        assert!(from_prebuilt_rust_std(
+            "<alloc::vec::Vec<T> as core::clone::Clone>::clone"
+        ));
+        assert!(from_prebuilt_rust_std(
+            "<&mut core::fmt::Formatter as core::fmt::Write>::write_str"
+        ));
         assert!(!from_prebuilt_rust_std("validator_sim::work::burn_cpu"));
-        assert!(!from_prebuilt_rust_std("<validator_sim::Config as core::fmt::Debug>::fmt"));
+        assert!(!from_prebuilt_rust_std(
+            "<validator_sim::Config as core::fmt::Debug>::fmt"
+        ));
         assert!(!from_prebuilt_rust_std("deflate"));
         assert!(!from_prebuilt_rust_std("main"));
         assert!(from_prebuilt_rust_std("<u64 as core::fmt::Display>::fmt"));

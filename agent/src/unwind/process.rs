@@ -167,13 +167,13 @@ fn module(name: &str, file: &Path, vmas: &[&Vma]) -> Result<Module<Vec<u8>>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// This thread's ip, sp and bp here, and up to 16 KiB of its stack read through
     /// `/proc/self/mem` in 512-byte chunks that stop at the first unreadable one (as BPF does).
     #[inline(never)]
-    fn capture() -> (u64, u64, u64, Vec<u8>) {
+    pub(crate) fn capture() -> (u64, u64, u64, Vec<u8>) {
         let (ip, sp, bp): (u64, u64, u64);
         // SAFETY: reads three registers, touches no memory.
         unsafe {

@@ -104,3 +104,58 @@ impl SampleUnwinder {
         self.processes.get_mut(&pid).map(|t| &mut t.unwinder)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_of(pid: u32) -> RawStackSample {
+        let (ip, sp, bp, stack) = crate::unwind::process::tests::capture();
+        RawStackSample {
+            pid,
+            tid: pid,
+            phase: 2,
+            phase_mask: 0b101,
+            kernel: Some(vec![0xffff_ffff_8100_0000]),
+            ip,
+            sp,
+            bp,
+            stack,
+        }
+    }
+
+    // Checks a sample of this process becoming a cpu sample: key fields and kernel stack carried
+    // over, the user stack unwound past the capture into its callers, the counts kept; and a
+    // sample of a process that is gone keeping its leaf alone, counted as such.
+    #[test]
+    fn turns_stack_copies_into_cpu_samples() {
+        let mut u = SampleUnwinder::default();
+        let s = std::thread::spawn(|| sample_of(std::process::id()))
+            .join()
+            .unwrap();
+        let cpu = u.unwind(&s);
+        assert_eq!(
+            (cpu.pid, cpu.phase, cpu.phase_mask, cpu.count),
+            (s.pid, 2, 0b101, 1)
+        );
+        assert_eq!(cpu.kernel, s.kernel);
+        let user = cpu.user.unwrap();
+        assert_eq!(user[0], s.ip);
+        assert!(user.len() > 4, "{user:x?}");
+        assert_eq!(u.stats.samples, 1);
+        assert_eq!(
+            u.stats.complete, 1,
+            "a spawned thread's walk ends at its start"
+        );
+        assert_eq!(u.stats.copied_bytes, s.stack.len() as u64);
+
+        // pid_max is at most 2^22: this pid never exists.
+        let gone = RawStackSample {
+            pid: u32::MAX - 1,
+            ..s.clone()
+        };
+        let cpu = u.unwind(&gone);
+        assert_eq!(cpu.user, Some(vec![gone.ip]));
+        assert_eq!((u.stats.samples, u.stats.no_modules), (2, 1));
+    }
+}

@@ -660,26 +660,37 @@ fn main() {
 }
 
 /// 8. Unwinding without frame pointers, fp vs dwarf. (a) The agent's CPU per 1,000 samples:
-///    `record --pid` of validator-sim built without frame pointers, two threads burning (about
-///    198 samples/s at 99 Hz on 2 CPUs), the agent's own CPU from /proc between 3 s and 18 s
-///    over the samples of that span (the recording's rate × the span). (b) The extra slowdown of
+///    `record --pid` of validator-sim (fp: its frame-pointer build, dwarf: its build without),
+///    two threads burning (about 198 samples/s at 99 Hz on 2 CPUs), the agent's own CPU from
+///    /proc between 3 s and 18 s (its fixed work per second included: polls and drains) over
+///    the samples of that span (the recording's rate × the span). (b) The extra slowdown of
 ///    a fixed-work target at 99 Hz: zlib-sim's own elapsed time (compressing with Debian's
 ///    zlib) bare, under fp and under dwarf, alternating.
 fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
-    let nofp = phaseprof_e2e::rust_workload_without_frame_pointers("validator-sim");
-    let zlib = phaseprof_e2e::c_workload("zlib-sim", &["-lz"]);
+    let builds = [
+        ("fp", rust_workload("validator-sim")),
+        (
+            "dwarf",
+            phaseprof_e2e::rust_workload_without_frame_pointers("validator-sim"),
+        ),
+    ];
+    let zlib = phaseprof_e2e::c_workload("zlib-sim", "", &["-lz"]);
     let report = |file: &str| -> serde_json::Value {
         serde_json::from_str(&run(Command::new(pp).args(["report", "--json", file]))).unwrap()
     };
-    let agent_cost = |unwind: &str| -> (f64, f64, f64) {
-        let mut target = Command::new(&nofp)
+    // Each mode on the build it is for: the frame-pointer walk of a build without frame pointers
+    // yields garbage addresses that cost symbolization of their own.
+    let agent_cost = |(unwind, sim): &(&str, std::path::PathBuf)| -> (f64, f64, f64) {
+        let mut target = Command::new(sim)
             .args(["--blocks", "100000", "--threads", "2", "--burn-ms", "20"])
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
         let pid = target.id().to_string();
         let agent = Command::new(pp)
-            .args(["record", "--events", "cpu", "--unwind", unwind, "--pid", &pid])
+            .args([
+                "record", "--events", "cpu", "--unwind", unwind, "--pid", &pid,
+            ])
             .args(["--duration", "20s", "-o", tmp])
             .stderr(Stdio::null())
             .spawn()
@@ -698,14 +709,18 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
             .as_f64()
             .unwrap_or(0.0);
         let cpu_ms = (c1 - c0) * 1e3;
-        (cpu_ms / (rate * span / 1000.0), rate, copied / samples.max(1.0))
+        (
+            cpu_ms / (rate * span / 1000.0),
+            rate,
+            copied / samples.max(1.0),
+        )
     };
     let (mut fp, mut dwarf) = (vec![], vec![]);
     let mut copy_per_sample = 0.0;
     let mut rate = 0.0;
     for _ in 0..rounds.min(3) {
-        fp.push(agent_cost("fp").0);
-        let (ms, r, copy) = agent_cost("dwarf");
+        fp.push(agent_cost(&builds[0]).0);
+        let (ms, r, copy) = agent_cost(&builds[1]);
         dwarf.push(ms);
         (rate, copy_per_sample) = (r, copy);
     }
@@ -717,11 +732,17 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
         copy_per_sample / 1024.0,
         copy_per_sample * rate / (1 << 20) as f64
     );
-    let elapsed = |c: &mut Command| truth_from(run(c).as_bytes())["elapsed_ns"].as_f64().unwrap();
+    let elapsed = |c: &mut Command| {
+        truth_from(run(c).as_bytes())["elapsed_ns"]
+            .as_f64()
+            .unwrap()
+    };
     let recorded = |unwind: &str| {
         elapsed(
             Command::new(pp)
-                .args(["record", "--events", "cpu", "--unwind", unwind, "-o", tmp, "--"])
+                .args([
+                    "record", "--events", "cpu", "--unwind", unwind, "-o", tmp, "--",
+                ])
                 .arg(&zlib)
                 .arg("10"),
         )
