@@ -120,14 +120,18 @@ pub const MAX_STACK_COPY: u32 = 64 << 10;
 const STACK_RECORD_OVERHEAD: u64 = 48 + 1024 + 8;
 
 /// The stack-copy ring's size: a full second of samples of every CPU at the sampling rate
-/// (user space reads it every few ms; a second covers a slow symbolization pass), a power of
-/// two as the kernel wants it.
+/// (user space reads it every 20 ms; a second covers a slow symbolization pass), four times that
+/// when page faults send copies too (their rate is the target's), a power of two as the kernel
+/// wants it.
 fn stack_ring_bytes(cfg: &EngineConfig, cpus: usize) -> u32 {
     if cfg.unwind == UnwindMode::Fp || cfg.stack_copy_bytes == 0 {
         return 4096;
     }
     let record = cfg.stack_copy_bytes as u64 + STACK_RECORD_OVERHEAD;
-    let second = record * cfg.freq_hz * cpus.max(1) as u64;
+    let mut second = record * cfg.freq_hz * cpus.max(1) as u64;
+    if cfg.events.contains(&EventKind::Pagefault) {
+        second *= 4;
+    }
     second.clamp(256 << 10, 256 << 20).next_power_of_two() as u32
 }
 
@@ -400,6 +404,7 @@ impl<'obj> Engine<'obj> {
                 let h: types::stack_sample = pod(&data[..n]);
                 let len = (h.len as usize).min(data.len() - n);
                 let sample = RawStackSample {
+                    page_fault: h.kind == types::stack_sample_kind::STACK_PAGEFAULT.0,
                     pid: h.tgid,
                     tid: h.tid,
                     phase: h.phase,

@@ -162,7 +162,9 @@ pub fn open_session<'obj>(
         .insert("sched_switch".into(), format!("{:?}", engine.flavour));
     let mut session = Session::new(engine, meta, &plan, opts.verbose);
     session.resolve_phases_on_first_target(deferred);
-    if engine_cfg.events.contains(&EventKind::Cpu) {
+    if engine_cfg.events.contains(&EventKind::Cpu)
+        || engine_cfg.events.contains(&EventKind::Pagefault)
+    {
         session.unwind_stacks(engine_cfg.unwind, engine_cfg.stack_copy_bytes);
     }
     if engine_cfg.events.contains(&EventKind::Alloc) {

@@ -43,8 +43,9 @@ pub struct Session<'obj> {
     /// with nothing to decide).
     unwind_policy: Option<UnwindPolicy>,
     unwinder: SampleUnwinder,
-    /// Cpu samples unwound from stack copies since the last drain.
+    /// Cpu samples and page faults unwound from stack copies since the last drain.
     unwound: Vec<RawCpu>,
+    unwound_faults: Vec<RawCpu>,
     /// Unwind counts at the last `take_window`.
     window_unwind: UnwindStats,
     verbose: bool,
@@ -80,12 +81,13 @@ impl<'obj> Session<'obj> {
             unwind_policy: None,
             unwinder: SampleUnwinder::default(),
             unwound: Vec::new(),
+            unwound_faults: Vec::new(),
             window_unwind: UnwindStats::default(),
             verbose,
         }
     }
 
-    /// Walks the user stacks of cpu samples per `mode`: each target added from now on is
+    /// Walks the user stacks of cpu samples and page faults per `mode`: each target added from now on is
     /// inspected (`auto`) and switched to stack copies of `copy_bytes` where needed.
     pub fn unwind_stacks(&mut self, mode: UnwindMode, copy_bytes: u32) {
         self.unwind_policy = Some(UnwindPolicy::new(mode));
@@ -121,7 +123,11 @@ impl<'obj> Session<'obj> {
     /// drain); their samples join the next drained window.
     fn unwind_received(&mut self) {
         for s in self.engine.take_stack_samples() {
-            self.unwound.push(self.unwinder.unwind(&s));
+            let unwound = self.unwinder.unwind(&s);
+            match s.page_fault {
+                true => self.unwound_faults.push(unwound),
+                false => self.unwound.push(unwound),
+            }
         }
     }
 
@@ -130,6 +136,7 @@ impl<'obj> Session<'obj> {
         let mut w = self.engine.drain(everything)?;
         self.unwind_received();
         w.cpu.append(&mut self.unwound);
+        w.page_faults.append(&mut self.unwound_faults);
         Ok(w)
     }
 
@@ -290,7 +297,10 @@ impl<'obj> Session<'obj> {
                     // A new program: inspected afresh.
                     self.choose_unwind(pid, &std::path::PathBuf::from(format!("/proc/{pid}/exe")))?;
                 }
-                TargetEvent::MapsChanged { pid } => self.sym.track(pid),
+                TargetEvent::MapsChanged { pid } => {
+                    self.sym.track(pid);
+                    self.unwinder.maps_changed(pid);
+                }
                 // The kernel made the child a target already; we add its mappings.
                 TargetEvent::Fork { pid, .. } => self.add_target(pid)?,
                 TargetEvent::Exit { pid } => {

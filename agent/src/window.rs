@@ -33,10 +33,12 @@ pub struct RawCpu {
     pub count: u64,
 }
 
-/// A cpu sample of a target whose user stack is unwound in user space (`--unwind dwarf`): its
-/// user registers and a copy of its stack, to become a [`RawCpu`] once unwound.
+/// A cpu sample or page fault of a target whose user stack is unwound in user space
+/// (`--unwind dwarf`): its user registers and a copy of its stack, to become a [`RawCpu`] (of
+/// `RawWindow::cpu` or `page_faults`) once unwound.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawStackSample {
+    pub page_fault: bool,
     pub pid: u32,
     pub tid: u32,
     pub phase: u32,

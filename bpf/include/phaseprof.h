@@ -289,7 +289,7 @@ enum stack_slot {
 
 /*
  * User stacks unwound in user space (--unwind dwarf, for code without frame pointers): a cpu
- * sample of such a target is sent through `stack_samples` as this header followed by
+ * sample (or page fault) of such a target is sent through `stack_samples` as this header followed by
  * `stack_copy_bytes` (+ STACK_COPY_SLACK, for the verifier) bytes of which the first `len` are the user
  * stack from `sp` up. The stack is read in STACK_COPY_CHUNK pieces aligned to their size (so none
  * straddles the end of a mapping) and the copy stops at the first piece that faults.
@@ -298,7 +298,14 @@ enum stack_slot {
 #define STACK_COPY_CHUNK 512
 #define STACK_COPY_SLACK (2 * STACK_COPY_CHUNK)
 
+enum stack_sample_kind {
+	STACK_CPU = 0,
+	STACK_PAGEFAULT = 1,
+};
+
 struct stack_sample {
+	__u32 kind;            /* enum stack_sample_kind */
+	__u32 pad;
 	__u32 tgid;
 	__u32 tid;
 	__u32 phase;

@@ -529,11 +529,13 @@ static __always_inline void count_hit_n(enum probe_counter c, __u64 n)
 }
 
 /*
- * Sends the sample with its user registers and a copy of its user stack to user space, which
+ * Sends the sample (a cpu sample or a page fault) with its user registers and a copy of its
+ * user stack to user space, which
  * unwinds it from the modules' call-frame information. False when the ring buffer is full
  * (counted: the caller then counts the sample without a user stack).
  */
-static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, struct cpu_key *key)
+static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, struct cpu_key *key,
+					    enum stack_sample_kind kind)
 {
 	/* The size is a load-time constant (rodata): the verifier knows the record's length. */
 	struct stack_sample *s = bpf_ringbuf_reserve(&stack_samples,
@@ -556,6 +558,8 @@ static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, str
 		sp = BPF_CORE_READ(u, sp);
 		bp = BPF_CORE_READ(u, bp);
 	}
+	s->kind = kind;
+	s->pad = 0;
 	s->tgid = key->tgid;
 	s->tid = key->tid;
 	s->phase = key->phase;
@@ -612,7 +616,7 @@ int perf_event__sample(struct bpf_perf_event_data *ctx)
 	};
 	/* Without frame pointers the kernel's walk gives the leaf and garbage: copy the stack. */
 	if (stack_copy_bytes && bpf_map_lookup_elem(&unwind_pids, &tgid)) {
-		if (send_stack_copy(ctx, &key))
+		if (send_stack_copy(ctx, &key, STACK_CPU))
 			return 0;
 	} else {
 		key.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SAMPLE, DROP_USER_STACK);
@@ -1177,10 +1181,15 @@ int perf_event__pagefault(struct bpf_perf_event_data *ctx)
 		.phase = phase,
 		.phase_mask = mask,
 		.window = window,
-		.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_FAULT, DROP_USER_STACK),
-		.kernel_stack = 0,
+			.kernel_stack = 0,
 	};
-	add_u64(&pagefault_counts, &key, 1, DROP_PAGEFAULT_KEY);
+	if (stack_copy_bytes && bpf_map_lookup_elem(&unwind_pids, &tgid)) {
+		if (!send_stack_copy(ctx, &key, STACK_PAGEFAULT))
+			add_u64(&pagefault_counts, &key, 1, DROP_PAGEFAULT_KEY);
+	} else {
+		key.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_FAULT, DROP_USER_STACK);
+		add_u64(&pagefault_counts, &key, 1, DROP_PAGEFAULT_KEY);
+	}
 	if (phases_enabled)
 		phases_add_time(mask, PF_PAGE_FAULTS, 1);
 	return 0;
@@ -1250,3 +1259,4 @@ enum probe_counter _probe_counter = HITS_MAX;
 enum drop_reason _drop_reason = DROP_MAX;
 enum target_event_kind _target_event_kind = TEV_EXEC;
 enum target_state _target_state = TARGET_ACTIVE;
+enum stack_sample_kind _stack_sample_kind = STACK_CPU;

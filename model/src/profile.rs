@@ -124,7 +124,7 @@ pub struct Meta {
     /// How allocations were recorded, when they were.
     #[serde(default)]
     pub alloc: Option<AllocInfo>,
-    /// How user stacks of cpu samples were walked, when cpu was recorded.
+    /// How user stacks of cpu samples and page faults were walked, when those were recorded.
     #[serde(default)]
     pub unwind: Option<UnwindInfo>,
     /// Labels a fleet agent attaches to its windows (`host`, `service`, `version`, `build_id`,
@@ -133,7 +133,7 @@ pub struct Meta {
     pub labels: BTreeMap<String, String>,
 }
 
-/// How user stacks of cpu samples were walked.
+/// How user stacks of cpu samples and page faults were walked.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct UnwindInfo {
     /// As asked: `auto`, `fp` or `dwarf`.
@@ -143,8 +143,8 @@ pub struct UnwindInfo {
     pub targets: BTreeMap<u32, String>,
     /// User stack copied per sample for `dwarf` targets.
     pub stack_copy_bytes: u64,
-    /// Samples unwound from a stack copy, and how many of them reached the end of the stack
-    /// (the thread's entry) rather than stopping early.
+    /// Samples (cpu samples and page faults) unwound from a stack copy, and how many of them
+    /// reached the end of the stack (the thread's entry) rather than stopping early.
     pub unwound_samples: u64,
     pub complete: u64,
     /// Bytes of user stack the kernel copied for them (the ring buffer's bandwidth).

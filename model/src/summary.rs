@@ -130,7 +130,10 @@ impl Summary {
         }
         if profile.recorded(EventKind::Pagefault) {
             let count: u64 = profile.page_faults.iter().map(|s| s.count).sum();
-            events.insert("pagefault".into(), serde_json::json!({"count": count}));
+            events.insert(
+                "pagefault".into(),
+                serde_json::json!({"count": count, "unwind": m.unwind}),
+            );
         }
         for (name, v) in &profile.costs {
             costs.insert(name.clone(), Some(*v));

@@ -173,3 +173,29 @@ fn dwarf_follows_a_library_loaded_later() {
         "{through}/{zlib_samples}"
     );
 }
+
+// Checks page faults of a build without frame pointers under --unwind dwarf: validator-sim leaks
+// 400 KB per block through validator_sim::work::leak, touching every page; ≥95% of the faults'
+// stacks unwind to the thread's entry, and the faults under `leak` cover every leaked page (the
+// count is exact either way: one event per fault).
+#[test]
+fn dwarf_unwinds_page_faults() {
+    require_root!();
+    let nofp = rust_workload_without_frame_pointers("validator-sim");
+    let _g = bpf_lock();
+    let opts = ["--events", "pagefault", "--unwind", "dwarf"];
+    let args = ["--blocks", "30", "--leak-bytes", "400000"];
+    let (file, truth) = record_workload("unwind-faults", &opts, &nofp, &args);
+    let (total, reaching) = folded_event_share(&file, "pagefault", reaches_entry);
+    let (_, in_leak) = folded_event_share(&file, "pagefault", |s| {
+        reaches_entry(s) && s.split(';').any(|f| f == "validator_sim::work::leak")
+    });
+    let pages = truth["leaked_bytes"].as_u64().unwrap() / 4096;
+    eprintln!("page faults: {reaching}/{total} reach the entry; {in_leak} under leak for {pages} leaked pages");
+    assert!(reaching as f64 >= 0.95 * total as f64, "{reaching}/{total}");
+    assert!(
+        in_leak >= pages,
+        "{in_leak} faults under leak, {pages} pages leaked"
+    );
+    assert_eq!(report_json(&file)["lost"]["stacks"].as_u64(), Some(0));
+}

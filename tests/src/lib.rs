@@ -204,10 +204,15 @@ pub fn read_until(reader: &mut impl std::io::BufRead, needle: &str) -> String {
 
 /// Sums the folded cpu stacks of a profile: (all samples, samples whose stack `pick` selects).
 pub fn folded_cpu_share(file: &Path, pick: impl Fn(&str) -> bool) -> (u64, u64) {
+    folded_event_share(file, "cpu", pick)
+}
+
+/// The same for the stacks of event kind `event` (`pagefault`, `offcpu` …).
+pub fn folded_event_share(file: &Path, event: &str, pick: impl Fn(&str) -> bool) -> (u64, u64) {
     let path = file.to_str().expect("UTF-8 path");
     folded_share(
         &[
-            "export", path, "--format", "folded", "--event", "cpu", "-o", "-",
+            "export", path, "--format", "folded", "--event", event, "-o", "-",
         ],
         pick,
     )

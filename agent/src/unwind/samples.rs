@@ -1,6 +1,7 @@
-//! Stack copies in, cpu samples out: one [`ProcessUnwinder`] per target, built at its first
-//! sample and rebuilt when a sample's address lies outside every module it knows and the
-//! process's code mappings have changed since (dlopen); exec starts it afresh.
+//! Stack copies in, cpu samples (and page faults) out: one [`ProcessUnwinder`] per target,
+//! built at its first sample and rebuilt when a sample's address lies outside every module it
+//! knows and the process's code mappings have changed since (the dynamic loader mapping
+//! libraries right after exec, dlopen); exec starts it afresh.
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -8,14 +9,16 @@ use super::process::{ProcessUnwinder, StackCopy};
 use crate::procmaps::{parse_maps, ProcMaps, Vma};
 use crate::window::{RawCpu, RawStackSample};
 
-/// Mappings are re-read at most this often per process for addresses no module covers (code in
-/// anonymous memory, such as a JIT's, never will be).
-const RECHECK: Duration = Duration::from_millis(100);
+/// After re-reading a process's mappings found nothing new, they are not re-read for this long
+/// for addresses no module covers (code in anonymous memory, such as a JIT's, never will be).
+const QUIET: Duration = Duration::from_millis(100);
 
 struct Tracked {
     unwinder: ProcessUnwinder,
     vmas: Vec<Vma>,
-    checked: Instant,
+    /// When a re-read last found the mappings unchanged (None: re-read at the next uncovered
+    /// address: right after a build, the loader is still mapping libraries).
+    unchanged_at: Option<Instant>,
 }
 
 /// How the samples unwound so far fared.
@@ -41,7 +44,7 @@ fn read_vmas(pid: u32) -> Option<Vec<Vma>> {
 }
 
 impl SampleUnwinder {
-    /// Unwinds one sample into a cpu sample of count 1.
+    /// Unwinds one sample into a sample of count 1 (a cpu sample or a page fault).
     pub fn unwind(&mut self, s: &RawStackSample) -> RawCpu {
         self.stats.samples += 1;
         self.stats.copied_bytes += s.stack.len() as u64;
@@ -77,10 +80,20 @@ impl SampleUnwinder {
         self.processes.remove(&pid);
     }
 
+    /// `pid` mapped new code (an mmap with PROT_EXEC was seen): re-read at the next address
+    /// outside its modules, however recent the last re-read.
+    pub fn maps_changed(&mut self, pid: u32) {
+        if let Some(t) = self.processes.get_mut(&pid) {
+            t.unchanged_at = None;
+        }
+    }
+
     fn unwinder(&mut self, pid: u32, ip: u64) -> Option<&mut ProcessUnwinder> {
         let stale = match self.processes.get(&pid) {
             None => true,
-            Some(t) => !t.unwinder.covers(ip) && t.checked.elapsed() >= RECHECK,
+            Some(t) => {
+                !t.unwinder.covers(ip) && t.unchanged_at.is_none_or(|at| at.elapsed() >= QUIET)
+            }
         };
         if stale {
             if let Some(vmas) = read_vmas(pid) {
@@ -93,11 +106,11 @@ impl SampleUnwinder {
                         Tracked {
                             unwinder,
                             vmas,
-                            checked: Instant::now(),
+                            unchanged_at: None,
                         },
                     );
                 } else if let Some(t) = self.processes.get_mut(&pid) {
-                    t.checked = Instant::now();
+                    t.unchanged_at = Some(Instant::now());
                 }
             }
         }
@@ -112,6 +125,7 @@ mod tests {
     fn sample_of(pid: u32) -> RawStackSample {
         let (ip, sp, bp, stack) = crate::unwind::process::tests::capture();
         RawStackSample {
+            page_fault: false,
             pid,
             tid: pid,
             phase: 2,

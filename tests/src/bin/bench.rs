@@ -664,8 +664,9 @@ fn main() {
 ///    two threads burning (about 198 samples/s at 99 Hz on 2 CPUs), the agent's own CPU from
 ///    /proc between 3 s and 18 s (its fixed work per second included: polls and drains) over
 ///    the samples of that span (the recording's rate × the span). (b) The extra slowdown of
-///    a fixed-work target at 99 Hz: zlib-sim's own elapsed time (compressing with Debian's
-///    zlib) bare, under fp and under dwarf, alternating.
+///    a fixed-work target at 99 Hz (and at 999 Hz, where the cost per sample stands out):
+///    zlib-sim's own elapsed time (compressing with Debian's zlib) bare, under fp and under
+///    dwarf, alternating.
 fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
     let builds = [
         ("fp", rust_workload("validator-sim")),
@@ -726,7 +727,10 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
     }
     let (fp, dwarf) = (median(fp), median(dwarf));
     println!(
-        "agent CPU per 1,000 cpu samples (validator-sim without frame pointers, {rate:.0} samples/s,          median of {} rounds): fp {fp:.1} ms, dwarf {dwarf:.1} ms ({:.1}x); dwarf copies {:.1} KiB          per sample ({:.2} MiB/s through the ring buffer)",
+        "agent CPU per 1,000 cpu samples at ~{rate:.0} samples/s (validator-sim, two threads \
+         burning; median of {} alternating rounds): fp (frame-pointer build) {fp:.1} ms, dwarf \
+         (build without frame pointers) {dwarf:.1} ms ({:.2}x); dwarf copies {:.1} KiB per \
+         sample ({:.2} MiB/s through the ring buffer)",
         rounds.min(3),
         dwarf / fp,
         copy_per_sample / 1024.0,
@@ -737,31 +741,39 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
             .as_f64()
             .unwrap()
     };
-    let recorded = |unwind: &str| {
+    let recorded = |unwind: &str, freq: &str| {
         elapsed(
             Command::new(pp)
                 .args([
-                    "record", "--events", "cpu", "--unwind", unwind, "-o", tmp, "--",
+                    "record", "--events", "cpu", "--freq", freq, "--unwind", unwind,
                 ])
+                .args(["-o", tmp, "--"])
                 .arg(&zlib)
                 .arg("10"),
         )
     };
-    let (mut bare, mut fp, mut dwarf) = (vec![], vec![], vec![]);
+    // Also at 999 Hz, where the per-sample cost stands out of the machine's noise.
+    let mut runs: [Vec<f64>; 5] = Default::default();
     for _ in 0..rounds {
-        bare.push(elapsed(Command::new(&zlib).arg("10")));
-        fp.push(recorded("fp"));
-        dwarf.push(recorded("dwarf"));
+        runs[0].push(elapsed(Command::new(&zlib).arg("10")));
+        runs[1].push(recorded("fp", "99"));
+        runs[2].push(recorded("dwarf", "99"));
+        runs[3].push(recorded("fp", "999"));
+        runs[4].push(recorded("dwarf", "999"));
     }
-    let (bare, fp, dwarf) = (median(bare), median(fp), median(dwarf));
+    let [bare, fp, dwarf, fp999, dwarf999] = runs.map(median);
+    let pct = |x: f64| 100.0 * (x / bare - 1.0);
     println!(
-        "zlib-sim (10 rounds of deflate, Debian's zlib), median of {rounds} alternating rounds at 99 Hz:          bare {:.1} ms, fp {:.1} ms ({:+.2}%), dwarf {:.1} ms ({:+.2}%): dwarf's extra slowdown {:+.2} points",
+        "zlib-sim (10 rounds of deflate, Debian's zlib), median of {rounds} alternating rounds: \
+         bare {:.1} ms; at 99 Hz fp {:+.2}%, dwarf {:+.2}%: dwarf's extra slowdown {:+.2} points; \
+         at 999 Hz fp {:+.2}%, dwarf {:+.2}%: {:+.1} us per sample for the stack copy",
         bare / 1e6,
-        fp / 1e6,
-        100.0 * (fp / bare - 1.0),
-        dwarf / 1e6,
-        100.0 * (dwarf / bare - 1.0),
-        100.0 * (dwarf - fp) / bare
+        pct(fp),
+        pct(dwarf),
+        pct(dwarf) - pct(fp),
+        pct(fp999),
+        pct(dwarf999),
+        (dwarf999 - fp999) / 1e3 / (999.0 * dwarf999 / 1e9)
     );
 }
 
