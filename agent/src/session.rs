@@ -16,7 +16,7 @@ use crate::symbolize::BlazeSymbolizer;
 use crate::targets;
 use crate::unwind::samples::UnwindStats;
 use crate::unwind::{SampleUnwinder, UnwindMode, UnwindPolicy};
-use crate::window::{RawCpu, RawWindow};
+use crate::window::{fold_identical, RawCpu, RawWindow};
 
 pub struct Session<'obj> {
     engine: Engine<'obj>,
@@ -135,8 +135,10 @@ impl<'obj> Session<'obj> {
     fn drain(&mut self, everything: bool) -> Result<RawWindow> {
         let mut w = self.engine.drain(everything)?;
         self.unwind_received();
-        w.cpu.append(&mut self.unwound);
-        w.page_faults.append(&mut self.unwound_faults);
+        w.cpu
+            .extend(fold_identical(std::mem::take(&mut self.unwound)));
+        w.page_faults
+            .extend(fold_identical(std::mem::take(&mut self.unwound_faults)));
         Ok(w)
     }
 

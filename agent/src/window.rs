@@ -21,6 +21,32 @@ pub struct RawWindow {
     pub page_faults: Vec<RawCpu>,
 }
 
+/// Folds samples with the same key and stacks into one, counts summed (samples unwound in user
+/// space arrive one by one; the kernel folds the others in its maps already).
+pub fn fold_identical(samples: Vec<RawCpu>) -> Vec<RawCpu> {
+    type Key = (u32, u32, u32, u64, Option<Addrs>, Option<Addrs>);
+    let mut folded: std::collections::HashMap<Key, u64> = std::collections::HashMap::new();
+    for s in samples {
+        *folded
+            .entry((s.pid, s.tid, s.phase, s.phase_mask, s.user, s.kernel))
+            .or_default() += s.count;
+    }
+    folded
+        .into_iter()
+        .map(
+            |((pid, tid, phase, phase_mask, user, kernel), count)| RawCpu {
+                pid,
+                tid,
+                phase,
+                phase_mask,
+                user,
+                kernel,
+                count,
+            },
+        )
+        .collect()
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawCpu {
     pub pid: u32,
@@ -131,5 +157,40 @@ impl RawWindow {
             && self.allocs.is_empty()
             && self.go_allocs.is_empty()
             && self.page_faults.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that samples differing only in count fold into one, and any other difference
+    // (thread, phase, user or kernel stack) keeps them apart.
+    #[test]
+    fn folds_identical_samples() {
+        let s = |tid, user: Vec<u64>, count| RawCpu {
+            pid: 7,
+            tid,
+            phase: 1,
+            phase_mask: 0b11,
+            user: Some(user),
+            kernel: None,
+            count,
+        };
+        let mut got = fold_identical(vec![
+            s(1, vec![10, 20], 1),
+            s(1, vec![10, 20], 2),
+            s(2, vec![10, 20], 1),
+            s(1, vec![10, 21], 1),
+        ]);
+        got.sort_by_key(|c| (c.tid, c.user.clone()));
+        assert_eq!(
+            got,
+            vec![
+                s(1, vec![10, 20], 3),
+                s(1, vec![10, 21], 1),
+                s(2, vec![10, 20], 1)
+            ]
+        );
     }
 }

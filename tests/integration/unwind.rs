@@ -184,7 +184,18 @@ fn dwarf_unwinds_page_faults() {
     let nofp = rust_workload_without_frame_pointers("validator-sim");
     let _g = bpf_lock();
     let opts = ["--events", "pagefault", "--unwind", "dwarf"];
-    let args = ["--blocks", "30", "--leak-bytes", "400000"];
+    // Sleeping 10 ms a block keeps the process alive for a while: its mappings are read at
+    // the first samples, after the loader mapped libc (a process that exits within a few ms of
+    // starting may be gone before its mappings are read; its stacks then stop early, as
+    // `unwind.complete` shows).
+    let args = [
+        "--blocks",
+        "30",
+        "--leak-bytes",
+        "400000",
+        "--sleep-ms",
+        "10",
+    ];
     let (file, truth) = record_workload("unwind-faults", &opts, &nofp, &args);
     let (total, reaching) = folded_event_share(&file, "pagefault", reaches_entry);
     let (_, in_leak) = folded_event_share(&file, "pagefault", |s| {
@@ -198,4 +209,22 @@ fn dwarf_unwinds_page_faults() {
         "{in_leak} faults under leak, {pages} pages leaked"
     );
     assert_eq!(report_json(&file)["lost"]["stacks"].as_u64(), Some(0));
+}
+
+// Checks `auto` on a Go binary: Go keeps frame pointers (after its stack-bound check, which the
+// census must look past), so its stacks are walked by frame pointers.
+#[test]
+fn auto_keeps_frame_pointers_for_go() {
+    require_root!();
+    let Some(bin) = go_workload("go-spin") else {
+        eprintln!("SKIPPED: Go is not installed");
+        return;
+    };
+    let _g = bpf_lock();
+    let (file, _) = record_workload("unwind-go", &["--events", "cpu"], &bin, &["100"]);
+    let u = unwind_of(&file);
+    let pid = report_json(&file)["target"]["pids"][0].to_string();
+    let how = u["targets"][pid].as_str().unwrap_or_default().to_string();
+    eprintln!("go-spin: {how}");
+    assert!(how.starts_with("fp (auto"), "{u}");
 }

@@ -5,7 +5,8 @@ use anyhow::{Context, Result};
 
 /// How much of a binary's own code keeps frame pointers: of its functions (16 bytes or more:
 /// tiny leaf thunks never set one up), how many begin by saving rbp and pointing it at the frame
-/// (`push rbp; mov rbp, rsp`, possibly after `endbr64`). Decides `--unwind auto`.
+/// (`push rbp; mov rbp, rsp`, possibly after `endbr64` or Go's stack check). Decides
+/// `--unwind auto`.
 ///
 /// A Rust binary links the standard library precompiled by the Rust project with flags of its
 /// own (partly with frame pointers, partly without), and in a small program those functions
@@ -53,26 +54,24 @@ pub fn frame_pointer_census(path: &Path) -> Result<FramePointerCensus> {
         };
         census.functions += 1;
         let mut decoder = Decoder::new(64, code, DecoderOptions::NONE);
-        let mut pushed = false;
-        for _ in 0..4 {
+        // `push rbp` right before `mov rbp, rsp`, among the first few instructions: a Go
+        // function checks its stack bound first (`cmp rsp, [r14+16]; jbe`), C and Rust may
+        // begin with `endbr64`. A build without frame pointers pushes rbp, if at all, as a
+        // callee-saved register and never points it at the frame.
+        let mut after_push_rbp = false;
+        for _ in 0..6 {
             if !decoder.can_decode() {
                 break;
             }
             let insn = decoder.decode();
-            match insn.code() {
-                Code::Endbr64 => {}
-                Code::Push_r64 if insn.op0_register() == Register::RBP => pushed = true,
-                Code::Mov_r64_rm64 | Code::Mov_rm64_r64
-                    if pushed
-                        && insn.op0_register() == Register::RBP
-                        && insn.op1_register() == Register::RSP =>
-                {
-                    census.with += 1;
-                    break;
-                }
-                _ if pushed => {}
-                _ => break,
+            let sets_frame = matches!(insn.code(), Code::Mov_r64_rm64 | Code::Mov_rm64_r64)
+                && insn.op0_register() == Register::RBP
+                && insn.op1_register() == Register::RSP;
+            if after_push_rbp && sets_frame {
+                census.with += 1;
+                break;
             }
+            after_push_rbp = insn.code() == Code::Push_r64 && insn.op0_register() == Register::RBP;
         }
     }
     Ok(census)
