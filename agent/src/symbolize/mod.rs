@@ -1,5 +1,8 @@
 //! Live symbolization with blazesym: user addresses through the cached mappings of each process
-//! (so symbols survive the target's exit), kernel addresses through kallsyms.
+//! (so symbols survive the target's exit), kernel addresses through kallsyms. Code with no
+//! symbol is named after its function's start from the file's call-frame information.
+mod cfi_functions;
+
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -8,6 +11,7 @@ use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 use blazesym::MaybeDefault;
 use phaseprof_model::{Frame, FrameKind};
 
+use self::cfi_functions::CfiFunctions;
 use crate::aggregate::Symbolize;
 use crate::procmaps::{ProcMaps, Vma};
 
@@ -19,6 +23,8 @@ pub struct BlazeSymbolizer {
     /// Per mapped file (as the process names it) and file offset: symbolized once, whatever
     /// process it came from.
     by_file: HashMap<(String, u64), Vec<Frame>>,
+    /// Per mapped file: its functions from `.eh_frame`, read at its first unnamed address.
+    cfi: HashMap<String, CfiFunctions>,
 }
 
 impl Default for BlazeSymbolizer {
@@ -32,6 +38,7 @@ impl Default for BlazeSymbolizer {
             maps: ProcMaps::default(),
             vdso: tempfile_path::copy_own_vdso(),
             by_file: HashMap::new(),
+            cfi: HashMap::new(),
         }
     }
 }
@@ -96,7 +103,14 @@ impl BlazeSymbolizer {
         for (i, off) in todo.iter().enumerate() {
             let frames = match results.as_ref().ok().and_then(|r| r.get(i)) {
                 Some(Symbolized::Sym(sym)) => frames_of(sym, &module, FrameKind::User),
-                _ => unknown(&module, *off, FrameKind::User),
+                _ => {
+                    let functions = self
+                        .cfi
+                        .entry(vma.path.clone())
+                        .or_insert_with(|| CfiFunctions::of(&path));
+                    let at = functions.start_of(*off).unwrap_or(*off);
+                    unknown(&module, at, FrameKind::User)
+                }
             };
             self.by_file.insert((vma.path.clone(), *off), frames);
         }
