@@ -564,14 +564,6 @@ impl<'obj> Engine<'obj> {
             .collect()
     }
 
-    /// Samples sent with a stack copy, and the bytes copied, so far (summed over CPUs).
-    pub fn stack_copies(&self) -> Result<(u64, u64)> {
-        Ok((
-            self.probe_counter(types::probe_counter::STACK_COPIES)?,
-            self.probe_counter(types::probe_counter::STACK_COPY_BYTES)?,
-        ))
-    }
-
     /// Process events that arrived since the last call, waiting at most `timeout` for the first.
     pub fn poll_events(&self, timeout: Duration) -> Vec<TargetEvent> {
         let _ = self.ring.poll(timeout);
@@ -873,31 +865,20 @@ impl<'obj> Engine<'obj> {
 
     /// Allocator probe hits so far, summed over CPUs: (entries + returns + frees + Go samples).
     pub fn alloc_probe_hits(&self) -> Result<u64> {
-        use types::probe_counter as c;
         let mut total = 0;
-        for counter in [
-            c::HITS_ALLOC_ENTRY,
-            c::HITS_ALLOC_EXIT,
-            c::HITS_FREE,
-            c::HITS_GO_SAMPLE,
-        ] {
-            total += self.probe_counter(counter)?;
+        for i in 0..types::probe_counter::HITS_MAX.0 {
+            let per_cpu = self
+                .skel
+                .maps
+                .probe_hits
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?;
+            total += per_cpu
+                .unwrap_or_default()
+                .iter()
+                .map(|v| pod::<u64>(v))
+                .sum::<u64>();
         }
         Ok(total)
-    }
-
-    /// One per-CPU counter of `probe_hits`, summed over CPUs.
-    fn probe_counter(&self, counter: types::probe_counter) -> Result<u64> {
-        let per_cpu = self
-            .skel
-            .maps
-            .probe_hits
-            .lookup_percpu(&counter.0.to_ne_bytes(), MapFlags::ANY)?;
-        Ok(per_cpu
-            .unwrap_or_default()
-            .iter()
-            .map(|v| pod::<u64>(v))
-            .sum())
     }
 
     /// The addresses of stack `id` (its hash), leaf first. A stack's entry never changes once

@@ -39,8 +39,8 @@ pub struct Session<'obj> {
     /// Cumulative phase totals and drops at the last `take_window`.
     window_stats: Vec<phaseprof_model::PhaseStats>,
     window_lost: phaseprof_model::Lost,
-    /// Per target: frame pointers or stack copies (None: cpu not recorded or `--unwind fp`
-    /// with nothing to decide).
+    /// Per target: frame pointers or stack copies (None: neither cpu samples nor page faults
+    /// are recorded).
     unwind_policy: Option<UnwindPolicy>,
     unwinder: SampleUnwinder,
     /// Cpu samples and page faults unwound from stack copies since the last drain.
@@ -87,8 +87,8 @@ impl<'obj> Session<'obj> {
         }
     }
 
-    /// Walks the user stacks of cpu samples and page faults per `mode`: each target added from now on is
-    /// inspected (`auto`) and switched to stack copies of `copy_bytes` where needed.
+    /// Walks the user stacks of cpu samples and page faults per `mode`: each target added from
+    /// now on is inspected (`auto`) and switched to stack copies of `copy_bytes` where needed.
     pub fn unwind_stacks(&mut self, mode: UnwindMode, copy_bytes: u32) {
         self.unwind_policy = Some(UnwindPolicy::new(mode));
         self.meta_mut().unwind = Some(phaseprof_model::UnwindInfo {
@@ -235,7 +235,7 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;
         }
-        self.choose_unwind(pid, &std::path::PathBuf::from(format!("/proc/{pid}/exe")))?;
+        self.choose_unwind(pid, &targets::exe_link(pid))?;
         self.engine.add_target(pid)?;
         self.sym.track(pid);
         let meta = self.agg.builder_mut().meta_mut();
@@ -297,7 +297,7 @@ impl<'obj> Session<'obj> {
                     self.sym.track(pid);
                     self.unwinder.forget(pid);
                     // A new program: inspected afresh.
-                    self.choose_unwind(pid, &std::path::PathBuf::from(format!("/proc/{pid}/exe")))?;
+                    self.choose_unwind(pid, &targets::exe_link(pid))?;
                 }
                 TargetEvent::MapsChanged { pid } => {
                     self.sym.track(pid);

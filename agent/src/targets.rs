@@ -69,15 +69,20 @@ pub fn build_id_hex(path: &Path) -> Option<String> {
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// `/proc/PID/exe`: opens the process's executable even from another mount namespace.
+pub fn exe_link(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/exe"))
+}
+
 pub fn describe(pid: u32) -> Result<ProcessInfo> {
     if !process_exists(pid) {
         bail!("no process with pid {pid} (nothing in /proc/{pid})");
     }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let exe = std::fs::read_link(exe_link(pid)).unwrap_or_default();
     Ok(ProcessInfo {
         pid,
         comm: read_comm(pid, pid).unwrap_or_default(),
-        build_id: build_id_hex(Path::new(&format!("/proc/{pid}/exe"))),
+        build_id: build_id_hex(&exe_link(pid)),
         exe: exe.to_string_lossy().into_owned(),
     })
 }
@@ -126,8 +131,8 @@ pub fn all_pids() -> Vec<u32> {
 /// The ELF files with code in process `pid`: its executable, then every shared object mapped
 /// executable, each once.
 pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .with_context(|| format!("reading /proc/{pid}/exe"))?;
+    let exe =
+        std::fs::read_link(exe_link(pid)).with_context(|| format!("reading /proc/{pid}/exe"))?;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .with_context(|| format!("reading /proc/{pid}/maps"))?;
     let mut objects = vec![exe];

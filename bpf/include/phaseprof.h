@@ -260,8 +260,6 @@ enum probe_counter {
 	HITS_ALLOC_EXIT,
 	HITS_FREE,
 	HITS_GO_SAMPLE,
-	STACK_COPIES,          /* cpu samples sent with a copy of their user stack (--unwind dwarf) */
-	STACK_COPY_BYTES,      /* bytes of user stack copied into them */
 	HITS_MAX,
 };
 

@@ -35,7 +35,8 @@ const volatile bool phases_enabled = false;
 const volatile __u64 alloc_sample_bytes = 512 * 1024;
 /* Track sampled allocations until they are freed (the live heap). */
 const volatile bool alloc_live = true;
-/* Bytes of user stack copied per cpu sample of a target in `unwind_pids` (0: no copies). */
+/* Bytes of user stack copied per cpu sample or page fault of a target in `unwind_pids` (0: no
+ * copies). */
 const volatile __u32 stack_copy_bytes = 0;
 /* Bit i set: syscall cost rule i counts this syscall number. */
 const volatile __u8 syscall_cost_bits[MAX_SYSCALL_NR] = {};
@@ -519,20 +520,10 @@ static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid)
 
 /* ---- on-CPU ------------------------------------------------------------ */
 
-/* Adds `n` to per-CPU counter `c` (probe hits, stack-copy bandwidth). */
-static __always_inline void count_hit_n(enum probe_counter c, __u64 n)
-{
-	__u32 key = c;
-	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
-	if (v)
-		*v += n;
-}
-
 /*
  * Sends the sample (a cpu sample or a page fault) with its user registers and a copy of its
- * user stack to user space, which
- * unwinds it from the modules' call-frame information. False when the ring buffer is full
- * (counted: the caller then counts the sample without a user stack).
+ * user stack to user space, which unwinds it from the modules' call-frame information. False
+ * when the ring buffer is full (counted: the caller then counts the sample without a user stack).
  */
 static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, struct cpu_key *key,
 					    enum stack_sample_kind kind)
@@ -586,8 +577,6 @@ static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, str
 		want = STACK_COPY_CHUNK;
 	}
 	s->len = off;
-	count_hit_n(STACK_COPIES, 1);
-	count_hit_n(STACK_COPY_BYTES, off);
 	/* No wakeup per sample: waking the reader costs an IPI, which in a VM is a VM exit (about
 	 * 35 us a sample measured here). User space reads the ring every 20 ms anyway; it is woken
 	 * only once the ring is a quarter full. */
@@ -914,7 +903,10 @@ int uprobe__phase_return(struct pt_regs *ctx)
 
 static __always_inline void count_hit(enum probe_counter c)
 {
-	count_hit_n(c, 1);
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
+	if (v)
+		*v += 1;
 }
 
 static __always_inline void add_alloc_totals(__u32 tgid, __u32 phase, __u64 mask, __u64 bytes, __u64 count, __u64 frees)

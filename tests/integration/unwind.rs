@@ -12,6 +12,13 @@ fn reaches_entry(stack: &str) -> bool {
     stack.split(';').any(|f| f == "main" || f == "start_thread")
 }
 
+/// Whether a folded stack has a frame in zlib (named, or by its function's start in libz).
+fn in_zlib(stack: &str) -> bool {
+    stack
+        .split(';')
+        .any(|f| f.starts_with("libz.so") || f == "deflate")
+}
+
 /// The share of cpu samples whose stack `pick` selects, in percent, and the sample count.
 fn share(file: &Path, pick: impl Fn(&str) -> bool) -> (f64, u64) {
     let (total, picked) = folded_cpu_share(file, pick);
@@ -116,11 +123,6 @@ fn dwarf_unwinds_through_a_library_into_its_caller() {
     let (dwarf, truth) = record_workload("zlib-dwarf", &opts("dwarf"), &bin, &["6"]);
     let (fp_walk, _) = record_workload("zlib-fp", &opts("fp"), &bin, &["6"]);
     let caller = truth["caller"].as_str().unwrap().to_string();
-    let in_zlib = |stack: &str| {
-        stack
-            .split(';')
-            .any(|f| f.starts_with("libz.so") || f == "deflate")
-    };
     let through =
         |stack: &str| in_zlib(stack) && stack.contains(&format!("main;run;{caller};compress2;"));
     let (zlib_dwarf, n) = share(&dwarf, in_zlib);
@@ -155,11 +157,6 @@ fn dwarf_follows_a_library_loaded_later() {
     let opts = ["--events", "cpu", "--freq", "499", "--unwind", "dwarf"];
     let (file, truth) = record_workload("zlib-dlopen", &opts, &bin, &["4"]);
     let caller = truth["caller"].as_str().unwrap().to_string();
-    let in_zlib = |stack: &str| {
-        stack
-            .split(';')
-            .any(|f| f.starts_with("libz.so") || f == "deflate")
-    };
     let (_, zlib_samples) = folded_cpu_share(&file, in_zlib);
     let (_, through) = folded_cpu_share(&file, |s| {
         in_zlib(s) && s.contains(&format!("main;run;{caller};"))
