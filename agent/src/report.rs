@@ -251,6 +251,9 @@ pub fn write_report(
             " (PARTIAL profile: see lost.by_reason in --json)"
         }
     )?;
+    if let Some(u) = &m.unwind {
+        writeln!(out, "stacks: {}", u.describe())?;
+    }
     if let Some(p) = opts.phase {
         writeln!(
             out,

@@ -152,6 +152,31 @@ pub struct UnwindInfo {
 }
 
 impl UnwindInfo {
+    /// One line for reports and pages: how each target was walked and how the stack copies
+    /// fared (`pid 42: dwarf (auto: ...); 3262 samples unwound from stack copies, 99.9% to the
+    /// end of the stack, 9.2 KiB copied per sample`).
+    pub fn describe(&self) -> String {
+        let mut line = self
+            .targets
+            .iter()
+            .map(|(pid, how)| format!("pid {pid}: {how}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if line.is_empty() {
+            line = format!("--unwind {}", self.mode);
+        }
+        if self.unwound_samples > 0 {
+            line += &format!(
+                "; {} samples unwound from stack copies, {:.1}% to the end of the stack, {:.1} KiB \
+                 copied per sample",
+                self.unwound_samples,
+                100.0 * self.complete as f64 / self.unwound_samples as f64,
+                self.copied_bytes as f64 / self.unwound_samples as f64 / 1024.0
+            );
+        }
+        line
+    }
+
     /// Adds another recording's (or window's) counts.
     pub fn absorb(&mut self, other: &UnwindInfo) {
         self.targets

@@ -108,6 +108,18 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
         "{}",
         how(&auto_nofp)
     );
+    // The text report says the same in its header.
+    let text = phaseprof_ok(&["report", dwarf.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("stacks: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains(": dwarf (--unwind dwarf)")
+            && line.contains(&format!("{n_dwarf} samples unwound from stack copies")),
+        "{line}"
+    );
 }
 
 // Checks a C program compressing with Debian's zlib (no frame pointers in libz) under
@@ -224,4 +236,33 @@ fn auto_keeps_frame_pointers_for_go() {
     let how = u["targets"][pid].as_str().unwrap_or_default().to_string();
     eprintln!("go-spin: {how}");
     assert!(how.starts_with("fp (auto"), "{u}");
+}
+
+// Checks a target that execs another program mid-recording: `sh -c 'exec validator-sim …'`.
+// The shell (Debian's dash) is inspected at the start, the new program again at its exec: under
+// `auto` the frame-pointer build ends up walked by frame pointers; under `dwarf` the build
+// without them is unwound with the new program's modules (the shell's are forgotten at the
+// exec), and its samples reach the entry.
+#[test]
+fn exec_switches_programs() {
+    require_root!();
+    let fp = rust_workload("validator-sim");
+    let nofp = rust_workload_without_frame_pointers("validator-sim");
+    let _g = bpf_lock();
+    let via_shell = |name: &str, unwind: &str, sim: &Path| {
+        let script = format!("exec {} --blocks 40 --burn-ms 25", sim.display());
+        let opts = ["--events", "cpu", "--freq", "499", "--unwind", unwind];
+        record_workload(name, &opts, Path::new("/bin/sh"), &["-c", &script]).0
+    };
+    let auto = via_shell("exec-auto", "auto", &fp);
+    let dwarf = via_shell("exec-dwarf", "dwarf", &nofp);
+    let pid = |file: &Path| report_json(file)["target"]["pids"][0].to_string();
+    let how = unwind_of(&auto)["targets"][pid(&auto)]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (entry, n) = share(&dwarf, reaches_entry);
+    eprintln!("after exec: auto chose `{how}`; dwarf: {entry:.1}% of {n} samples reach the entry");
+    assert!(how.starts_with("fp (auto"), "{how}");
+    assert!(entry >= 95.0, "{entry:.1}% of {n}");
 }

@@ -151,6 +151,8 @@ struct ProfilePage {
     build_id: String,
     lost: String,
     complete: bool,
+    /// How user stacks were walked (empty for files recorded before `--unwind`).
+    stacks: String,
     phase: String,
     phase_query: String,
     phase_amp: String,
@@ -280,6 +282,7 @@ pub async fn profile(
             }
         ),
         complete: l.is_empty(),
+        stacks: m.unwind.as_ref().map(|u| u.describe()).unwrap_or_default(),
         phase_query: if q.is_empty() {
             String::new()
         } else {

@@ -112,6 +112,19 @@ fn ns_per_call(out: &str) -> f64 {
         .expect("loop printed ns/call")
 }
 
+/// CPU seconds a live process has used itself, all its threads (their scheduler runtime from
+/// /proc/PID/task/*/schedstat, in ns: /proc/PID/stat counts in 10 ms ticks).
+fn cpu_exact(pid: u32) -> f64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e9
+}
+
 /// CPU seconds a live process has used itself (utime + stime from /proc; not its children's).
 fn cpu_now(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -661,8 +674,8 @@ fn main() {
 
 /// 8. Unwinding without frame pointers, fp vs dwarf. (a) The agent's CPU per 1,000 samples:
 ///    `record --pid` of validator-sim (fp: its frame-pointer build, dwarf: its build without),
-///    two threads burning (about 198 samples/s at 99 Hz on 2 CPUs), the agent's own CPU from
-///    /proc between 3 s and 18 s (its fixed work per second included: polls and drains) over
+///    two threads burning (about 198 samples/s at 99 Hz on 2 CPUs), the agent's own CPU (its
+///    threads' scheduler runtime) between 3 s and 18 s (its fixed work per second included: polls and drains) over
 ///    the samples of that span (the recording's rate × the span). (b) The extra slowdown of
 ///    a fixed-work target at 99 Hz (and at 999 Hz, where the cost per sample stands out):
 ///    zlib-sim's own elapsed time (compressing with Debian's zlib) bare, under fp and under
@@ -697,9 +710,9 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_secs(3));
-        let (c0, t0) = (cpu_now(agent.id()), Instant::now());
+        let (c0, t0) = (cpu_exact(agent.id()), Instant::now());
         std::thread::sleep(std::time::Duration::from_secs(15));
-        let (c1, span) = (cpu_now(agent.id()), t0.elapsed().as_secs_f64());
+        let (c1, span) = (cpu_exact(agent.id()), t0.elapsed().as_secs_f64());
         wait_rusage(agent);
         let _ = target.kill();
         let _ = target.wait();
@@ -719,7 +732,7 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
     let (mut fp, mut dwarf) = (vec![], vec![]);
     let mut copy_per_sample = 0.0;
     let mut rate = 0.0;
-    for _ in 0..rounds.min(3) {
+    for _ in 0..rounds {
         fp.push(agent_cost(&builds[0]).0);
         let (ms, r, copy) = agent_cost(&builds[1]);
         dwarf.push(ms);
@@ -728,10 +741,9 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
     let (fp, dwarf) = (median(fp), median(dwarf));
     println!(
         "agent CPU per 1,000 cpu samples at ~{rate:.0} samples/s (validator-sim, two threads \
-         burning; median of {} alternating rounds): fp (frame-pointer build) {fp:.1} ms, dwarf \
+         burning; median of {rounds} alternating rounds): fp (frame-pointer build) {fp:.1} ms, dwarf \
          (build without frame pointers) {dwarf:.1} ms ({:.2}x); dwarf copies {:.1} KiB per \
          sample ({:.2} MiB/s through the ring buffer)",
-        rounds.min(3),
         dwarf / fp,
         copy_per_sample / 1024.0,
         copy_per_sample * rate / (1 << 20) as f64
