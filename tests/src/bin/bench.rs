@@ -681,25 +681,25 @@ fn main() {
 ///    zlib-sim's own elapsed time (compressing with Debian's zlib) bare, under fp and under
 ///    dwarf, alternating.
 fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
-    let builds = [
-        ("fp", rust_workload("validator-sim")),
-        (
-            "dwarf",
-            phaseprof_e2e::rust_workload_without_frame_pointers("validator-sim"),
-        ),
-    ];
+    let fp_build = rust_workload("validator-sim");
+    let nofp_build = phaseprof_e2e::rust_workload_without_frame_pointers("validator-sim");
     let zlib = phaseprof_e2e::c_workload("zlib-sim", "", &["-lz"]);
     let report = |file: &str| -> serde_json::Value {
         serde_json::from_str(&run(Command::new(pp).args(["report", "--json", file]))).unwrap()
     };
     // Each mode on the build it is for: the frame-pointer walk of a build without frame pointers
     // yields garbage addresses that cost symbolization of their own.
-    let agent_cost = |(unwind, sim): &(&str, std::path::PathBuf)| -> (f64, f64, f64) {
-        let mut target = Command::new(sim)
-            .args(["--blocks", "100000", "--threads", "2", "--burn-ms", "20"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+    // The agent's CPU over the span (ms), the samples of the span, and the stack bytes copied per
+    // sample; `sim` None: a sleeping target (the agent's fixed cost: polls, drains).
+    let agent_cost = |unwind: &str, sim: Option<&std::path::Path>| -> (f64, f64, f64) {
+        let mut target = match sim {
+            Some(sim) => Command::new(sim)
+                .args(["--blocks", "100000", "--threads", "2", "--burn-ms", "20"])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+            None => Command::new("sleep").arg("60").spawn().unwrap(),
+        };
         let pid = target.id().to_string();
         let agent = Command::new(pp)
             .args([
@@ -722,23 +722,21 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
         let copied = r["events"]["cpu"]["unwind"]["copied_bytes"]
             .as_f64()
             .unwrap_or(0.0);
-        let cpu_ms = (c1 - c0) * 1e3;
-        (
-            cpu_ms / (rate * span / 1000.0),
-            rate,
-            copied / samples.max(1.0),
-        )
+        ((c1 - c0) * 1e3, rate * span, copied / samples.max(1.0))
     };
-    let (mut fp, mut dwarf) = (vec![], vec![]);
+    let (mut fp, mut dwarf, mut fixed) = (vec![], vec![], vec![]);
     let mut copy_per_sample = 0.0;
     let mut rate = 0.0;
     for _ in 0..rounds {
-        fp.push(agent_cost(&builds[0]).0);
-        let (ms, r, copy) = agent_cost(&builds[1]);
-        dwarf.push(ms);
-        (rate, copy_per_sample) = (r, copy);
+        let (ms, n, _) = agent_cost("fp", Some(&fp_build));
+        fp.push(ms / n * 1000.0);
+        let (ms, n, copy) = agent_cost("dwarf", Some(&nofp_build));
+        dwarf.push(ms / n * 1000.0);
+        (rate, copy_per_sample) = (n / 15.0, copy);
+        // The same span with nothing to sample, as if it had this many samples.
+        fixed.push(agent_cost("dwarf", None).0 / n * 1000.0);
     }
-    let (fp, dwarf) = (median(fp), median(dwarf));
+    let (fp, dwarf, fixed) = (median(fp), median(dwarf), median(fixed));
     println!(
         "agent CPU per 1,000 cpu samples at ~{rate:.0} samples/s (validator-sim, two threads \
          burning; median of {rounds} alternating rounds): fp (frame-pointer build) {fp:.1} ms, dwarf \
@@ -747,6 +745,12 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
         dwarf / fp,
         copy_per_sample / 1024.0,
         copy_per_sample * rate / (1 << 20) as f64
+    );
+    println!(
+        "  of which the agent's fixed work (a sleeping target: polls every 20 ms, drains every \
+         second): {fixed:.1} ms; per 1,000 samples beyond it: fp {:.1} ms, dwarf {:.1} ms",
+        fp - fixed,
+        dwarf - fixed
     );
     let elapsed = |c: &mut Command| {
         truth_from(run(c).as_bytes())["elapsed_ns"]
@@ -775,17 +779,20 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
     }
     let [bare, fp, dwarf, fp999, dwarf999] = runs.map(median);
     let pct = |x: f64| 100.0 * (x / bare - 1.0);
+    // The copy's cost per sample, from the 999 Hz pair (ten times the samples of 99 Hz).
+    let per_sample_us = (dwarf999 - fp999) / 1e3 / (999.0 * dwarf999 / 1e9);
     println!(
         "zlib-sim (10 rounds of deflate, Debian's zlib), median of {rounds} alternating rounds: \
          bare {:.1} ms; at 99 Hz fp {:+.2}%, dwarf {:+.2}%: dwarf's extra slowdown {:+.2} points; \
-         at 999 Hz fp {:+.2}%, dwarf {:+.2}%: {:+.1} us per sample for the stack copy",
+         at 999 Hz fp {:+.2}%, dwarf {:+.2}%: {per_sample_us:+.1} us per sample for the stack copy, \
+         which at 99 Hz is {:+.3} points",
         bare / 1e6,
         pct(fp),
         pct(dwarf),
         pct(dwarf) - pct(fp),
         pct(fp999),
         pct(dwarf999),
-        (dwarf999 - fp999) / 1e3 / (999.0 * dwarf999 / 1e9)
+        per_sample_us * 99.0 / 1e4
     );
 }
 
