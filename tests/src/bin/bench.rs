@@ -752,6 +752,53 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
         fp - fixed,
         dwarf - fixed
     );
+    // (c) The sampling program's own cost per run, from the kernel's BPF statistics
+    //     (kernel.bpf_stats_enabled): what each sample adds to the target's time, exactly.
+    let prog_ns = |unwind: &str| -> Option<f64> {
+        let mut rec = Command::new(pp)
+            .args([
+                "record", "--events", "cpu", "--unwind", unwind, "-o", tmp, "--",
+            ])
+            .arg(&zlib)
+            .arg("6")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let out = Command::new("bpftool")
+            .args(["prog", "show", "--json"])
+            .output()
+            .ok()?;
+        let _ = rec.wait();
+        let progs: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        // The kernel cuts program names to 15 characters; bpftool shows the full one from BTF.
+        let p = progs.as_array()?.iter().find(|p| {
+            p["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("perf_event__sam"))
+        })?;
+        Some(p["run_time_ns"].as_f64()? / p["run_cnt"].as_f64()?.max(1.0))
+    };
+    let stats_before =
+        std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
+    let (mut fp_ns, mut dwarf_ns) = (vec![], vec![]);
+    for _ in 0..rounds {
+        fp_ns.extend(prog_ns("fp"));
+        dwarf_ns.extend(prog_ns("dwarf"));
+    }
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
+    if !fp_ns.is_empty() && !dwarf_ns.is_empty() {
+        let (fp_ns, dwarf_ns) = (median(fp_ns), median(dwarf_ns));
+        println!(
+            "cpu sampling program per sample (kernel BPF stats, zlib-sim, median of {rounds}): \
+             fp walk {fp_ns:.0} ns, dwarf copy {dwarf_ns:.0} ns: at 99 Hz dwarf adds {:.4}% to a \
+             busy thread's time ({:+.4} points over fp)",
+            dwarf_ns * 99.0 / 1e7,
+            (dwarf_ns - fp_ns) * 99.0 / 1e7
+        );
+    }
     let elapsed = |c: &mut Command| {
         truth_from(run(c).as_bytes())["elapsed_ns"]
             .as_f64()
