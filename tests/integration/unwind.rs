@@ -132,8 +132,8 @@ fn dwarf_unwinds_through_a_library_into_its_caller() {
     let bin = c_workload("zlib-sim", "", &["-lz"]);
     let _g = bpf_lock();
     let opts = |unwind: &'static str| ["--events", "cpu", "--freq", "499", "--unwind", unwind];
-    let (dwarf, truth) = record_workload("zlib-dwarf", &opts("dwarf"), &bin, &["6"]);
-    let (fp_walk, _) = record_workload("zlib-fp", &opts("fp"), &bin, &["6"]);
+    let (dwarf, truth) = record_workload("zlib-dwarf", &opts("dwarf"), &bin, &["8"]);
+    let (fp_walk, _) = record_workload("zlib-fp", &opts("fp"), &bin, &["8"]);
     let caller = truth["caller"].as_str().unwrap().to_string();
     let through =
         |stack: &str| in_zlib(stack) && stack.contains(&format!("main;run;{caller};compress2;"));
@@ -238,7 +238,8 @@ fn auto_keeps_frame_pointers_for_go() {
     assert!(how.starts_with("fp (auto"), "{u}");
 }
 
-// Checks a target that execs another program mid-recording: `sh -c 'exec validator-sim …'`.
+// Checks a target that execs another program mid-recording: `sh -c 'exec validator-sim …'`, and
+// one that forks it as a child.
 // The shell (Debian's dash) is inspected at the start, the new program again at its exec: under
 // `auto` the frame-pointer build ends up walked by frame pointers; under `dwarf` the build
 // without them is unwound with the new program's modules (the shell's are forgotten at the
@@ -256,13 +257,30 @@ fn exec_switches_programs() {
     };
     let auto = via_shell("exec-auto", "auto", &fp);
     let dwarf = via_shell("exec-dwarf", "dwarf", &nofp);
+    // Not exec but fork + exec: `; true` keeps the shell, which forks the program as a child
+    // (followed under `-- CMD`); the child starts with the shell's way and is decided again.
+    let script = format!("{} --blocks 40 --burn-ms 25; true", nofp.display());
+    let opts = ["--events", "cpu", "--freq", "499"];
+    let (forked, _) = record_workload("fork-auto", &opts, Path::new("/bin/sh"), &["-c", &script]);
+    let pids = report_json(&forked)["target"]["pids"].clone();
+    let child = pids[1].to_string();
+    let child_how = unwind_of(&forked)["targets"][&child]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (fork_entry, fork_n) = share(&forked, reaches_entry);
     let pid = |file: &Path| report_json(file)["target"]["pids"][0].to_string();
     let how = unwind_of(&auto)["targets"][pid(&auto)]
         .as_str()
         .unwrap_or_default()
         .to_string();
     let (entry, n) = share(&dwarf, reaches_entry);
-    eprintln!("after exec: auto chose `{how}`; dwarf: {entry:.1}% of {n} samples reach the entry");
+    eprintln!(
+        "after exec: auto chose `{how}`; dwarf: {entry:.1}% of {n} samples reach the entry; \
+         forked child {child}: `{child_how}`, {fork_entry:.1}% of {fork_n} reach the entry"
+    );
     assert!(how.starts_with("fp (auto"), "{how}");
     assert!(entry >= 95.0, "{entry:.1}% of {n}");
+    assert!(child_how.starts_with("dwarf (auto"), "{pids} {child_how}");
+    assert!(fork_entry >= 95.0, "{fork_entry:.1}% of {fork_n}");
 }
