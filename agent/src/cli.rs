@@ -72,10 +72,10 @@ pub struct AttachArgs {
     pub events: Vec<String>,
     #[arg(long, default_value_t = 99)]
     pub freq: u64,
-    /// How user stacks of cpu samples are walked: `fp` (frame pointers, cheap), `dwarf` (a
-    /// copy of each sample's stack unwound from the binaries' call-frame information, for code
-    /// built without frame pointers), or `auto` (per target: fp when its executable keeps frame
-    /// pointers, else dwarf).
+    /// How user stacks of cpu samples and page faults are walked: `fp` (frame pointers, cheap),
+    /// `dwarf` (a copy of each sample's stack unwound from the binaries' call-frame information,
+    /// for code built without frame pointers), or `auto` (per target: fp when its executable
+    /// keeps frame pointers, else dwarf).
     #[arg(long, default_value = "auto", value_name = "auto|fp|dwarf")]
     pub unwind: crate::unwind::UnwindMode,
     /// With dwarf unwinding: bytes of user stack copied per sample (at most 64KiB; deeper
@@ -240,10 +240,10 @@ pub struct RecordArgs {
     /// How often kernel maps are drained into the profile.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub window: Duration,
-    /// How user stacks of cpu samples are walked: `fp` (frame pointers, cheap), `dwarf` (a
-    /// copy of each sample's stack unwound from the binaries' call-frame information, for code
-    /// built without frame pointers), or `auto` (per target: fp when its executable keeps frame
-    /// pointers, else dwarf).
+    /// How user stacks of cpu samples and page faults are walked: `fp` (frame pointers, cheap),
+    /// `dwarf` (a copy of each sample's stack unwound from the binaries' call-frame information,
+    /// for code built without frame pointers), or `auto` (per target: fp when its executable
+    /// keeps frame pointers, else dwarf).
     #[arg(long, default_value = "auto", value_name = "auto|fp|dwarf")]
     pub unwind: crate::unwind::UnwindMode,
     /// With dwarf unwinding: bytes of user stack copied per sample (at most 64KiB; deeper

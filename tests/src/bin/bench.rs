@@ -768,9 +768,9 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
         std::thread::sleep(std::time::Duration::from_millis(1000));
         let out = Command::new("bpftool")
             .args(["prog", "show", "--json"])
-            .output()
-            .ok()?;
+            .output();
         let _ = rec.wait();
+        let out = out.ok()?;
         let progs: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
         // The kernel cuts program names to 15 characters; bpftool shows the full one from BTF.
         let p = progs.as_array()?.iter().find(|p| {
