@@ -89,6 +89,9 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
     );
     // Every sample came through the stack copy, and the kernel dropped none.
     assert_eq!(u["unwound_samples"].as_u64(), Some(n_dwarf), "{u}");
+    // The agent's own count of walks that reached the stack's end agrees with the symbols.
+    let complete = u["complete"].as_u64().unwrap_or(0);
+    assert!(complete as f64 >= 0.95 * n_dwarf as f64, "{u}");
     assert_eq!(report_json(&dwarf)["lost"]["stacks"].as_u64(), Some(0));
     let pid = |file: &Path| report_json(file)["target"]["pids"][0].to_string();
     let how = |file: &Path| {

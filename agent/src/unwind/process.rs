@@ -28,8 +28,8 @@ impl StackCopy<'_> {
 }
 
 /// A stack as unwound: addresses leaf first (the first is `ip`, the rest return addresses, as a
-/// frame-pointer walk gives them), and whether the walk ended at the stack's end rather than at
-/// the end of the copy or at code it could not unwind.
+/// frame-pointer walk gives them), and whether the walk ended at the stack's end through known
+/// modules rather than at the end of the copy or in code it could not unwind.
 #[derive(Debug, PartialEq)]
 pub struct Unwound {
     pub frames: Vec<u64>,
@@ -105,10 +105,14 @@ impl ProcessUnwinder {
                     }
                 }
                 Ok(None) => {
+                    // Ended where the stack ends, through code it knows: a guess by frame
+                    // pointers in unknown code can end "cleanly" on a zero too. (The leaf may be
+                    // in the vDSO, which is no module.)
+                    let known = out.iter().skip(1).all(|&a| self.covers(a));
                     return Unwound {
                         frames: out,
-                        complete: true,
-                    }
+                        complete: known,
+                    };
                 }
             }
         }
