@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 use phaseprof_bpf::types;
 use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkel, PhaseprofSkelBuilder};
 use phaseprof_model::{EventKind, Lost, PhaseStats};
@@ -139,6 +139,25 @@ fn stack_ring_bytes(cfg: &EngineConfig, cpus: usize) -> u32 {
 pub const MAX_SYSCALL_COSTS: usize = 8;
 /// Buckets of the kernel's wall-time histogram (WALL_BUCKETS in the shared header).
 const WALL_BUCKETS: usize = 1024;
+
+/// Reads the records of ring buffer `map`: each starts with a `T` of the shared header (the rest
+/// is its payload); `decode` turns it into what the returned channel carries. Shorter records
+/// are skipped.
+fn ring_records<'slf, T: Copy, X: Send + 'static>(
+    builder: &mut RingBufferBuilder<'slf, 'static>,
+    map: &'slf dyn MapCore,
+    decode: impl Fn(T, &[u8]) -> X + 'static,
+) -> Result<Receiver<X>> {
+    let (tx, rx) = channel();
+    builder.add(map, move |data: &[u8]| {
+        let n = std::mem::size_of::<T>();
+        if data.len() >= n {
+            let _ = tx.send(decode(pod(&data[..n]), &data[n..]));
+        }
+        0
+    })?;
+    Ok(rx)
+}
 
 /// Reads a plain-old-data record of the shared header from map bytes.
 fn pod<T: Copy>(bytes: &[u8]) -> T {
@@ -349,20 +368,18 @@ impl<'obj> Engine<'obj> {
                 (skel, SwitchFlavour::RawTp)
             }
         };
-        let (tx, rx) = channel();
-        let handle = MapHandle::try_from(&skel.maps.target_events)?;
         let mut builder = RingBufferBuilder::new();
-        builder.add(&handle, move |data: &[u8]| {
-            if data.len() >= std::mem::size_of::<types::target_event>() {
-                let e: types::target_event =
-                    pod(&data[..std::mem::size_of::<types::target_event>()]);
+        let rx = ring_records(
+            &mut builder,
+            &skel.maps.target_events,
+            |e: types::target_event, _| {
                 let comm: Vec<u8> = e
                     .comm
                     .iter()
                     .take_while(|&&c| c != 0)
                     .map(|&c| c as u8)
                     .collect();
-                let ev = match types::target_event_kind(e.kind) {
+                match types::target_event_kind(e.kind) {
                     types::target_event_kind::TEV_EXEC => TargetEvent::Exec {
                         pid: e.pid,
                         comm: String::from_utf8_lossy(&comm).into_owned(),
@@ -373,17 +390,13 @@ impl<'obj> Engine<'obj> {
                         parent: e.ppid,
                     },
                     _ => TargetEvent::MapsChanged { pid: e.pid },
-                };
-                let _ = tx.send(ev);
-            }
-            0
-        })?;
-        let (go_tx, go_rx) = channel();
-        let go_handle = MapHandle::try_from(&skel.maps.alloc_samples)?;
-        builder.add(&go_handle, move |data: &[u8]| {
-            let n = std::mem::size_of::<types::go_alloc_sample>();
-            if data.len() >= n {
-                let s: types::go_alloc_sample = pod(&data[..n]);
+                }
+            },
+        )?;
+        let go_rx = ring_records(
+            &mut builder,
+            &skel.maps.alloc_samples,
+            |s: types::go_alloc_sample, _| {
                 let sample = RawGoAlloc {
                     pid: s.tgid,
                     phase: s.phase,
@@ -392,17 +405,14 @@ impl<'obj> Engine<'obj> {
                     size: s.size,
                     rate: s.rate,
                 };
-                let _ = go_tx.send((s.user_stack, sample));
-            }
-            0
-        })?;
-        let (stack_tx, stack_rx) = channel();
-        let stack_handle = MapHandle::try_from(&skel.maps.stack_samples)?;
-        builder.add(&stack_handle, move |data: &[u8]| {
-            let n = std::mem::size_of::<types::stack_sample>();
-            if data.len() >= n {
-                let h: types::stack_sample = pod(&data[..n]);
-                let len = (h.len as usize).min(data.len() - n);
+                (s.user_stack, sample)
+            },
+        )?;
+        let stack_rx = ring_records(
+            &mut builder,
+            &skel.maps.stack_samples,
+            |h: types::stack_sample, rest: &[u8]| {
+                let len = (h.len as usize).min(rest.len());
                 let sample = RawStackSample {
                     page_fault: h.kind == types::stack_sample_kind::STACK_PAGEFAULT.0,
                     pid: h.tgid,
@@ -413,12 +423,11 @@ impl<'obj> Engine<'obj> {
                     ip: h.ip,
                     sp: h.sp,
                     bp: h.bp,
-                    stack: data[n..n + len].to_vec(),
+                    stack: rest[..len].to_vec(),
                 };
-                let _ = stack_tx.send((h.kernel_stack, sample));
-            }
-            0
-        })?;
+                (h.kernel_stack, sample)
+            },
+        )?;
         let ring = builder.build()?;
         Ok(Engine {
             skel,

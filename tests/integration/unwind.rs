@@ -31,6 +31,16 @@ fn unwind_of(file: &Path) -> serde_json::Value {
     report_json(file)["events"]["cpu"]["unwind"].clone()
 }
 
+/// How the recording's `nth` target (in the order they became targets) was walked and why:
+/// `fp (auto: ...)`, `dwarf (--unwind dwarf)` ...
+fn how_walked(file: &Path, nth: usize) -> String {
+    let pid = report_json(file)["target"]["pids"][nth].to_string();
+    unwind_of(file)["targets"][pid]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 // Checks validator-sim built without frame pointers (a second build of the same workload)
 // recorded with --unwind dwarf: at least 95% of cpu samples unwind to the thread's entry, and
 // the burn function's share is within 3 points of the frame-pointer build's. Also checks what
@@ -93,13 +103,7 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
     let complete = u["complete"].as_u64().unwrap_or(0);
     assert!(complete as f64 >= 0.95 * n_dwarf as f64, "{u}");
     assert_eq!(report_json(&dwarf)["lost"]["stacks"].as_u64(), Some(0));
-    let pid = |file: &Path| report_json(file)["target"]["pids"][0].to_string();
-    let how = |file: &Path| {
-        unwind_of(file)["targets"][pid(file)]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let how = |file: &Path| how_walked(file, 0);
     assert!(
         how(&dwarf).starts_with("dwarf (--unwind dwarf"),
         "{}",
@@ -234,19 +238,16 @@ fn auto_keeps_frame_pointers_for_go() {
     };
     let _g = bpf_lock();
     let (file, _) = record_workload("unwind-go", &["--events", "cpu"], &bin, &["100"]);
-    let u = unwind_of(&file);
-    let pid = report_json(&file)["target"]["pids"][0].to_string();
-    let how = u["targets"][pid].as_str().unwrap_or_default().to_string();
+    let how = how_walked(&file, 0);
     eprintln!("go-spin: {how}");
-    assert!(how.starts_with("fp (auto"), "{u}");
+    assert!(how.starts_with("fp (auto"), "{how}");
 }
 
 // Checks a target that execs another program mid-recording: `sh -c 'exec validator-sim …'`, and
-// one that forks it as a child.
-// The shell (Debian's dash) is inspected at the start, the new program again at its exec: under
-// `auto` the frame-pointer build ends up walked by frame pointers; under `dwarf` the build
-// without them is unwound with the new program's modules (the shell's are forgotten at the
-// exec), and its samples reach the entry.
+// one that forks it as a child. The shell (Debian's dash) is inspected at the start, the new
+// program again at its exec: under `auto` the frame-pointer build ends up walked by frame
+// pointers; under `dwarf` the build without them is unwound with the new program's modules (the
+// shell's are forgotten at the exec), and its samples reach the entry.
 #[test]
 fn exec_switches_programs() {
     require_root!();
@@ -266,21 +267,13 @@ fn exec_switches_programs() {
     let opts = ["--events", "cpu", "--freq", "499"];
     let (forked, _) = record_workload("fork-auto", &opts, Path::new("/bin/sh"), &["-c", &script]);
     let pids = report_json(&forked)["target"]["pids"].clone();
-    let child = pids[1].to_string();
-    let child_how = unwind_of(&forked)["targets"][&child]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let child_how = how_walked(&forked, 1);
     let (fork_entry, fork_n) = share(&forked, reaches_entry);
-    let pid = |file: &Path| report_json(file)["target"]["pids"][0].to_string();
-    let how = unwind_of(&auto)["targets"][pid(&auto)]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let how = how_walked(&auto, 0);
     let (entry, n) = share(&dwarf, reaches_entry);
     eprintln!(
         "after exec: auto chose `{how}`; dwarf: {entry:.1}% of {n} samples reach the entry; \
-         forked child {child}: `{child_how}`, {fork_entry:.1}% of {fork_n} reach the entry"
+         forked child (pids {pids}): `{child_how}`, {fork_entry:.1}% of {fork_n} reach the entry"
     );
     assert!(how.starts_with("fp (auto"), "{how}");
     assert!(entry >= 95.0, "{entry:.1}% of {n}");

@@ -125,22 +125,13 @@ fn cpu_exact(pid: u32) -> f64 {
         / 1e9
 }
 
-/// CPU seconds a live process has used itself (utime + stime from /proc; not its children's).
-fn cpu_now(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r.split_whitespace().collect())
-        .unwrap_or_default();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (field(11) + field(12)) / hz
+/// A running agent's steady state: its CPU seconds over `span` after `warmup` (load and first
+/// symbolization left out), and the span as measured.
+fn steady_cpu(pid: u32, warmup: u64, span: u64) -> (f64, f64) {
+    std::thread::sleep(std::time::Duration::from_secs(warmup));
+    let (c0, t0) = (cpu_exact(pid), Instant::now());
+    std::thread::sleep(std::time::Duration::from_secs(span));
+    (cpu_exact(pid) - c0, t0.elapsed().as_secs_f64())
 }
 
 /// CPU seconds and peak RSS (KiB) of a child, via wait4.
@@ -618,9 +609,9 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     if wanted("agent") {
-        // 7. Agent cost while recording a 16-thread target at 99 Hz: steady state (CPU time read
-        //    from /proc between 3 s and 28 s) and in total (wait4, including load and first
-        //    symbolization), with peak RSS.
+        // 7. Agent cost while recording a 16-thread target at 99 Hz: steady state (its threads'
+        //    scheduler runtime between 3 s and 28 s) and in total (wait4, including load and
+        //    first symbolization), with peak RSS.
         let mut target = Command::new(&sim)
             .args([
                 "--blocks",
@@ -651,10 +642,7 @@ fn main() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_secs(3));
-        let (c0, t0) = (cpu_now(agent.id()), Instant::now());
-        std::thread::sleep(std::time::Duration::from_secs(25));
-        let (c1, steady_wall) = (cpu_now(agent.id()), t0.elapsed().as_secs_f64());
+        let (steady, steady_wall) = steady_cpu(agent.id(), 3, 25);
         let (cpu, rss_kib) = wait_rusage(agent);
         let wall = t.elapsed().as_secs_f64();
         let _ = target.kill();
@@ -662,7 +650,7 @@ fn main() {
         println!(
             "agent recording a 16-thread validator-sim at 99 Hz: steady state {:.2}% of one core; \
          whole {wall:.1} s run incl. load and symbolization {:.2}%; peak RSS {:.1} MiB",
-            100.0 * (c1 - c0) / steady_wall,
+            100.0 * steady / steady_wall,
             100.0 * cpu / wall,
             rss_kib as f64 / 1024.0
         );
@@ -709,10 +697,7 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_secs(3));
-        let (c0, t0) = (cpu_exact(agent.id()), Instant::now());
-        std::thread::sleep(std::time::Duration::from_secs(15));
-        let (c1, span) = (cpu_exact(agent.id()), t0.elapsed().as_secs_f64());
+        let (cpu, span) = steady_cpu(agent.id(), 3, 15);
         wait_rusage(agent);
         let _ = target.kill();
         let _ = target.wait();
@@ -722,7 +707,7 @@ fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
         let copied = r["events"]["cpu"]["unwind"]["copied_bytes"]
             .as_f64()
             .unwrap_or(0.0);
-        ((c1 - c0) * 1e3, rate * span, copied / samples.max(1.0))
+        (cpu * 1e3, rate * span, copied / samples.max(1.0))
     };
     let (mut fp, mut dwarf, mut fixed) = (vec![], vec![], vec![]);
     let mut copy_per_sample = 0.0;
