@@ -16,6 +16,7 @@ use phaseprof_model::{EventKind, Lost, PhaseStats};
 use crate::alloc::sites::{AllocKind, AllocSite};
 use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
 use crate::phases::symbols::ProbeSite;
+use crate::phases::PhasePlan;
 use crate::unwind::UnwindMode;
 use crate::window::{
     RawAlloc, RawAllocTotal, RawCpu, RawGoAlloc, RawLive, RawOffCpu, RawStackSample, RawSyscall,
@@ -117,7 +118,8 @@ pub const DEFAULT_STACK_COPY: u32 = 16 << 10;
 pub const MAX_STACK_COPY: u32 = 64 << 10;
 /// Bytes around a stack copy in its ring record: struct stack_sample, the copy's slack
 /// (STACK_COPY_SLACK), and the ring buffer's own header.
-const STACK_RECORD_OVERHEAD: u64 = 48 + 1024 + 8;
+const STACK_RECORD_OVERHEAD: u64 =
+    std::mem::size_of::<types::stack_sample>() as u64 + 2 * 512 + 8;
 
 /// The stack-copy ring's size: a full second of samples of every CPU at the sampling rate
 /// (user space reads it every 20 ms; a second covers a slow symbolization pass), four times that
@@ -133,6 +135,44 @@ fn stack_ring_bytes(cfg: &EngineConfig, cpus: usize) -> u32 {
         second *= 4;
     }
     second.clamp(256 << 10, 256 << 20).next_power_of_two() as u32
+}
+
+/// Puts back into a stack copy (taken from `sp` up) the return addresses that pending
+/// uretprobes replaced with their trampoline's: `slots[i]` held `addrs[i]` (slot 0: none).
+fn restore_return_addresses(stack: &mut [u8], sp: u64, slots: &[u64], addrs: &[u64]) {
+    for (&slot, &addr) in slots.iter().zip(addrs) {
+        let Some(off) = slot.checked_sub(sp) else {
+            continue;
+        };
+        let off = off as usize;
+        if slot != 0 && off + 8 <= stack.len() {
+            stack[off..off + 8].copy_from_slice(&addr.to_ne_bytes());
+        }
+    }
+}
+
+/// Attaches `prog` at `offset` of `site`'s file, for every process, with `cookie`.
+fn attach_uprobe(
+    prog: &libbpf_rs::ProgramMut<'_>,
+    site: &ProbeSite,
+    offset: u64,
+    cookie: u64,
+    retprobe: bool,
+    kind: &str,
+) -> Result<libbpf_rs::Link> {
+    let opts = libbpf_rs::UprobeOpts {
+        cookie,
+        retprobe,
+        ..Default::default()
+    };
+    prog.attach_uprobe_with_opts(-1, &site.path, offset as usize, opts)
+        .with_context(|| {
+            format!(
+                "attaching the {kind} probe of `{}` in {}",
+                site.symbol,
+                site.path.display()
+            )
+        })
 }
 
 /// Syscall cost rules the kernel counts per phase (MAX_SYSCALL_COSTS in the shared header).
@@ -413,6 +453,8 @@ impl<'obj> Engine<'obj> {
             &skel.maps.stack_samples,
             |h: types::stack_sample, rest: &[u8]| {
                 let len = (h.len as usize).min(rest.len());
+                let mut stack = rest[..len].to_vec();
+                restore_return_addresses(&mut stack, h.sp, &h.ret_slots, &h.ret_addrs);
                 let sample = RawStackSample {
                     page_fault: h.kind == types::stack_sample_kind::STACK_PAGEFAULT.0,
                     pid: h.tgid,
@@ -423,7 +465,7 @@ impl<'obj> Engine<'obj> {
                     ip: h.ip,
                     sp: h.sp,
                     bp: h.bp,
-                    stack: rest[..len].to_vec(),
+                    stack,
                 };
                 (h.kernel_stack, sample)
             },
@@ -912,49 +954,39 @@ impl<'obj> Engine<'obj> {
         Some(addrs)
     }
 
-    /// Attaches the entry probe of phase `phase` at `site`, and its exit: a uretprobe, or for
-    /// Go code uprobes on each return instruction (`returns`, file offsets).
-    pub fn attach_phase(
-        &mut self,
-        phase: u32,
-        site: &ProbeSite,
-        returns: Option<&[u64]>,
-    ) -> Result<()> {
-        let progs = &self.skel.progs;
-        let opts = |retprobe: bool| libbpf_rs::UprobeOpts {
-            cookie: phase as u64,
-            retprobe,
-            ..Default::default()
-        };
-        let what = |kind: &str| {
-            format!(
-                "attaching the {kind} probe of `{}` in {}",
-                site.symbol,
-                site.path.display()
-            )
-        };
-        let entry = progs
-            .uprobe__phase_enter
-            .attach_uprobe_with_opts(-1, &site.path, site.file_offset as usize, opts(false))
-            .with_context(|| what("entry"))?;
-        self.links.push(entry);
-        match returns {
-            None => {
-                let exit = progs
-                    .uretprobe__phase_exit
-                    .attach_uprobe_with_opts(-1, &site.path, site.file_offset as usize, opts(true))
-                    .with_context(|| what("return"))?;
-                self.links.push(exit);
-            }
-            Some(offsets) => {
-                for &off in offsets {
-                    let exit = progs
-                        .uprobe__phase_return
-                        .attach_uprobe_with_opts(-1, &site.path, off as usize, opts(false))
-                        .with_context(|| what("return-instruction"))?;
-                    self.links.push(exit);
+    /// Attaches every probe of `plan`, phase `p` of the plan counted as phase `id_of(p)`: each
+    /// function's entry and its exit (a uretprobe, or for Go code uprobes on each return
+    /// instruction, keeping the phases per goroutine), and the Go scheduler's switch points.
+    pub fn attach_phases(&mut self, plan: &PhasePlan, id_of: impl Fn(u32) -> u32) -> Result<()> {
+        for probe in &plan.probes {
+            let go = probe.returns.is_some();
+            let progs = &self.skel.progs;
+            let (enter, exit) = if go {
+                (&progs.uprobe__go_phase_enter, &progs.uprobe__go_phase_return)
+            } else {
+                (&progs.uprobe__phase_enter, &progs.uretprobe__phase_exit)
+            };
+            let cookie = id_of(probe.phase) as u64;
+            let site = &probe.site;
+            let link = attach_uprobe(enter, site, site.file_offset, cookie, false, "entry")?;
+            self.links.push(link);
+            match &probe.returns {
+                None => {
+                    let link = attach_uprobe(exit, site, site.file_offset, cookie, true, "return")?;
+                    self.links.push(link);
+                }
+                Some(offsets) => {
+                    for &off in offsets {
+                        let link = attach_uprobe(exit, site, off, cookie, false, "return-instruction")?;
+                        self.links.push(link);
+                    }
                 }
             }
+        }
+        for g in &plan.go_switches {
+            let prog = &self.skel.progs.uprobe__go_sched;
+            let link = attach_uprobe(prog, &g.site, g.site.file_offset, g.cookie, false, "scheduler")?;
+            self.links.push(link);
         }
         Ok(())
     }
@@ -979,6 +1011,7 @@ impl<'obj> Engine<'obj> {
                 total.wall_max_ns = total.wall_max_ns.max(st.wall_max_ns);
                 total.cpu_ns += st.cpu_ns;
                 total.offcpu_ns += st.offcpu_ns;
+                total.gowait_ns += st.gowait_ns;
                 total.syscalls += st.syscalls;
                 total.syscall_ns += st.syscall_ns;
                 total.alloc_bytes += st.alloc_bytes;
@@ -1039,6 +1072,8 @@ impl<'obj> Engine<'obj> {
                 types::drop_reason::DROP_ALLOC_RINGBUF => "alloc_samples_ringbuf_full",
                 types::drop_reason::DROP_PAGEFAULT_KEY => "pagefault_counts_full",
                 types::drop_reason::DROP_STACK_COPY => "stack_copy_ringbuf_full",
+                types::drop_reason::DROP_GOROUTINE_FULL => "goroutine_phases_full",
+                types::drop_reason::DROP_PHASE_UNFINISHED => "phase_unfinished_goroutine_exit",
                 types::drop_reason::INFO_PHASE_EXIT_UNMATCHED => {
                     lost.phase_exits_before_start = n;
                     continue;

@@ -140,9 +140,7 @@ pub fn open_session<'obj>(
 
     let mut engine = Engine::load(&engine_cfg, storage, fallback)?;
     engine.attach(&engine_cfg)?;
-    for probe in &plan.probes {
-        engine.attach_phase(probe.phase, &probe.site, probe.returns.as_deref())?;
-    }
+    engine.attach_phases(&plan, |p| p)?;
     let mut meta = Meta {
         host: read_trimmed("/proc/sys/kernel/hostname"),
         kernel: read_trimmed("/proc/sys/kernel/osrelease"),

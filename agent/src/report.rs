@@ -251,6 +251,9 @@ pub fn write_report(
             " (PARTIAL profile: see lost.by_reason in --json)"
         }
     )?;
+    if profile.phase_stats.len() > 1 {
+        writeln!(out, "phases: {}", l.describe_phases())?;
+    }
     if let Some(u) = &m.unwind {
         writeln!(out, "stacks: {}", u.describe())?;
     }
@@ -304,7 +307,8 @@ pub fn write_report(
     Ok(())
 }
 
-/// The columns every phase table shows: calls, wall p50/p95/p99/max, cpu, off-cpu, syscalls.
+/// The columns every phase table shows: calls, wall p50/p95/p99/max, cpu, off-cpu, goroutine
+/// wait (Go), syscalls.
 pub fn phase_cells(st: &phaseprof_model::PhaseStats) -> Vec<String> {
     vec![
         st.calls.to_string(),
@@ -314,6 +318,7 @@ pub fn phase_cells(st: &phaseprof_model::PhaseStats) -> Vec<String> {
         fmt_ns(st.wall_max_ns),
         fmt_ns(st.cpu_ns),
         fmt_ns(st.offcpu_ns),
+        fmt_ns(st.gowait_ns),
         st.syscalls.to_string(),
     ]
 }
@@ -331,11 +336,19 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
     let allocs = profile.recorded(EventKind::Alloc);
     let faults = profile.recorded(EventKind::Pagefault);
     writeln!(out)?;
-    writeln!(out, "== phases (exact, inclusive of nested phases) ==")?;
+    writeln!(
+        out,
+        "== phases ({}, inclusive of nested phases) ==",
+        if profile.lost.phase_issues().is_empty() {
+            "exact"
+        } else {
+            "INCOMPLETE: see `phases:` above"
+        }
+    )?;
     write!(
         out,
-        "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>9}",
-        "phase", "calls", "wall p50", "p95", "p99", "max", "cpu", "off-cpu", "syscalls"
+        "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>12} {:>9}",
+        "phase", "calls", "wall p50", "p95", "p99", "max", "cpu", "off-cpu", "go wait", "syscalls"
     )?;
     if allocs {
         write!(out, " {:>12} {:>9} {:>9}", "alloc", "allocs", "frees")?;
@@ -349,7 +362,7 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
     writeln!(out)?;
     for (i, st) in &rows {
         write!(out, "{:<16}", profile.phase_name(*i))?;
-        for (cell, width) in phase_cells(st).iter().zip([8, 11, 11, 11, 11, 12, 12, 9]) {
+        for (cell, width) in phase_cells(st).iter().zip([8, 11, 11, 11, 11, 12, 12, 12, 9]) {
             write!(out, " {cell:>width$}")?;
         }
         if allocs {
@@ -374,11 +387,12 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
         let per = |v: u64| v / st.calls;
         write!(
             out,
-            "{:<16} wall {:>11}  cpu {:>11}  off-cpu {:>11}  syscalls {:>8.2}",
+            "{:<16} wall {:>11}  cpu {:>11}  off-cpu {:>11}  go wait {:>11}  syscalls {:>8.2}",
             profile.phase_name(*i),
             fmt_ns(per(st.wall_ns)),
             fmt_ns(per(st.cpu_ns)),
             fmt_ns(per(st.offcpu_ns)),
+            fmt_ns(per(st.gowait_ns)),
             st.syscalls as f64 / st.calls as f64
         )?;
         if allocs {

@@ -194,12 +194,8 @@ impl<'obj> Session<'obj> {
     ) -> Result<()> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &targets::code_objects(pid)?)?;
-        for probe in &plan.probes {
-            let id = ids[probe.phase as usize - 1];
-            self.engine
-                .attach_phase(id, &probe.site, probe.returns.as_deref())?;
-        }
-        Ok(())
+        self.engine
+            .attach_phases(&plan, |p| ids[p as usize - 1])
     }
 
     pub fn engine(&self) -> &Engine<'obj> {
@@ -227,10 +223,7 @@ impl<'obj> Session<'obj> {
             // Probes first, so the target's phases are seen from its first moment as a target.
             let mut plan = PhasePlan::default();
             plan.resolve(&cfg, &file, &targets::code_objects(pid)?)?;
-            for probe in &plan.probes {
-                self.engine
-                    .attach_phase(probe.phase, &probe.site, probe.returns.as_deref())?;
-            }
+            self.engine.attach_phases(&plan, |p| p)?;
         }
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;

@@ -63,6 +63,8 @@ enum drop_reason {
 	DROP_PAGEFAULT_KEY,       /* page fault counts map full */
 	DROP_STACK_COPY,          /* a user-stack copy could not be sent (ring buffer full): the
 				   * sample is counted without its user stack */
+	DROP_GOROUTINE_FULL,      /* no room in goroutine_phases: a goroutine's phase entry is lost */
+	DROP_PHASE_UNFINISHED,    /* a goroutine ended inside a phase (Goexit): its calls never return */
 	DROP_MAX,
 };
 
@@ -126,18 +128,31 @@ struct syscall_start {
 	__u64 phase_mask;
 };
 
-/* One entry of a thread's phase stack. */
+/* One entry of a phase stack. */
 struct phase_frame {
 	__u32 phase;
 	__u32 recursion;       /* direct re-entries of the same phase, counted once */
 	__u64 entry_ts;
 };
 
-/* Per-thread phase state, in `thread_phases` keyed by tid. */
-struct thread_phase {
+/* The phases a thread of execution is inside: an OS thread's (native code) or a goroutine's. */
+struct phase_stack {
 	__u32 depth;           /* entries, including overflowed ones beyond MAX_PHASE_DEPTH */
 	__u32 top;             /* innermost stored phase, PHASE_NONE when empty */
 	__u64 mask;            /* phases on the stack; 1 (bit 0) when empty */
+	struct phase_frame frames[MAX_PHASE_DEPTH];
+};
+
+/* Per-OS-thread phase state, in `thread_phases` keyed by tid. */
+struct thread_phase {
+	/*
+	 * What the thread's events are charged to: its own stack (native code) or the stack of
+	 * the goroutine it runs (Go: set by the phase probes and the scheduler's switch points).
+	 */
+	__u32 top;
+	__u32 pad;
+	__u64 mask;
+	__u64 cur_g;           /* Go: the goroutine (its g) whose phases `mask` shows; 0: none */
 	__u64 oncpu_since;     /* start of the current on-CPU segment (0: off-CPU or unknown) */
 	/*
 	 * On-CPU time is charged per scheduler slice: segments between phase boundaries add wall
@@ -148,9 +163,35 @@ struct thread_phase {
 	__u64 slice_start;     /* ktime at switch-in (0: unknown) */
 	__u64 runtime_in;      /* se.sum_exec_runtime at switch-in */
 	__u64 pending_mask;    /* phases with pending wall time this slice */
-	struct phase_frame frames[MAX_PHASE_DEPTH];
+	struct phase_stack own; /* native code: the thread's own phases */
 	__u64 pending[MAX_PHASES];
 };
+
+/*
+ * Go: phase state follows the goroutine, which migrates between OS threads. Keyed by the
+ * goroutine's g (R14 in Go code under the register ABI, the argument of the scheduler's
+ * switch points), created at its first phase entry and deleted when its last phase returns.
+ */
+struct goroutine_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 g;
+};
+
+struct goroutine_phase {
+	struct phase_stack stack;
+	__u64 parked_since;    /* when it last stopped running inside a phase (0: running) */
+};
+
+/* Go scheduler points probed for goroutine phases: the low byte of their attach cookie. */
+enum go_sched_point {
+	GO_EXECUTE = 0,        /* runtime.execute(gp): gp starts running on this thread */
+	GO_STOP = 1,           /* gp stops running: mcall (every park, yield, preemption, syscall
+				* exit without a P, goexit), goschedImpl and preemptPark (newstack) */
+	GO_EXIT = 2,           /* goexit0(gp): gp ends */
+};
+/* Cookie bit: the goroutine is the running one (R14: mcall), not the first argument (RAX). */
+#define GO_SCHED_CURRENT_G 0x100
 
 /* Exact per-phase totals, inclusive of nested phases (per-CPU array indexed by phase id). */
 struct phase_stats {
@@ -159,6 +200,7 @@ struct phase_stats {
 	__u64 wall_max_ns;
 	__u64 cpu_ns;
 	__u64 offcpu_ns;
+	__u64 gowait_ns;       /* Go: time its goroutines spent descheduled inside the phase */
 	__u64 syscalls;
 	__u64 syscall_ns;
 	__u64 costs[MAX_SYSCALL_COSTS];
@@ -301,6 +343,9 @@ enum stack_sample_kind {
 	STACK_PAGEFAULT = 1,
 };
 
+/* Return addresses a pending uretprobe replaced with its trampoline, restored in a copy. */
+#define MAX_RET_FIXUPS 8
+
 struct stack_sample {
 	__u32 kind;            /* enum stack_sample_kind */
 	__u32 pad;
@@ -313,6 +358,10 @@ struct stack_sample {
 	__u64 ip;              /* user registers at the sample (the syscall entry's if in kernel) */
 	__u64 sp;
 	__u64 bp;
+	/* The thread's pending uretprobes, innermost first: the stack slot holding the trampoline
+	 * address and the return address it replaced (slot 0: none). */
+	__u64 ret_slots[MAX_RET_FIXUPS];
+	__u64 ret_addrs[MAX_RET_FIXUPS];
 };
 
 enum target_event_kind {

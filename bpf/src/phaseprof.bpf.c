@@ -23,6 +23,11 @@
 #define NR_EXIT 60
 #define NR_EXIT_GROUP 231
 #define NR_EXECVEAT 322
+/* The uprobe machinery's own syscalls (x86-64): the return trampoline enters the kernel through
+ * `uretprobe` since Linux 6.11, optimized uprobes through `uprobe` since 6.18. They are the
+ * profiler's work, never the target's. */
+#define NR_URETPROBE 335
+#define NR_UPROBE 336
 #define TASK_DEAD 0x80
 
 /* Set by user space between open and load. */
@@ -135,6 +140,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct thread_phase);
 } thread_phase_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct goroutine_key);
+	__type(value, struct goroutine_phase);
+} goroutine_phases SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -256,6 +268,8 @@ static __always_inline struct thread_phase *thread_phase_get(__u32 tid)
 	}
 	if (!tp->mask)
 		tp->mask = 1;
+	if (!tp->own.mask)
+		tp->own.mask = 1;
 	return tp;
 }
 
@@ -272,7 +286,7 @@ static __always_inline __u32 lowest_bit(__u64 mask)
 	return debruijn64[((mask & -mask) * 0x03f79d71b4cb0a89ULL) >> 58];
 }
 
-enum phase_field { PF_CPU, PF_OFFCPU, PF_PAGE_FAULTS, PF_FREES };
+enum phase_field { PF_CPU, PF_OFFCPU, PF_PAGE_FAULTS, PF_FREES, PF_GOWAIT };
 
 /* Adds `ns` of on-CPU or off-CPU time (or a count of another field) to every phase in `mask`
  * (inclusive attribution). Global functions like this one are verified once, not once per
@@ -291,6 +305,8 @@ __noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns)
 			st->offcpu_ns += ns;
 		else if (field == PF_PAGE_FAULTS)
 			st->page_faults += ns;
+		else if (field == PF_GOWAIT)
+			st->gowait_ns += ns;
 		else
 			st->frees += ns;
 	}
@@ -391,19 +407,26 @@ static __always_inline void end_slice(struct thread_phase *tp, __u64 now, __u64 
 }
 
 /* Recomputes `top` and `mask` from the stored frames. */
-static __always_inline void phase_stack_changed(struct thread_phase *tp)
+static __always_inline void phase_stack_changed(struct phase_stack *ps)
 {
 	__u64 mask = 0;
 	__u32 top = PHASE_NONE;
 	for (int i = 0; i < MAX_PHASE_DEPTH; i++) {
-		if (i >= tp->depth)
+		if (i >= ps->depth)
 			break;
-		__u32 id = tp->frames[i].phase & (MAX_PHASES - 1);
+		__u32 id = ps->frames[i].phase & (MAX_PHASES - 1);
 		mask |= 1ULL << id;
 		top = id;
 	}
-	tp->mask = mask ? mask : 1;
-	tp->top = top;
+	ps->mask = mask ? mask : 1;
+	ps->top = top;
+}
+
+/* From now on the thread's events are charged to the phases of `ps` (NULL: none). */
+static __always_inline void thread_view(struct thread_phase *tp, struct phase_stack *ps)
+{
+	tp->top = ps ? ps->top : PHASE_NONE;
+	tp->mask = ps && ps->mask ? ps->mask : 1;
 }
 
 /* FNV-1a over a stack's addresses, never 0. Global: verified once, not in every caller. */
@@ -521,6 +544,27 @@ static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid)
 /* ---- on-CPU ------------------------------------------------------------ */
 
 /*
+ * A pending uretprobe (a phase's or an allocator's return probe) has replaced its function's
+ * return address on the user stack with the trampoline's, where an unwinder would stop. The
+ * kernel keeps what it replaced (current->utask->return_instances, innermost first): send the
+ * slots and the real addresses so user space can put them back into the copy.
+ */
+static __always_inline void ret_fixups(struct stack_sample *s)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct return_instance *ri = BPF_CORE_READ(task, utask, return_instances);
+	for (int i = 0; i < MAX_RET_FIXUPS; i++) {
+		s->ret_slots[i] = 0;
+		s->ret_addrs[i] = 0;
+		if (!ri)
+			continue;
+		s->ret_slots[i] = BPF_CORE_READ(ri, stack);
+		s->ret_addrs[i] = BPF_CORE_READ(ri, orig_ret_vaddr);
+		ri = BPF_CORE_READ(ri, next);
+	}
+}
+
+/*
  * Sends the sample (a cpu sample or a page fault) with its user registers and a copy of its
  * user stack to user space, which unwinds it from the modules' call-frame information. False
  * when the ring buffer is full (counted: the caller then counts the sample without a user stack).
@@ -559,6 +603,7 @@ static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, str
 	s->ip = ip;
 	s->sp = sp;
 	s->bp = bp;
+	ret_fixups(s);
 	__u8 *stack = (__u8 *)(s + 1);
 	__u64 off = 0;
 	__u64 want = STACK_COPY_CHUNK - (sp & (STACK_COPY_CHUNK - 1));
@@ -711,7 +756,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	/* Entries are created for targets' threads only (below), so a thread that has one is a
 	 * target's: its syscalls skip the target_pids lookup. */
-	if (stopped)
+	if (stopped || nr == NR_URETPROBE || nr == NR_UPROBE)
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, task, 0, 0);
@@ -777,6 +822,8 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		 * counted); anything else began before we attached. */
 		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
 		long nr = BPF_CORE_READ(regs, orig_ax);
+		if (nr == NR_URETPROBE || nr == NR_UPROBE)
+			return 0;
 		if (!((nr == NR_CLONE || nr == NR_CLONE3 || nr == NR_FORK || nr == NR_VFORK) && ctx->args[1] == 0))
 			count_drop(INFO_SYSCALL_EXIT_UNMATCHED);
 		return 0;
@@ -802,74 +849,32 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 
 /* ---- phases ------------------------------------------------------------ */
 
-/* Entry of a phase function; the attach cookie is the phase id. */
-SEC("uprobe")
-int uprobe__phase_enter(struct pt_regs *ctx)
+/* Pushes an entry of `phase`. Direct recursion counts one call, at the outermost entry;
+ * entries beyond MAX_PHASE_DEPTH are counted as drops (and popped again by their returns). */
+static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u64 now)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!is_active(id >> 32))
-		return 0;
-	__u32 tid = (__u32)id;
-	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
-	__u64 now = bpf_ktime_get_ns();
-	struct thread_phase *tp = thread_phase_get(tid);
-	if (!tp)
-		return 0;
-	__u32 d = tp->depth;
-	/* Direct recursion: one call, counted at the outermost entry. */
-	if (d >= 1 && d <= MAX_PHASE_DEPTH && tp->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].phase == phase) {
-		tp->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].recursion++;
-		return 0;
+	__u32 d = ps->depth;
+	if (d >= 1 && d <= MAX_PHASE_DEPTH && ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].phase == phase) {
+		ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].recursion++;
+		return;
 	}
 	if (d >= MAX_PHASE_DEPTH) {
 		count_drop(DROP_PHASE_DEPTH);
-		tp->depth = d + 1;
-		return 0;
+		ps->depth = d + 1;
+		return;
 	}
-	/* Time on-CPU until now belongs to the enclosing phases. */
-	charge_cpu(tp, now);
-	struct phase_frame *f = &tp->frames[d & (MAX_PHASE_DEPTH - 1)];
+	struct phase_frame *f = &ps->frames[d & (MAX_PHASE_DEPTH - 1)];
 	f->phase = phase;
 	f->recursion = 0;
 	f->entry_ts = now;
-	tp->depth = d + 1;
-	phase_stack_changed(tp);
-	return 0;
+	ps->depth = d + 1;
+	phase_stack_changed(ps);
 }
 
-static __always_inline void phase_exit(void *ctx)
+/* Counts a completed call of `phase` that took `wall` ns. */
+static __always_inline void phase_call_done(__u32 phase, __u64 wall)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
-	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
-	if (!tp || tp->depth == 0) {
-		/* Entered before we attached. */
-		if (is_active(id >> 32))
-			count_drop(INFO_PHASE_EXIT_UNMATCHED);
-		return;
-	}
-	__u32 d = tp->depth;
-	if (d > MAX_PHASE_DEPTH) {
-		tp->depth = d - 1; /* an overflowed entry */
-		return;
-	}
-	struct phase_frame *f = &tp->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)];
-	if (f->phase != phase) {
-		/* Not the innermost phase: a frame was unwound without returning. Pop it anyway
-		 * so the stack stays bounded. */
-		count_drop(DROP_PHASE_MISMATCH);
-	} else if (f->recursion) {
-		f->recursion--;
-		return;
-	}
-	__u64 now = bpf_ktime_get_ns();
-	charge_cpu(tp, now);
-	__u64 wall = now - f->entry_ts;
-	__u32 popped = f->phase & (MAX_PHASES - 1);
-	tp->depth = d - 1;
-	phase_stack_changed(tp);
-	struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &popped);
+	struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &phase);
 	if (!st)
 		return;
 	st->calls += 1;
@@ -881,23 +886,187 @@ static __always_inline void phase_exit(void *ctx)
 		st->wall_hist[b] += 1;
 }
 
-/* Return of a phase function (native code). */
+/* Pops the innermost entry for a return of `phase` (a non-empty stack) and counts the call. */
+static __always_inline void phase_pop(struct phase_stack *ps, __u32 phase, __u64 now)
+{
+	__u32 d = ps->depth;
+	if (d > MAX_PHASE_DEPTH) {
+		ps->depth = d - 1; /* an overflowed entry */
+		return;
+	}
+	struct phase_frame *f = &ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)];
+	if (f->phase != phase) {
+		/* Not the innermost phase: a frame was unwound without returning. Pop it anyway
+		 * so the stack stays bounded. */
+		count_drop(DROP_PHASE_MISMATCH);
+	} else if (f->recursion) {
+		f->recursion--;
+		return;
+	}
+	__u64 wall = now - f->entry_ts;
+	__u32 popped = f->phase & (MAX_PHASES - 1);
+	ps->depth = d - 1;
+	phase_stack_changed(ps);
+	phase_call_done(popped, wall);
+}
+
+/* Entry of a phase function (native code); the attach cookie is the phase id. */
+SEC("uprobe")
+int uprobe__phase_enter(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!is_active(id >> 32))
+		return 0;
+	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
+	__u64 now = bpf_ktime_get_ns();
+	struct thread_phase *tp = thread_phase_get((__u32)id);
+	if (!tp)
+		return 0;
+	/* Time on-CPU until now belongs to the enclosing phases. */
+	charge_cpu(tp, now);
+	phase_push(&tp->own, phase, now);
+	thread_view(tp, &tp->own);
+	return 0;
+}
+
+/* Return of a phase function (native code): a uretprobe. */
 SEC("uretprobe")
 int uretprobe__phase_exit(struct pt_regs *ctx)
 {
-	phase_exit(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
+	if (!tp || tp->own.depth == 0) {
+		/* Entered before we attached. */
+		if (is_active(id >> 32))
+			count_drop(INFO_PHASE_EXIT_UNMATCHED);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	charge_cpu(tp, now);
+	phase_pop(&tp->own, bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1), now);
+	thread_view(tp, &tp->own);
 	return 0;
 }
 
-/* A return instruction of a phase function (Go: never a uretprobe, which would corrupt moving
+/* Go's register ABI keeps the running goroutine's g in R14. */
+static __always_inline __u64 go_current_g(struct pt_regs *ctx)
+{
+	return ctx->r14;
+}
+
+/* Entry of a Go phase function: the phase goes on the stack of the goroutine, wherever it runs
+ * later. */
+SEC("uprobe")
+int uprobe__go_phase_enter(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!is_active(tgid))
+		return 0;
+	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
+	__u64 now = bpf_ktime_get_ns();
+	struct thread_phase *tp = thread_phase_get((__u32)id);
+	if (!tp)
+		return 0;
+	struct goroutine_key key = { .tgid = tgid, .g = go_current_g(ctx) };
+	struct goroutine_phase zero = {};
+	struct goroutine_phase *gp = lookup_or_init(&goroutine_phases, &key, &zero, DROP_GOROUTINE_FULL);
+	if (!gp)
+		return 0;
+	charge_cpu(tp, now);
+	phase_push(&gp->stack, phase, now);
+	thread_view(tp, &gp->stack);
+	tp->cur_g = key.g;
+	return 0;
+}
+
+/* A return instruction of a Go phase function (never a uretprobe, which would corrupt moving
  * goroutine stacks). */
 SEC("uprobe")
-int uprobe__phase_return(struct pt_regs *ctx)
+int uprobe__go_phase_return(struct pt_regs *ctx)
 {
-	phase_exit(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u32 tid = (__u32)id;
+	struct goroutine_key key = { .tgid = tgid, .g = go_current_g(ctx) };
+	struct goroutine_phase *gp = bpf_map_lookup_elem(&goroutine_phases, &key);
+	if (!gp || gp->stack.depth == 0) {
+		if (is_active(tgid))
+			count_drop(INFO_PHASE_EXIT_UNMATCHED);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	struct thread_phase *tp = bpf_map_lookup_elem(&thread_phases, &tid);
+	if (tp)
+		charge_cpu(tp, now);
+	phase_pop(&gp->stack, bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1), now);
+	if (tp) {
+		thread_view(tp, &gp->stack);
+		tp->cur_g = key.g;
+	}
+	/* Outside every phase the goroutine needs no state (and its g may be reused). */
+	if (gp->stack.depth == 0)
+		bpf_map_delete_elem(&goroutine_phases, &key);
 	return 0;
 }
 
+/*
+ * The Go scheduler's switch points, which change the goroutine an OS thread runs without a
+ * kernel context switch. Each takes the goroutine as its first argument (RAX), but mcall, which
+ * runs on the stopping goroutine (R14). At GO_EXECUTE
+ * the thread starts charging its events to gp's phases, and the time gp spent descheduled inside
+ * a phase since its last GO_STOP is its goroutine wait; at GO_STOP and GO_EXIT the thread runs
+ * scheduler code that belongs to no phase.
+ */
+SEC("uprobe")
+int uprobe__go_sched(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!is_active(tgid))
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 point = cookie & 0xff;
+	__u64 now = bpf_ktime_get_ns();
+	/* Both registers are read as they are: the verifier refuses a context read at an offset
+	 * the compiler would otherwise select. */
+	__u64 running = go_current_g(ctx), arg = ctx->ax;
+	barrier_var(running);
+	barrier_var(arg);
+	struct goroutine_key key = {
+		.tgid = tgid,
+		.g = cookie & GO_SCHED_CURRENT_G ? running : arg,
+	};
+	struct goroutine_phase *gp = bpf_map_lookup_elem(&goroutine_phases, &key);
+	struct thread_phase *tp = thread_phase_get((__u32)id);
+	if (tp) {
+		charge_cpu(tp, now);
+		if (point == GO_EXECUTE && gp) {
+			thread_view(tp, &gp->stack);
+			tp->cur_g = key.g;
+		} else {
+			thread_view(tp, NULL);
+			tp->cur_g = point == GO_EXECUTE ? key.g : 0;
+		}
+	}
+	if (!gp)
+		return 0;
+	if (point == GO_EXECUTE) {
+		if (gp->parked_since && now > gp->parked_since)
+			phases_add_time(gp->stack.mask, PF_GOWAIT, now - gp->parked_since);
+		gp->parked_since = 0;
+	} else if (point == GO_STOP) {
+		/* The first of the stop points a switch passes (mcall, then the function it calls). */
+		if (!gp->parked_since)
+			gp->parked_since = now;
+	} else {
+		/* Ended inside a phase (runtime.Goexit): those calls never return. */
+		count_drop(DROP_PHASE_UNFINISHED);
+		bpf_map_delete_elem(&goroutine_phases, &key);
+	}
+	return 0;
+}
 
 /* ---- allocations ------------------------------------------------------- */
 
@@ -1257,3 +1426,4 @@ enum drop_reason _drop_reason = DROP_MAX;
 enum target_event_kind _target_event_kind = TEV_EXEC;
 enum target_state _target_state = TARGET_ACTIVE;
 enum stack_sample_kind _stack_sample_kind = STACK_CPU;
+enum go_sched_point _go_sched_point = GO_EXECUTE;

@@ -21,6 +21,7 @@ pub fn phase_stats_since(later: &PhaseStats, earlier: &PhaseStats) -> PhaseStats
         wall_hist: hist.into_iter().filter(|(_, n)| *n > 0).collect(),
         cpu_ns: later.cpu_ns.saturating_sub(earlier.cpu_ns),
         offcpu_ns: later.offcpu_ns.saturating_sub(earlier.offcpu_ns),
+        gowait_ns: later.gowait_ns.saturating_sub(earlier.gowait_ns),
         syscalls: later.syscalls.saturating_sub(earlier.syscalls),
         syscall_ns: later.syscall_ns.saturating_sub(earlier.syscall_ns),
         costs: later
@@ -51,6 +52,7 @@ fn add_stats(into: &mut PhaseStats, s: &PhaseStats) {
     into.wall_max_ns = into.wall_max_ns.max(s.wall_max_ns);
     into.cpu_ns += s.cpu_ns;
     into.offcpu_ns += s.offcpu_ns;
+    into.gowait_ns += s.gowait_ns;
     into.syscalls += s.syscalls;
     into.syscall_ns += s.syscall_ns;
     for (k, v) in &s.costs {

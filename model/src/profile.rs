@@ -266,9 +266,53 @@ pub struct Lost {
     pub phase_exits_before_start: u64,
 }
 
+/// Drop counters after which phase numbers are missing calls or charge events to the wrong
+/// phase, with what each means.
+const PHASE_DROPS: &[(&str, &str)] = &[
+    ("phase_depth_exceeded", "entries deeper than the 8 nested phases tracked, not counted"),
+    ("phase_exit_mismatch", "returns that were not of the innermost phase (its frame was unwound without returning)"),
+    ("thread_phases_full", "threads whose phases could not be tracked"),
+    ("goroutine_phases_full", "goroutine phase entries that could not be tracked"),
+    ("phase_unfinished_goroutine_exit", "goroutines that ended inside a phase (runtime.Goexit)"),
+];
+
 impl Lost {
     pub fn is_empty(&self) -> bool {
         self.events == 0 && self.stacks == 0
+    }
+
+    /// Why phase numbers are incomplete, one phrase per cause with its count; empty when every
+    /// phase entry was matched with its return. Calls in flight when recording began count
+    /// too: their returns were seen without their entries.
+    pub fn phase_issues(&self) -> Vec<(String, u64, &'static str)> {
+        let mut out: Vec<(String, u64, &'static str)> = PHASE_DROPS
+            .iter()
+            .filter_map(|(name, what)| {
+                let n = self.by_reason.get(*name).copied().unwrap_or(0);
+                (n > 0).then(|| (name.to_string(), n, *what))
+            })
+            .collect();
+        if self.phase_exits_before_start > 0 {
+            out.push((
+                "phase_exits_before_start".into(),
+                self.phase_exits_before_start,
+                "calls already running when recording began, not counted",
+            ));
+        }
+        out
+    }
+
+    /// One line saying whether phase numbers are complete, and if not by how much and why.
+    pub fn describe_phases(&self) -> String {
+        let issues = self.phase_issues();
+        if issues.is_empty() {
+            return "complete (every phase entry matched its return)".into();
+        }
+        let causes: Vec<String> = issues
+            .iter()
+            .map(|(name, n, what)| format!("{n} {what} [{name}]"))
+            .collect();
+        format!("INCOMPLETE: {}", causes.join("; "))
     }
 }
 
@@ -362,6 +406,10 @@ pub struct PhaseStats {
     pub wall_hist: Vec<(u32, u64)>,
     pub cpu_ns: u64,
     pub offcpu_ns: u64,
+    /// Go: time the phase's goroutines spent descheduled inside it (blocked on a channel, a
+    /// lock or the network poller, or waiting for a thread), apart from thread off-CPU time.
+    #[serde(default)]
+    pub gowait_ns: u64,
     pub syscalls: u64,
     pub syscall_ns: u64,
     /// Named costs of this phase (syscall rules counted in the kernel, alloc rules from stacks).

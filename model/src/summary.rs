@@ -49,6 +49,12 @@ pub struct LostSummary {
     pub stacks: u64,
     pub by_reason: BTreeMap<String, u64>,
     pub syscalls_in_flight_at_start: u64,
+    /// Whether every phase entry was matched with its return (see `phase_issues`).
+    pub phases_complete: bool,
+    /// Counts of what made phase numbers incomplete, by cause.
+    pub phase_issues: BTreeMap<String, u64>,
+    /// The same in words.
+    pub phases: String,
 }
 
 #[derive(Serialize, Debug, Default, Clone, Copy)]
@@ -160,6 +166,14 @@ impl Summary {
                 stacks: profile.lost.stacks,
                 by_reason: profile.lost.by_reason.clone(),
                 syscalls_in_flight_at_start: profile.lost.syscalls_in_flight_at_start,
+                phases_complete: profile.lost.phase_issues().is_empty(),
+                phase_issues: profile
+                    .lost
+                    .phase_issues()
+                    .into_iter()
+                    .map(|(name, n, _)| (name, n))
+                    .collect(),
+                phases: profile.lost.describe_phases(),
             },
         }
     }
@@ -194,6 +208,7 @@ pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
                 },
                 "cpu_ns": st.cpu_ns,
                 "offcpu_ns": st.offcpu_ns,
+                "gowait_ns": st.gowait_ns,
                 "syscalls": st.syscalls,
                 "syscall_ns": st.syscall_ns,
                 // Recorded by `--events pagefault` / `alloc` only: null means "not recorded".
@@ -206,6 +221,7 @@ pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
                     "wall_ns": per_call(st.wall_ns),
                     "cpu_ns": per_call(st.cpu_ns),
                     "offcpu_ns": per_call(st.offcpu_ns),
+                    "gowait_ns": per_call(st.gowait_ns),
                     "syscalls": per_call(st.syscalls),
                     "page_faults": per_call(st.page_faults),
                     "alloc_bytes": per_call(st.alloc_bytes),

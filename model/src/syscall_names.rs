@@ -1,4 +1,5 @@
-//! x86_64 syscall numbers to names, generated from the kernel's `asm/unistd_64.h`.
+//! x86_64 syscall numbers to names, as of Linux 6.18 (arch/x86/entry/syscalls/syscall_64.tbl;
+//! Debian 12's `asm/unistd_64.h` stops at 6.1).
 
 /// Index = syscall number; `""` for unassigned numbers.
 pub const X86_64: &[&str] = &[
@@ -337,8 +338,8 @@ pub const X86_64: &[&str] = &[
     "statx",
     "io_pgetevents",
     "rseq",
-    "",
-    "",
+    "uretprobe",
+    "uprobe",
     "",
     "",
     "",
@@ -453,4 +454,41 @@ pub const X86_64: &[&str] = &[
     "process_mrelease",
     "futex_waitv",
     "set_mempolicy_home_node",
+    "cachestat",
+    "fchmodat2",
+    "map_shadow_stack",
+    "futex_wake",
+    "futex_wait",
+    "futex_requeue",
+    "statmount",
+    "listmount",
+    "lsm_get_self_attr",
+    "lsm_set_self_attr",
+    "lsm_list_modules",
+    "mseal",
+    "setxattrat",
+    "getxattrat",
+    "listxattrat",
+    "removexattrat",
+    "open_tree_attr",
+    "file_getattr",
+    "file_setattr",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::X86_64;
+
+    // Checks numbers from both ends of the 6.18 table, the uprobe syscalls among them.
+    #[test]
+    fn covers_the_6_18_table() {
+        assert_eq!(X86_64[1], "write");
+        assert_eq!(X86_64[334], "rseq");
+        assert_eq!(X86_64[335], "uretprobe");
+        assert_eq!(X86_64[336], "uprobe");
+        assert_eq!(X86_64[424], "pidfd_send_signal");
+        assert_eq!(X86_64[462], "mseal");
+        assert_eq!(X86_64[469], "file_setattr");
+        assert_eq!(X86_64.len(), 470);
+    }
+}

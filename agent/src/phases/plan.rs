@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
+use phaseprof_bpf::types::go_sched_point;
 
 use super::config::{CostEvent, PhaseConfig};
 use super::symbols::{function_symbols, resolve, FunctionSymbol, ProbeSite};
+use crate::alloc::placement::{choose_in, kernel_emulates, Needs};
 use crate::engine::MAX_SYSCALL_COSTS;
 
 /// One probe point of one phase.
@@ -19,13 +21,47 @@ pub struct PhaseProbe {
     pub site: ProbeSite,
     /// Go code: file offsets of the function's return instructions. None: use a uretprobe.
     pub returns: Option<Vec<u64>>,
+    /// Whether the kernel emulates the entry's instruction (else it is single-stepped).
+    pub entry_emulated: bool,
 }
+
+/// Where in the Go scheduler a goroutine starts or stops running on an OS thread: phases of
+/// Go code are kept per goroutine, and these probes tell which goroutine's phases a thread's
+/// events belong to (the scheduler switches goroutines without a kernel context switch).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GoSwitchProbe {
+    pub site: ProbeSite,
+    /// The attach cookie: enum go_sched_point, with GO_SCHED_CURRENT_G when the goroutine is
+    /// the running one rather than the first argument.
+    pub cookie: u64,
+}
+
+/// The runtime functions probed for goroutine phases: `execute(gp)` starts running a goroutine;
+/// `mcall(fn)` (assembly, never inlined) is how a running goroutine stops in every case but
+/// one (parks, yields, is preempted by a signal, finds no P after a syscall, exits); the stack
+/// check's preemption in `newstack`, already on the scheduler's stack, calls `goschedImpl(gp)`
+/// or `preemptPark(gp)`; `goexit0(gp)` ends one. Each is (name, point, the goroutine is the
+/// running one, required). Small wrappers such as `gopreempt_m` are inlined and cannot be used.
+const GO_SWITCH_POINTS: &[(&str, u32, bool, bool)] = &[
+    ("runtime.execute", GO_EXECUTE, false, true),
+    ("runtime.mcall", GO_STOP, true, true),
+    ("runtime.goschedImpl", GO_STOP, false, false),
+    ("runtime.preemptPark", GO_STOP, false, false),
+    ("runtime.goexit0", GO_EXIT, false, false),
+];
+/// GO_SCHED_CURRENT_G in the shared header.
+const GO_SCHED_CURRENT_G: u64 = 0x100;
+const GO_EXECUTE: u32 = go_sched_point::GO_EXECUTE.0;
+const GO_STOP: u32 = go_sched_point::GO_STOP.0;
+const GO_EXIT: u32 = go_sched_point::GO_EXIT.0;
 
 #[derive(Clone, Debug, Default)]
 pub struct PhasePlan {
     /// Phase names by id - 1.
     pub names: Vec<String>,
     pub probes: Vec<PhaseProbe>,
+    /// Go executables with phases: their scheduler's switch points.
+    pub go_switches: Vec<GoSwitchProbe>,
     /// Syscall cost rules the kernel counts per phase: (name, syscall numbers).
     pub syscall_costs: Vec<(String, Vec<u32>)>,
     /// Allocation cost rules computed from allocation stacks: (name, frame globs).
@@ -104,6 +140,36 @@ pub fn entry_offset(path: &Path, file_offset: u64, size: u64) -> Result<u64> {
     bail!("its first instructions cannot be uprobed (LOCK or segment prefix) and no later instruction of its entry block qualifies")
 }
 
+/// The entry probe of a native function, which shares its site with a uretprobe: on an
+/// instruction the kernel emulates when the entry block has one before the stack moves (a
+/// single-stepped probe costs a second trap, ~15 us here), else where [`entry_offset`] puts it.
+/// The site must not be a branch target, or a loop back to it would count a call twice.
+pub fn native_entry(path: &Path, file_offset: u64, size: u64) -> Result<(u64, bool)> {
+    let insns = decode_function(path, file_offset, size.max(1))?;
+    let needs = Needs {
+        args: &[],
+        return_probe: true,
+        skip_null_test: false,
+    };
+    if let Ok(p) = choose_in(&insns, file_offset, needs) {
+        let targeted = insns.iter().any(|i| {
+            matches!(
+                i.flow_control(),
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+            ) && i.near_branch_target() == p.file_offset
+        });
+        if p.emulated && !targeted {
+            return Ok((p.file_offset, true));
+        }
+    }
+    let entry = entry_offset(path, file_offset, size)?;
+    let emulated = insns
+        .iter()
+        .find(|i| i.ip() == entry)
+        .is_some_and(kernel_emulates);
+    Ok((entry, emulated))
+}
+
 /// Go functions open with a stack check (`cmp rsp, [r14+16]; jbe morestack`) whose slow path
 /// grows the stack and jumps back to the entry: a probe there would fire twice for one call.
 /// The entry probe of a Go function goes right after that check; functions without one keep
@@ -137,6 +203,42 @@ pub fn return_offsets(path: &Path, file_offset: u64, size: u64) -> Result<Vec<u6
         bail!("no return instruction found (the function never returns, or ends in a tail call)");
     }
     Ok(rets)
+}
+
+/// Whether the kernel emulates the instruction at `file_offset` of `path`.
+fn emulated_at(path: &Path, file_offset: u64) -> bool {
+    decode_function(path, file_offset, 16)
+        .ok()
+        .and_then(|insns| insns.first().map(kernel_emulates))
+        .unwrap_or(false)
+}
+
+/// The scheduler's switch points in the Go executable `path` (see [`GO_SWITCH_POINTS`]).
+fn go_switch_probes(path: &Path, syms: &[FunctionSymbol]) -> Result<Vec<GoSwitchProbe>> {
+    let mut out = Vec::new();
+    for &(name, point, current, required) in GO_SWITCH_POINTS {
+        let Some(sym) = syms.iter().find(|s| s.raw == name) else {
+            if required {
+                bail!(
+                    "{}: Go phases are kept per goroutine, which needs the runtime's `{name}` (Go >= 1.17 with its register ABI); it is not in the symbol table",
+                    path.display()
+                );
+            }
+            continue;
+        };
+        let entry = go_entry_offset(path, sym.file_offset, sym.size)
+            .with_context(|| format!("decoding `{name}` in {}", path.display()))?;
+        out.push(GoSwitchProbe {
+            site: ProbeSite {
+                path: path.to_path_buf(),
+                symbol: name.to_string(),
+                file_offset: entry,
+                size: sym.size,
+            },
+            cookie: point as u64 | if current { GO_SCHED_CURRENT_G } else { 0 },
+        });
+    }
+    Ok(out)
 }
 
 impl PhasePlan {
@@ -206,31 +308,46 @@ impl PhasePlan {
                         spec.name, site.symbol
                     )
                 };
-                let (entry, returns) = if go {
+                let (entry, returns, entry_emulated) = if go {
                     let entry =
                         go_entry_offset(&site.path, func_start, site.size).with_context(cannot)?;
                     let returns =
                         return_offsets(&site.path, func_start, site.size).with_context(cannot)?;
-                    (entry, Some(returns))
+                    (entry, Some(returns), emulated_at(&site.path, entry))
                 } else {
-                    let entry =
-                        entry_offset(&site.path, func_start, site.size).with_context(cannot)?;
-                    if entry != func_start {
-                        eprintln!(
-                            "phaseprof: phase `{}`: `{}` starts with an instruction uprobes refuse; probing it at +{:#x}",
-                            spec.name,
-                            site.symbol,
-                            entry - func_start
-                        );
-                    }
-                    (entry, None)
+                    let (entry, emulated) =
+                        native_entry(&site.path, func_start, site.size).with_context(cannot)?;
+                    (entry, None, emulated)
                 };
+                if entry != func_start && !go {
+                    eprintln!(
+                        "phaseprof: phase `{}`: `{}` probed at +{:#x} ({})",
+                        spec.name,
+                        site.symbol,
+                        entry - func_start,
+                        if emulated_at(&site.path, func_start) || entry_emulated {
+                            "an instruction the kernel emulates"
+                        } else {
+                            "its first instruction is one uprobes refuse"
+                        }
+                    );
+                }
                 site.file_offset = entry;
                 self.probes.push(PhaseProbe {
                     phase,
                     site,
                     returns,
+                    entry_emulated,
                 });
+            }
+        }
+        for (path, syms) in &symbols {
+            let has_go_phase = self
+                .probes
+                .iter()
+                .any(|p| p.returns.is_some() && p.site.path == *path);
+            if has_go_phase && !self.go_switches.iter().any(|g| g.site.path == *path) {
+                self.go_switches.extend(go_switch_probes(path, syms)?);
             }
         }
         Ok(())

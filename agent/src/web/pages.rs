@@ -151,6 +151,9 @@ struct ProfilePage {
     build_id: String,
     lost: String,
     complete: bool,
+    /// Whether every phase entry matched its return, and if not why.
+    phases_complete: bool,
+    phase_completeness: String,
     /// How user stacks were walked (empty for files recorded before `--unwind`).
     stacks: String,
     phase: String,
@@ -282,6 +285,8 @@ pub async fn profile(
             }
         ),
         complete: l.is_empty(),
+        phases_complete: l.phase_issues().is_empty(),
+        phase_completeness: l.describe_phases(),
         stacks: m.unwind.as_ref().map(|u| u.describe()).unwrap_or_default(),
         phase_query: if q.is_empty() {
             String::new()

@@ -3,8 +3,9 @@
 // Per iteration: ingest (build a message) → verify (bytes.Clone it, then deep recursion that
 // grows the goroutine stack, so a uretprobe would crash it) → commit (one write(2) and one
 // fsync(2) to a file) → fanout (one bufio.Writer.Flush, i.e. one write(2), per subscriber
-// socket on 127.0.0.1). The work runs on one goroutine locked to its OS thread. The truth is
-// printed as one JSON line at the end (one more write(2)).
+// socket on 127.0.0.1). The work runs on one goroutine, free to migrate between OS threads
+// (-lock-thread locks it to one). The truth is printed as one JSON line at the end (one more
+// write(2)).
 package main
 
 import (
@@ -94,6 +95,7 @@ func main() {
 	depth := flag.Int("depth", 2000, "recursion depth in verify")
 	waitStdin := flag.Bool("wait-stdin", false, "start after a line on stdin")
 	out := flag.String("commit-to", "", "file to commit to (default: a temp file)")
+	lockThread := flag.Bool("lock-thread", false, "lock the relay loop to one OS thread")
 	benchCalls := flag.Int("bench-calls", 0, "only call ingest this many times and print ns per call (probe-cost benchmark)")
 	flag.Parse()
 
@@ -152,9 +154,10 @@ func main() {
 
 	done := make(chan struct{})
 	go func() {
-		// Phases are tracked per OS thread: keep the relay loop on one.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+		if *lockThread {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+		}
 		for i := 0; i < *iterations; i++ {
 			msg := ingest(i, *size)
 			c := verify(msg, *depth)

@@ -1,0 +1,3 @@
+module phaseprof.test/goroutinessim
+
+go 1.19
