@@ -161,24 +161,6 @@ fn fixed_file(path: &std::path::Path) {
     std::fs::write(path, text).unwrap();
 }
 
-fn strace_counts(summary: &str) -> BTreeMap<String, u64> {
-    // Rows: "% time seconds usecs/call calls [errors] syscall"; the name is last, calls is 4th.
-    summary
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 5
-                || f[0].starts_with('%')
-                || f[0].starts_with('-')
-                || *f.last()? == "total"
-            {
-                return None;
-            }
-            Some((f.last()?.to_string(), f[3].parse().ok()?))
-        })
-        .collect()
-}
-
 // Checks that per-syscall counts of a deterministic program (gzip of a fixed file) equal
 // `strace -f -c`. strace cannot count exit_group (it never returns); phaseprof counts it once.
 #[test]

@@ -194,7 +194,8 @@ fn unknown_phase_function_suggests_near_names() {
 
 // Checks a Go target: relay-sim runs 10,000 iterations under phase probes (exits probed on
 // return instructions, since a uretprobe would corrupt the goroutine stacks verify grows) without
-// crashing, with exact calls and flush_syscalls per phase.
+// crashing, its loop free to migrate between OS threads, with exact calls and flush_syscalls per
+// phase and phases reported complete.
 #[test]
 fn go_relay_phases_are_exact() {
     require_root!();
@@ -234,4 +235,101 @@ fn go_relay_phases_are_exact() {
     assert_eq!(flushes("fanout"), num(&truth["fanout_flushes"]));
     assert_eq!(flushes("ingest") + flushes("verify"), 0);
     assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
+    assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
+}
+
+// Checks goroutine phases: goroutines-sim runs 8 goroutines per round on GOMAXPROCS 2 (fresh
+// goroutines each round, so persist's recursion grows and moves their stacks), nothing locked to
+// a thread. Calls of the nested phases and their writes (2 per persist) are exact, and await's
+// goroutine wait (blocked in a channel receive) is within 2% of the time the program measured
+// around the receive, while its thread off-CPU time stays apart.
+#[test]
+fn go_goroutine_phases_are_exact() {
+    require_root!();
+    let Some(bin) = go_workload("goroutines-sim") else {
+        eprintln!("SKIPPED: Go is not installed");
+        return;
+    };
+    let _g = bpf_lock();
+    let cfg = root().join("tests/workloads/goroutines-sim/phases.toml");
+    let (out, truth) = record_workload(
+        "goroutines",
+        &["--phases", cfg.to_str().unwrap()],
+        &bin,
+        &["-goroutines", "8", "-rounds", "10", "-calls", "50", "-wait", "2ms"],
+    );
+    assert!(num(&truth["gomaxprocs"]) >= 2);
+    assert_eq!(num(&truth["calls"]["handle"]), 4000, "goroutines-sim completed");
+    let report = report_json(&out);
+    for name in ["handle", "persist", "await"] {
+        assert_eq!(
+            phase_json(&report, name)["calls"],
+            truth["calls"][name],
+            "{name} calls"
+        );
+    }
+    let flushes = |name: &str| num(&phase_json(&report, name)["costs"]["flush_syscalls"]);
+    assert_eq!(flushes("persist"), num(&truth["writes"]));
+    assert_eq!(flushes("handle"), num(&truth["writes"]), "nesting is inclusive");
+    assert_eq!(flushes("await"), 0);
+    let gowait = num(&phase_json(&report, "await")["gowait_ns"]) as f64;
+    let waited = num(&truth["waited_ns"]) as f64;
+    eprintln!(
+        "await goroutine wait {gowait} vs measured {waited}: {:.2}%",
+        100.0 * rel_diff(gowait, waited)
+    );
+    assert!(rel_diff(gowait, waited) < 0.02);
+    // Parked goroutines are not thread off-CPU time.
+    assert!(num(&phase_json(&report, "await")["offcpu_ns"]) as f64 <= 0.1 * waited);
+    assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
+    assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
+}
+
+// Checks native phases under uretprobes (whose trampoline enters the kernel through syscall
+// 335 since Linux 6.11): every syscall count of phase-syscalls equals `strace -f -c` (no
+// `uretprobe`, no `syscall_335`), and each phase's syscalls are exact: 700 getppid per call in
+// ask_parent and in work (which encloses it), none in the pure computation digest.
+#[test]
+fn phase_probes_add_no_syscalls() {
+    require_root!();
+    let _g = bpf_lock();
+    let bin = c_workload("phase-syscalls", "", &[]);
+    let dir = scratch("phase-syscalls");
+    let st = dir.join("strace.txt");
+    let status = std::process::Command::new("strace")
+        .args(["-f", "-c", "-o", st.to_str().unwrap()])
+        .arg(&bin)
+        .args(["6", "700"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("strace is installed by the setup");
+    assert!(status.success());
+    let expected = strace_counts(&std::fs::read_to_string(&st).unwrap());
+    assert_eq!(expected.get("getppid"), Some(&4200), "{expected:?}");
+
+    let cfg = root().join("tests/workloads/phase-syscalls/phases.toml");
+    let (out, truth) = record_workload(
+        "phase-syscalls",
+        &["--phases", cfg.to_str().unwrap()],
+        &bin,
+        &["6", "700"],
+    );
+    let report = report_json(&out);
+    let mut ours: std::collections::BTreeMap<String, u64> = report["events"]["syscall"]
+        ["by_name"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), num(&v["count"])))
+        .collect();
+    assert_eq!(ours.remove("exit_group"), Some(1));
+    assert_eq!(ours, expected);
+    let syscalls = |name: &str| num(&phase_json(&report, name)["syscalls"]);
+    assert_eq!(syscalls("ask_parent"), num(&truth["getppid"]));
+    assert_eq!(syscalls("work"), num(&truth["getppid"]));
+    assert_eq!(syscalls("digest"), 0);
+    for name in ["work", "ask_parent", "digest"] {
+        assert_eq!(phase_json(&report, name)["calls"], truth["calls"], "{name} calls");
+    }
+    assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
 }

@@ -129,6 +129,40 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
     );
 }
 
+// Checks that phases leave dwarf stacks whole: with phase probes on validator-sim built without
+// frame pointers, a thread inside a phase has a uretprobe trampoline's address where its phase
+// function's return address was; restored from the kernel's record of it, at least 95% of cpu
+// samples still unwind to the thread's entry, and phase calls stay exact.
+#[test]
+fn dwarf_stacks_are_unchanged_by_phases() {
+    require_root!();
+    let nofp = rust_workload_without_frame_pointers("validator-sim");
+    let _g = bpf_lock();
+    let phases = root().join("tests/workloads/validator-sim/phases.toml");
+    let opts = [
+        "--events",
+        "cpu",
+        "--freq",
+        "499",
+        "--unwind",
+        "dwarf",
+        "--phases",
+        phases.to_str().unwrap(),
+    ];
+    let args = ["--blocks", "60", "--threads", "2", "--burn-ms", "25", "--clone-bytes", "20000000"];
+    let (file, truth) = record_workload("unwind-phases", &opts, &nofp, &args);
+    let (entry, n) = share(&file, reaches_entry);
+    let (_, in_propose) = folded_cpu_share_in_phase(&file, "propose", |_| true);
+    eprintln!("with phases, dwarf: {entry:.1}% of {n} samples reach the entry; {in_propose} in propose");
+    assert!(entry >= 95.0, "{entry:.1}% reach the entry");
+    // Most samples are taken inside a phase (burning in propose), so the trampoline was there.
+    assert!(in_propose as f64 >= 0.5 * n as f64, "{in_propose} of {n} in propose");
+    let report = report_json(&file);
+    for name in ["propose", "replay", "finalize"] {
+        assert_eq!(phase_json(&report, name)["calls"], truth["calls"][name], "{name} calls");
+    }
+}
+
 // Checks a C program compressing with Debian's zlib (no frame pointers in libz) under
 // --unwind dwarf: the samples in zlib's code unwind through the library's frames back into the
 // caller, compress_block, and on to main. The frame-pointer walk of the same run loses the

@@ -163,6 +163,25 @@ pub fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Syscall counts by name from a `strace -c` summary table.
+pub fn strace_counts(summary: &str) -> std::collections::BTreeMap<String, u64> {
+    // Rows: "% time seconds usecs/call calls [errors] syscall"; the name is last, calls is 4th.
+    summary
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 5
+                || f[0].starts_with('%')
+                || f[0].starts_with('-')
+                || *f.last()? == "total"
+            {
+                return None;
+            }
+            Some((f.last()?.to_string(), f[3].parse().ok()?))
+        })
+        .collect()
+}
+
 /// Relative difference |a-b|/b.
 pub fn rel_diff(a: f64, b: f64) -> f64 {
     (a - b).abs() / b
