@@ -916,20 +916,30 @@ impl<'obj> Engine<'obj> {
 
     /// Allocator probe hits so far, summed over CPUs: (entries + returns + frees + Go samples).
     pub fn alloc_probe_hits(&self) -> Result<u64> {
+        use types::probe_counter as c;
         let mut total = 0;
-        for i in 0..types::probe_counter::HITS_MAX.0 {
-            let per_cpu = self
-                .skel
-                .maps
-                .probe_hits
-                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?;
-            total += per_cpu
-                .unwrap_or_default()
-                .iter()
-                .map(|v| pod::<u64>(v))
-                .sum::<u64>();
+        for counter in [c::HITS_ALLOC_ENTRY, c::HITS_ALLOC_EXIT, c::HITS_FREE, c::HITS_GO_SAMPLE] {
+            total += self.probe_hits(counter)?;
         }
         Ok(total)
+    }
+
+    /// Hits of the Go scheduler's switch points (goroutine phases) so far.
+    pub fn go_switch_hits(&self) -> Result<u64> {
+        self.probe_hits(types::probe_counter::HITS_GO_SCHED)
+    }
+
+    fn probe_hits(&self, counter: types::probe_counter) -> Result<u64> {
+        let per_cpu = self
+            .skel
+            .maps
+            .probe_hits
+            .lookup_percpu(&counter.0.to_ne_bytes(), MapFlags::ANY)?;
+        Ok(per_cpu
+            .unwrap_or_default()
+            .iter()
+            .map(|v| pod::<u64>(v))
+            .sum())
     }
 
     /// The addresses of stack `id` (its hash), leaf first. A stack's entry never changes once

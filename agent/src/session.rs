@@ -11,6 +11,7 @@ use regex::Regex;
 use crate::aggregate::Aggregator;
 use crate::alloc::recorder::AllocRecorder;
 use crate::engine::{Engine, TargetEvent};
+use crate::phases::cost::PhaseCost;
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::symbolize::BlazeSymbolizer;
 use crate::targets;
@@ -48,6 +49,8 @@ pub struct Session<'obj> {
     unwound_faults: Vec<RawCpu>,
     /// Unwind counts at the last `take_window`.
     window_unwind: UnwindStats,
+    /// The phase probes' estimated cost, printed while recording.
+    phase_cost: PhaseCost,
     verbose: bool,
 }
 
@@ -60,6 +63,8 @@ fn unix_ns(t: SystemTime) -> u64 {
 impl<'obj> Session<'obj> {
     pub fn new(engine: Engine<'obj>, meta: Meta, plan: &PhasePlan, verbose: bool) -> Self {
         let phases_on = !plan.names.is_empty();
+        let mut phase_cost = PhaseCost::new(plan.names.len());
+        phase_cost.note(plan, |p| p);
         Session {
             engine,
             sym: BlazeSymbolizer::default(),
@@ -83,6 +88,7 @@ impl<'obj> Session<'obj> {
             unwound: Vec::new(),
             unwound_faults: Vec::new(),
             window_unwind: UnwindStats::default(),
+            phase_cost,
             verbose,
         }
     }
@@ -168,10 +174,15 @@ impl<'obj> Session<'obj> {
         self.alloc.as_ref().and_then(|a| a.next_deadline())
     }
 
-    /// Periodic work between drains: the allocation probes' overhead estimate and duty cycle.
+    /// Periodic work between drains: the probes' overhead estimates, the allocation probes'
+    /// duty cycle.
     pub fn tick(&mut self) -> Result<()> {
         if let Some(alloc) = &mut self.alloc {
             alloc.tick(&mut self.engine)?;
+        }
+        let pids: Vec<u32> = self.live.iter().copied().collect();
+        if let Some(line) = self.phase_cost.tick(&self.engine, &pids, false)? {
+            eprintln!("{line}");
         }
         Ok(())
     }
@@ -194,6 +205,7 @@ impl<'obj> Session<'obj> {
     ) -> Result<()> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &targets::code_objects(pid)?)?;
+        self.phase_cost.note(&plan, |p| ids[p as usize - 1]);
         self.engine
             .attach_phases(&plan, |p| ids[p as usize - 1])
     }
@@ -224,6 +236,7 @@ impl<'obj> Session<'obj> {
             let mut plan = PhasePlan::default();
             plan.resolve(&cfg, &file, &targets::code_objects(pid)?)?;
             self.engine.attach_phases(&plan, |p| p)?;
+            self.phase_cost.note(&plan, |p| p);
         }
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;
@@ -392,6 +405,10 @@ impl<'obj> Session<'obj> {
 
     /// Detaches every probe, drains what is left and returns the profile of `start..end`.
     pub fn finish(mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
+        let pids: Vec<u32> = self.live.iter().copied().collect();
+        if let Some(line) = self.phase_cost.tick(&self.engine, &pids, true)? {
+            eprintln!("{line} (whole recording)");
+        }
         let alloc = match &mut self.alloc {
             Some(a) => {
                 let total = end.duration_since(start).unwrap_or_default();

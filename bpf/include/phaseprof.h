@@ -302,6 +302,7 @@ enum probe_counter {
 	HITS_ALLOC_EXIT,
 	HITS_FREE,
 	HITS_GO_SAMPLE,
+	HITS_GO_SCHED,         /* Go scheduler switch points (goroutine phases), not allocator hits */
 	HITS_MAX,
 };
 

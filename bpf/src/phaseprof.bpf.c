@@ -849,6 +849,14 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 
 /* ---- phases ------------------------------------------------------------ */
 
+static __always_inline void count_hit(enum probe_counter c)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
+	if (v)
+		*v += 1;
+}
+
 /* Pushes an entry of `phase`. Direct recursion counts one call, at the outermost entry;
  * entries beyond MAX_PHASE_DEPTH are counted as drops (and popped again by their returns). */
 static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u64 now)
@@ -1026,6 +1034,7 @@ int uprobe__go_sched(struct pt_regs *ctx)
 	__u32 tgid = id >> 32;
 	if (!is_active(tgid))
 		return 0;
+	count_hit(HITS_GO_SCHED);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 point = cookie & 0xff;
 	__u64 now = bpf_ktime_get_ns();
@@ -1069,14 +1078,6 @@ int uprobe__go_sched(struct pt_regs *ctx)
 }
 
 /* ---- allocations ------------------------------------------------------- */
-
-static __always_inline void count_hit(enum probe_counter c)
-{
-	__u32 key = c;
-	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
-	if (v)
-		*v += 1;
-}
 
 static __always_inline void add_alloc_totals(__u32 tgid, __u32 phase, __u64 mask, __u64 bytes, __u64 count, __u64 frees)
 {

@@ -10,6 +10,7 @@ mod exactness;
 mod exports;
 mod fleet;
 mod phases;
+mod real_servers;
 mod soak;
 mod symbols;
 mod unwind;

@@ -3,6 +3,7 @@
 //! ELF objects.
 
 pub mod config;
+pub mod cost;
 pub mod plan;
 pub mod symbols;
 

@@ -168,6 +168,12 @@ fn main() {
         .position(|a| a == "--only")
         .map(|i| args[i + 1].clone());
     let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
+    // `--baseline PATH`: another phaseprof build measured in the same rounds (phases section),
+    // for before/after numbers.
+    let baseline: Option<std::path::PathBuf> = args
+        .iter()
+        .position(|a| a == "--baseline")
+        .map(|i| args[i + 1].clone().into());
     let me = std::env::current_exe().unwrap();
     let pp = phaseprof_bin();
     let tmp = std::env::temp_dir().join("phaseprof-bench.phaseprof");
@@ -338,79 +344,7 @@ fn main() {
         );
     }
     if wanted("phases") {
-        // 3. Phase probes: ns added per phase call (entry + exit probe) on a native and a Go target,
-        //    against a bare bpftrace uprobe on the same Go function in the same run.
-        let blocks = 200_000u64;
-        let phases_native = root().join("tests/workloads/validator-sim/phases.toml");
-        let relay = go_workload("relay-sim").expect("Go is needed for the Go phase benchmark");
-        let go_phases = std::env::temp_dir().join("phaseprof-bench-ingest.toml");
-        std::fs::write(
-            &go_phases,
-            "[[phase]]\nname = \"ingest\"\nfunction = \"main.ingest\"\n",
-        )
-        .unwrap();
-        let go_calls = 1_000_000u64.to_string();
-        let blocks_arg = blocks.to_string();
-        let per_block =
-            |out: &str| truth_from(out.as_bytes())["elapsed_ns"].as_f64().unwrap() / blocks as f64;
-        let (mut nb, mut np, mut gb, mut gp, mut gf) = (vec![], vec![], vec![], vec![], vec![]);
-        for _ in 0..rounds {
-            nb.push(per_block(&run(
-                Command::new(&sim).args(["--blocks", &blocks_arg])
-            )));
-            np.push(per_block(&run(Command::new(&pp)
-                .args([
-                    "record",
-                    "--events",
-                    "cpu",
-                    "--phases",
-                    phases_native.to_str().unwrap(),
-                    "-o",
-                    tmp,
-                    "--",
-                ])
-                .arg(&sim)
-                .args(["--blocks", &blocks_arg]))));
-            gb.push(ns_per_call(&run(
-                Command::new(&relay).args(["-bench-calls", &go_calls])
-            )));
-            gp.push(ns_per_call(&run(Command::new(&pp)
-                .args([
-                    "record",
-                    "--events",
-                    "cpu",
-                    "--phases",
-                    go_phases.to_str().unwrap(),
-                    "-o",
-                    tmp,
-                    "--",
-                ])
-                .arg(&relay)
-                .args(["-bench-calls", &go_calls]))));
-            if has_bpftrace {
-                let script = format!("uprobe:{}:main.ingest {{}}", relay.display());
-                let out = run(Command::new("bpftrace")
-                    .args(["-q", "-e", &script, "-c"])
-                    .arg(format!("{} -bench-calls {go_calls}", relay.display())));
-                gf.push(ns_per_call(&out));
-            }
-        }
-        let (nb, np, gb, gp) = (median(nb), median(np), median(gb), median(gp));
-        println!("phase probes, median of {rounds} alternating rounds:");
-        println!(
-        "  native (validator-sim, 3 phase calls per block): {:.0} ns per phase entry+exit (uprobe + uretprobe)",
-        (np - nb) / 3.0
-    );
-        println!("  Go (relay-sim main.ingest): {:.0} ns per phase entry+exit (uprobe at entry + uprobe on the ret)", gp - gb);
-        if !gf.is_empty() {
-            println!(
-                "  floor: bare bpftrace uprobe on main.ingest, entry only: {:.0} ns",
-                median(gf) - gb
-            );
-        }
-        println!(
-            "  BPF-NOTES floor: +555 ns uprobe, +850 ns uprobe+uretprobe (malloc, tight C loop)"
-        );
+        phases_bench(&pp, baseline.as_deref(), &sim, tmp, rounds, has_bpftrace);
     }
     if wanted("alloc") {
         // 4. Allocator probes. (a) A malloc/free loop bare, with probes at each function's entry
@@ -668,6 +602,117 @@ fn main() {
 ///    a fixed-work target at 99 Hz (and at 999 Hz, where the cost per sample stands out):
 ///    zlib-sim's own elapsed time (compressing with Debian's zlib) bare, under fp and under
 ///    dwarf, alternating.
+/// Phase probes: ns added per phase call (entry + exit probe) on a native target (with cpu
+/// samples only, and with the default events, which see any syscall the probes make) and a Go
+/// one, ns per goroutine switch-point hit, and bare bpftrace probes on the same functions as
+/// the kernel's floor; with `baseline`, the same for that build, alternating in each round.
+fn phases_bench(
+    pp: &std::path::Path,
+    baseline: Option<&std::path::Path>,
+    sim: &std::path::Path,
+    tmp: &str,
+    rounds: usize,
+    has_bpftrace: bool,
+) {
+    let blocks = 200_000u64;
+    let phases_native = root().join("tests/workloads/validator-sim/phases.toml");
+    let relay = go_workload("relay-sim").expect("Go is needed for the Go phase benchmark");
+    let go_phases = std::env::temp_dir().join("phaseprof-bench-ingest.toml");
+    std::fs::write(
+        &go_phases,
+        "[[phase]]\nname = \"ingest\"\nfunction = \"main.ingest\"\n",
+    )
+    .unwrap();
+    let go_calls = 1_000_000u64.to_string();
+    let switches = 200_000u64.to_string();
+    let blocks_arg = blocks.to_string();
+    let per_block =
+        |out: &str| truth_from(out.as_bytes())["elapsed_ns"].as_f64().unwrap() / blocks as f64;
+    // `phaseprof record [events] --phases cfg -- program args` with the build `bin`.
+    let record = |bin: &std::path::Path, events: &str, cfg: &std::path::Path| {
+        let mut c = Command::new(bin);
+        c.args(["record", "--events", events, "--phases", cfg.to_str().unwrap(), "-o", tmp, "--"]);
+        c
+    };
+    let builds: Vec<(&str, &std::path::Path)> = std::iter::once(("after", pp))
+        .chain(baseline.map(|b| ("before", b)))
+        .collect();
+    // Per build: native cpu-only, native default events, Go call, Go switch (ns per unit).
+    let mut m: Vec<[Vec<f64>; 4]> = builds.iter().map(|_| Default::default()).collect();
+    let (mut nb, mut gb, mut sb, mut floor_native, mut floor_go) = (vec![], vec![], vec![], vec![], vec![]);
+    let native_raw: Vec<String> = {
+        let syms = std::process::Command::new("nm").arg(sim).output().unwrap();
+        String::from_utf8_lossy(&syms.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .filter(|n| n.contains("13validator_sim6phases") && !n.contains("block"))
+            .map(str::to_string)
+            .collect()
+    };
+    for _ in 0..rounds {
+        nb.push(per_block(&run(Command::new(sim).args(["--blocks", &blocks_arg]))));
+        gb.push(ns_per_call(&run(Command::new(&relay).args(["-bench-calls", &go_calls]))));
+        sb.push(ns_per_call(&run(Command::new(&relay).args(["-bench-switches", &switches]))));
+        for (i, (_, bin)) in builds.iter().enumerate() {
+            for (j, events) in ["cpu", "cpu,offcpu,syscall"].into_iter().enumerate() {
+                m[i][j].push(per_block(&run(record(bin, events, &phases_native)
+                    .arg(sim)
+                    .args(["--blocks", &blocks_arg]))));
+            }
+            m[i][2].push(ns_per_call(&run(record(bin, "cpu", &go_phases)
+                .arg(&relay)
+                .args(["-bench-calls", &go_calls]))));
+            m[i][3].push(ns_per_call(&run(record(bin, "cpu", &go_phases)
+                .arg(&relay)
+                .args(["-bench-switches", &switches]))));
+        }
+        if has_bpftrace {
+            let probes: Vec<String> = native_raw
+                .iter()
+                .map(|n| format!("uprobe:{}:{n} {{}} uretprobe:{}:{n} {{}}", sim.display(), sim.display()))
+                .collect();
+            let out = run(Command::new("bpftrace")
+                .args(["-q", "-e", &probes.join(" "), "-c"])
+                .arg(format!("{} --blocks {blocks}", sim.display())));
+            floor_native.push(per_block(&out));
+            let script = format!("uprobe:{}:main.ingest {{}}", relay.display());
+            let out = run(Command::new("bpftrace")
+                .args(["-q", "-e", &script, "-c"])
+                .arg(format!("{} -bench-calls {go_calls}", relay.display())));
+            floor_go.push(ns_per_call(&out));
+        }
+    }
+    let (nb, gb, sb) = (median(nb), median(gb), median(sb));
+    println!("phase probes, median of {rounds} alternating rounds:");
+    for (i, (name, bin)) in builds.iter().enumerate() {
+        let [cpu, default, go, sw] = m[i].clone().map(median);
+        println!("  {name} ({}):", bin.display());
+        println!(
+            "    native (validator-sim, 3 phase calls per block, uprobe + uretprobe): {:.0} ns per phase entry+exit with --events cpu, {:.0} ns with the default events",
+            (cpu - nb) / 3.0,
+            (default - nb) / 3.0
+        );
+        println!(
+            "    Go (relay-sim main.ingest, uprobe at entry + uprobe on the ret): {:.0} ns per phase entry+exit",
+            go - gb
+        );
+        println!(
+            "    Go scheduler (relay-sim -bench-switches, 2 goroutine switches per pass, a stop and a start each): {:.0} ns per pass ({:.0} bare), {:.0} ns per switch-point hit",
+            sw,
+            sb,
+            (sw - sb) / 4.0
+        );
+    }
+    if !floor_native.is_empty() {
+        println!(
+            "  floor, bare bpftrace probes: native uprobe + uretprobe {:.0} ns per call; Go uprobe on main.ingest's first instruction (single-stepped `cmp`) {:.0} ns",
+            (median(floor_native) - nb) / 3.0,
+            median(floor_go) - gb
+        );
+    }
+    println!("  x86 uprobes emulate relative jumps, calls, conditional branches, `push reg` and `nop`; a `ret` is single-stepped, so every exact Go exit costs a single-step");
+}
+
 fn unwind_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
     let fp_build = rust_workload("validator-sim");
     let nofp_build = phaseprof_e2e::rust_workload_without_frame_pointers("validator-sim");

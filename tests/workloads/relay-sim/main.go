@@ -96,6 +96,7 @@ func main() {
 	waitStdin := flag.Bool("wait-stdin", false, "start after a line on stdin")
 	out := flag.String("commit-to", "", "file to commit to (default: a temp file)")
 	lockThread := flag.Bool("lock-thread", false, "lock the relay loop to one OS thread")
+	benchSwitches := flag.Int("bench-switches", 0, "only pass a token between two goroutines this many times and print ns per pass (scheduler-probe benchmark)")
 	benchCalls := flag.Int("bench-calls", 0, "only call ingest this many times and print ns per call (probe-cost benchmark)")
 	flag.Parse()
 
@@ -106,6 +107,24 @@ func main() {
 			ingest(i, 1)
 		}
 		fmt.Printf("%f\n", float64(time.Since(start).Nanoseconds())/float64(*benchCalls))
+		return
+	}
+
+	if *benchSwitches > 0 {
+		// Unbuffered channels: every pass parks one goroutine and readies the other.
+		ping, pong := make(chan int), make(chan int)
+		go func() {
+			for v := range ping {
+				pong <- v
+			}
+		}()
+		start := time.Now()
+		for i := 0; i < *benchSwitches; i++ {
+			ping <- i
+			<-pong
+		}
+		close(ping)
+		fmt.Printf("%f\n", float64(time.Since(start).Nanoseconds())/float64(*benchSwitches))
 		return
 	}
 

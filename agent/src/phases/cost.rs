@@ -1,0 +1,181 @@
+//! The phase probes' cost to the target, estimated from what the kernel counted (calls per
+//! phase, Go scheduler switch-point hits) and printed while recording, as the allocation
+//! probes' is. Costs per call were measured here with `bench --only phases` (README
+//! "Performance"); x86 uprobes emulate a probed `push` (the usual entry site) but single-step a
+//! `ret`, so every exact Go exit costs a single-step.
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::PhasePlan;
+use crate::engine::Engine;
+
+/// A native phase call: entry probe on an emulated instruction, exit through a uretprobe (with
+/// the default events, whose syscall programs still run on the return trampoline's syscall).
+pub const NS_NATIVE_CALL: f64 = 2_900.0;
+/// A Go phase call: entry probe after the stack check (`push rbp`, emulated), exit probe on a
+/// `ret` (single-stepped).
+pub const NS_GO_CALL: f64 = 19_000.0;
+/// Added when a function's entry had to be probed on an instruction the kernel single-steps.
+pub const NS_SINGLE_STEP: f64 = 16_000.0;
+/// One hit of a Go scheduler switch point (`mcall` and `execute` are probed on `push rbp`).
+pub const NS_GO_SWITCH_HIT: f64 = 1_600.0;
+
+/// How often the estimate is printed.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// What the kernel had counted at one moment, and the targets' CPU time then.
+#[derive(Clone, Copy, Default)]
+struct Counts {
+    calls: u64,
+    /// Estimated probe time of those calls and switch-point hits.
+    cost_ns: f64,
+    switches: u64,
+    cpu_ns: u64,
+}
+
+/// The estimated cost of one call of each phase (by id), and the counts at the start and at
+/// the last report.
+pub struct PhaseCost {
+    ns_per_call: Vec<f64>,
+    start: Option<Counts>,
+    last: Counts,
+    last_at: Instant,
+}
+
+impl PhaseCost {
+    pub fn new(phases: usize) -> Self {
+        PhaseCost {
+            ns_per_call: vec![0.0; phases + 1],
+            start: None,
+            last: Counts::default(),
+            last_at: Instant::now(),
+        }
+    }
+
+    /// Notes the probes of `plan` (its phase `p` counted as `id_of(p)`): a phase costs what its
+    /// most expensive function's probes cost.
+    pub fn note(&mut self, plan: &PhasePlan, id_of: impl Fn(u32) -> u32) {
+        for probe in &plan.probes {
+            let mut ns = if probe.returns.is_some() {
+                NS_GO_CALL
+            } else {
+                NS_NATIVE_CALL
+            };
+            if !probe.entry_emulated {
+                ns += NS_SINGLE_STEP;
+            }
+            let id = id_of(probe.phase) as usize;
+            if id >= self.ns_per_call.len() {
+                self.ns_per_call.resize(id + 1, 0.0);
+            }
+            self.ns_per_call[id] = self.ns_per_call[id].max(ns);
+        }
+    }
+
+    fn counts(&self, engine: &Engine<'_>, pids: &[u32]) -> Result<Counts> {
+        // Calls are counted inclusively per phase: a nested call is counted in each phase
+        // enclosing it, but its probes run once, in its own phase, which is what weighs it.
+        let stats = engine.phase_stats(self.ns_per_call.len(), &[])?;
+        let (calls, calls_ns) = stats
+            .iter()
+            .zip(&self.ns_per_call)
+            .fold((0, 0.0), |(n, c), (st, ns)| (n + st.calls, c + st.calls as f64 * ns));
+        let switches = engine.go_switch_hits()?;
+        Ok(Counts {
+            calls,
+            cost_ns: calls_ns + switches as f64 * NS_GO_SWITCH_HIT,
+            switches,
+            cpu_ns: crate::targets::cpu_ns(pids.iter().copied()),
+        })
+    }
+
+    /// Called often while recording: every few seconds, the probes' estimated share of the
+    /// targets' CPU time since the last report as a line to print; with `whole`, over the whole
+    /// recording. None in between, or without phase probes.
+    pub fn tick(&mut self, engine: &Engine<'_>, pids: &[u32], whole: bool) -> Result<Option<String>> {
+        if self.ns_per_call.iter().all(|&ns| ns == 0.0) {
+            return Ok(None);
+        }
+        let Some(start) = self.start else {
+            // The kernel's counts start at zero when the probes are attached; the targets' CPU
+            // time counts from now (a target attached by pid has run long before).
+            let now = Counts {
+                cpu_ns: crate::targets::cpu_ns(pids.iter().copied()),
+                ..Counts::default()
+            };
+            self.start = Some(now);
+            self.last = now;
+            self.last_at = Instant::now();
+            return Ok(None);
+        };
+        if !whole && self.last_at.elapsed() < REPORT_EVERY {
+            return Ok(None);
+        }
+        let now = self.counts(engine, pids)?;
+        let from = if whole { start } else { self.last };
+        let secs = if whole {
+            None
+        } else {
+            Some(self.last_at.elapsed().as_secs_f64())
+        };
+        self.last = now;
+        self.last_at = Instant::now();
+        Ok(Some(describe(&from, &now, secs)))
+    }
+}
+
+/// The estimate between two counts (`secs` apart: rates are printed; None: totals).
+fn describe(from: &Counts, to: &Counts, secs: Option<f64>) -> String {
+    let calls = to.calls.saturating_sub(from.calls) as f64;
+    let switches = to.switches.saturating_sub(from.switches) as f64;
+    let cost = to.cost_ns - from.cost_ns;
+    let cpu = to.cpu_ns.saturating_sub(from.cpu_ns) as f64;
+    let (what, unit) = match secs {
+        Some(s) => (1.0 / s.max(1e-9), "/s"),
+        None => (1.0, ""),
+    };
+    // The measured CPU time includes the probes'. A target that has exited has no CPU time to
+    // read any more: then only the probes' time is said.
+    let mut estimate = format!("estimated probe time {:.1} ms", cost / 1e6);
+    if cpu > 0.0 {
+        estimate += &format!(
+            ", {:.2}% of the target's CPU time",
+            100.0 * (cost / cpu).min(1.0)
+        );
+    }
+    format!(
+        "phaseprof: phase probes: {:.0} calls{unit}{}, {estimate}",
+        calls * what,
+        if switches > 0.0 {
+            format!(" and {:.0} goroutine switch-point hits{unit}", switches * what)
+        } else {
+            String::new()
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the arithmetic: 1,000 native calls (2.3 ms of probes) in 115 ms of the target's CPU
+    // time are 2% of it; rates divide by the span.
+    #[test]
+    fn overhead_is_probe_time_over_the_targets_cpu_time() {
+        let from = Counts::default();
+        let to = Counts {
+            calls: 1000,
+            cost_ns: 2_300_000.0,
+            switches: 0,
+            cpu_ns: 115_000_000,
+        };
+        let line = describe(&from, &to, None);
+        assert!(
+            line.contains("1000 calls, estimated probe time 2.3 ms, 2.00% of the target's CPU time"),
+            "{line}"
+        );
+        let line = describe(&from, &to, Some(2.0));
+        assert!(line.contains("500 calls/s"), "{line}");
+    }
+}

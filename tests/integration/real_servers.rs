@@ -1,0 +1,186 @@
+//! Phases on servers written by others, fetched from the Go module proxy and driven by their own
+//! clients, against ground truth that is not ours: the servers' own counters and the kernel's
+//! hit counts of uprobe events registered through tracefs (as `perf probe` does).
+
+use std::io::{BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use phaseprof_e2e::*;
+
+use crate::require_root;
+
+/// A server process that is killed when the test ends, however it ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A uprobe event registered through tracefs (removed on drop): the kernel counts its hits in
+/// `uprobe_profile`.
+struct KernelUprobe {
+    name: String,
+}
+
+const TRACING: &str = "/sys/kernel/tracing";
+
+impl KernelUprobe {
+    fn new(name: &str, bin: &Path, file_offset: u64) -> KernelUprobe {
+        if !Path::new(TRACING).join("uprobe_events").exists() {
+            // tracefs is not mounted at boot on our machines.
+            let status = Command::new("mount")
+                .args(["-t", "tracefs", "nodev", TRACING])
+                .status()
+                .expect("mounting tracefs");
+            assert!(status.success(), "mounting tracefs failed");
+        }
+        let def = format!("p:phaseprof_test/{name} {}:{file_offset:#x}\n", bin.display());
+        append(&Path::new(TRACING).join("uprobe_events"), &def);
+        let enable = Path::new(TRACING).join(format!("events/phaseprof_test/{name}/enable"));
+        std::fs::write(enable, "1").expect("enabling the uprobe event");
+        KernelUprobe {
+            name: name.to_string(),
+        }
+    }
+
+    /// Hits so far, from `uprobe_profile` ("file event hits" per line).
+    fn hits(&self) -> u64 {
+        let text = std::fs::read_to_string(Path::new(TRACING).join("uprobe_profile")).unwrap();
+        text.lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(1) == Some(&self.name.as_str())).then(|| f[2].parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no uprobe event {} in uprobe_profile: {text}", self.name))
+    }
+}
+
+impl Drop for KernelUprobe {
+    fn drop(&mut self) {
+        let enable = Path::new(TRACING).join(format!("events/phaseprof_test/{}/enable", self.name));
+        let _ = std::fs::write(enable, "0");
+        let _ = std::fs::OpenOptions::new()
+            .append(true)
+            .open(Path::new(TRACING).join("uprobe_events"))
+            .and_then(|mut f| f.write_all(format!("-:phaseprof_test/{}\n", self.name).as_bytes()));
+    }
+}
+
+fn append(path: &Path, line: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    f.write_all(line.as_bytes())
+        .unwrap_or_else(|e| panic!("writing `{}` to {}: {e}", line.trim(), path.display()));
+}
+
+/// A member of nats-server's monitoring endpoint `/varz` (its own counters).
+fn varz(port: u16, member: &str) -> u64 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connecting to /varz");
+    s.write_all(b"GET /varz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let json = &body[body.find("\r\n\r\n").expect("an HTTP response") + 4..];
+    let v: serde_json::Value = serde_json::from_str(json).expect("/varz is JSON");
+    num(&v[member])
+}
+
+/// Waits until something accepts connections on `port`.
+fn wait_listening(port: u16) {
+    for _ in 0..100 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+// Checks goroutine phases on NATS (nats-server v2.15.2 from the Go module proxy, a server with
+// two goroutines per connection) driven by NATS's own Go client (8 publishing and 2 subscribing
+// connections, 16,000 messages): phaseprof attaches to the running server by pid. Calls of
+// `(*client).processInboundClientMsg` (one per message a client or the server itself publishes)
+// equal the kernel's hit count of a uprobe event on the same function, and calls of the nested
+// `(*client).deliverMsg` equal both that count and the server's own `out_msgs`; nothing is lost
+// and the phases are complete.
+#[test]
+fn nats_server_phases_match_its_counters() {
+    require_root!();
+    let Some(server) = go_third_party("github.com/nats-io/nats-server/v2", "v2.15.2", "nats-server")
+    else {
+        eprintln!("SKIPPED: Go is not installed");
+        return;
+    };
+    let driver = go_workload("nats-driver").expect("Go is installed");
+    let _g = bpf_lock();
+    let (port, http) = (free_port(), free_port());
+    let _srv = Server(
+        Command::new(&server)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &http.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting nats-server"),
+    );
+    wait_listening(port);
+    wait_listening(http);
+    let pid = _srv.0.id().to_string();
+    let inbound_fn = "github.com/nats-io/nats-server/v2/server.(*client).processInboundClientMsg";
+    let deliver_fn = "github.com/nats-io/nats-server/v2/server.(*client).deliverMsg";
+    let inbound_hits = KernelUprobe::new("inbound", &server, go_body_offset(&server, inbound_fn));
+    let deliver_hits = KernelUprobe::new("deliver", &server, go_body_offset(&server, deliver_fn));
+    let (in_before, out_before) = (varz(http, "in_msgs"), varz(http, "out_msgs"));
+
+    let out = scratch("nats").join("nats.phaseprof");
+    let phases = root().join("tests/workloads/nats-driver/phases.toml");
+    let mut rec = Command::new(phaseprof_bin())
+        .args(["record", "-v", "--pid", &pid, "--phases"])
+        .arg(&phases)
+        .arg("-o")
+        .arg(&out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(rec.stderr.take().unwrap());
+    let line = read_until(&mut stderr, "probes attached");
+    assert!(line.contains("probes attached"), "phaseprof did not attach");
+    let o = Command::new(&driver)
+        .args(["-url", &format!("nats://127.0.0.1:{port}"), "-publishers", "8"])
+        .args(["-subscribers", "2", "-msgs", "2000"])
+        .output()
+        .expect("running the NATS client");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let truth = truth_from(&o.stdout);
+    // SAFETY: kill(2) with a pid we spawned; SIGINT makes `record` stop and write the file.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(rec.wait().unwrap().success(), "{rest}");
+    eprint!("{rest}");
+    let (inbound_kernel, deliver_kernel) = (inbound_hits.hits(), deliver_hits.hits());
+    let in_msgs = varz(http, "in_msgs") - in_before;
+    let out_msgs = varz(http, "out_msgs") - out_before;
+
+    let report = report_json(&out);
+    let calls = |name: &str| num(&phase_json(&report, name)["calls"]);
+    eprintln!(
+        "nats-server: inbound {} calls (kernel uprobe {inbound_kernel}, in_msgs {in_msgs}); \
+         deliver {} calls (kernel uprobe {deliver_kernel}, out_msgs {out_msgs}); truth {truth}",
+        calls("inbound"),
+        calls("deliver")
+    );
+    assert_eq!(in_msgs, num(&truth["published"]), "the server received every message");
+    assert_eq!(calls("inbound"), inbound_kernel);
+    assert!(calls("inbound") >= in_msgs);
+    assert_eq!(calls("deliver"), deliver_kernel);
+    assert_eq!(calls("deliver"), out_msgs);
+    assert_eq!(out_msgs, num(&truth["received"]));
+    assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
+    assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
+}
