@@ -1105,3 +1105,24 @@ impl<'obj> Engine<'obj> {
         Ok(lost)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that a stack copy gets back the return addresses pending uretprobes replaced:
+    // slots inside the copy are rewritten, slots outside it (or none) leave it alone.
+    #[test]
+    fn return_addresses_are_restored_in_the_copy() {
+        let sp = 0x7fff_0000u64;
+        let trampoline = 0x7fff_ffff_e000u64.to_ne_bytes();
+        let mut stack = [trampoline, trampoline, [7; 8]].concat();
+        let slots = [sp + 8, sp + 64, sp - 8, 0];
+        let addrs = [0x5555_1234, 0x5555_9999, 0x5555_8888, 0x5555_7777];
+        restore_return_addresses(&mut stack, sp, &slots, &addrs);
+        let word = |i: usize| u64::from_ne_bytes(stack[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!(word(0), 0x7fff_ffff_e000);
+        assert_eq!(word(1), 0x5555_1234);
+        assert_eq!(stack[16..], [7; 8]);
+    }
+}

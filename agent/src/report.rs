@@ -252,7 +252,7 @@ pub fn write_report(
         }
     )?;
     if profile.phase_stats.len() > 1 {
-        writeln!(out, "phases: {}", l.describe_phases())?;
+        writeln!(out, "phases: {}", profile.describe_phases())?;
     }
     if let Some(u) = &m.unwind {
         writeln!(out, "stacks: {}", u.describe())?;

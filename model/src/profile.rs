@@ -479,6 +479,18 @@ pub struct Weighted {
 }
 
 impl Profile {
+    /// Whether the phase numbers are complete, and if not by how much and why (see
+    /// [`Lost::describe_phases`]). A recording that attached to running processes adds what
+    /// no counter can show: a native call already running when the probes went in has no
+    /// return probe (a uretprobe is armed at the entry), so it is neither counted nor charged.
+    pub fn describe_phases(&self) -> String {
+        let mut text = self.lost.describe_phases();
+        if self.meta.command.is_empty() {
+            text += "; native calls already running when phaseprof attached are not seen";
+        }
+        text
+    }
+
     /// Checks that every index points where it must (stacks at frames, samples at stacks and
     /// phases) and that the time range is ordered: a profile from the network is checked before
     /// anything else reads it, since a bad index would otherwise panic later.
@@ -686,5 +698,30 @@ pub fn display_name(frame: &Frame) -> String {
     match frame.kind {
         FrameKind::Kernel => format!("{}_[k]", frame.function),
         FrameKind::User | FrameKind::Synthetic => frame.function.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that phase numbers are called complete only without any phase drop, and that the
+    // sentence names each cause with its count; drops of other kinds do not make phases
+    // incomplete.
+    #[test]
+    fn phases_are_complete_only_without_phase_drops() {
+        let mut lost = Lost::default();
+        lost.by_reason.insert("phase_depth_exceeded".into(), 0);
+        lost.by_reason.insert("user_stack".into(), 5);
+        assert!(lost.phase_issues().is_empty());
+        assert!(lost.describe_phases().starts_with("complete"));
+        lost.by_reason.insert("phase_depth_exceeded".into(), 12);
+        lost.phase_exits_before_start = 3;
+        let issues = lost.phase_issues();
+        assert_eq!(issues.len(), 2);
+        let text = lost.describe_phases();
+        assert!(text.starts_with("INCOMPLETE: 12 entries deeper"), "{text}");
+        assert!(text.contains("[phase_depth_exceeded]"), "{text}");
+        assert!(text.contains("3 calls already running when recording began"), "{text}");
     }
 }

@@ -173,7 +173,7 @@ impl Summary {
                     .into_iter()
                     .map(|(name, n, _)| (name, n))
                     .collect(),
-                phases: profile.lost.describe_phases(),
+                phases: profile.describe_phases(),
             },
         }
     }

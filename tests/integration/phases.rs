@@ -333,3 +333,70 @@ fn phase_probes_add_no_syscalls() {
     }
     assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
 }
+
+// Checks that phase numbers are never called exact when they are not: attached by pid to
+// goroutines-sim while its goroutines are inside phases, the returns of calls entered before
+// the probes went in are seen without their entries, and the report, its JSON and the web page
+// say the phases are INCOMPLETE, by how much and why.
+#[test]
+fn attaching_mid_phase_says_phases_are_incomplete() {
+    require_root!();
+    let Some(bin) = go_workload("goroutines-sim") else {
+        eprintln!("SKIPPED: Go is not installed");
+        return;
+    };
+    let _g = bpf_lock();
+    let mut target = std::process::Command::new(&bin)
+        .args(["-rounds", "40", "-wait", "2ms"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let cfg = root().join("tests/workloads/goroutines-sim/phases.toml");
+    let out = scratch("midphase").join("mid.phaseprof");
+    phaseprof_ok(&[
+        "record",
+        "--pid",
+        &target.id().to_string(),
+        "--duration",
+        "1s",
+        "--phases",
+        cfg.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    target.wait().unwrap();
+    let report = report_json(&out);
+    let lost = &report["lost"];
+    assert_eq!(lost["phases_complete"], false, "{lost}");
+    let before = num(&lost["phase_issues"]["phase_exits_before_start"]);
+    assert!(before >= 1, "{lost}");
+    let text = phaseprof_ok(&["report", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text.lines().find(|l| l.starts_with("phases: ")).unwrap_or_default();
+    assert!(
+        line.starts_with("phases: INCOMPLETE: ")
+            && line.contains(&format!("{before} calls already running when recording began")),
+        "{line}"
+    );
+    assert!(text.contains("== phases (INCOMPLETE"), "{text}");
+
+    let mut server = std::process::Command::new(phaseprof_bin())
+        .args(["serve", out.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(server.stderr.take().unwrap());
+    let url = served_url(&mut stderr);
+    let (_, list) = http_get(&format!("{url}/api/profiles"));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let id = list[0]["id"].as_str().unwrap().to_string();
+    let (status, page) = http_get(&format!("{url}/profile/{id}"));
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("id=\"phase-completeness\">phases: INCOMPLETE: "),
+        "the page does not say the phases are incomplete"
+    );
+}

@@ -286,7 +286,7 @@ pub async fn profile(
         ),
         complete: l.is_empty(),
         phases_complete: l.phase_issues().is_empty(),
-        phase_completeness: l.describe_phases(),
+        phase_completeness: p.describe_phases(),
         stacks: m.unwind.as_ref().map(|u| u.describe()).unwrap_or_default(),
         phase_query: if q.is_empty() {
             String::new()
