@@ -44,6 +44,15 @@ fn phases_match_ground_truth() {
     assert_eq!(flushes("replay"), 0);
     // The truth line itself is the one write outside any phase.
     assert_eq!(flushes("(none)"), 1);
+    // Every syscall of a phase, exactly: finalize's flushes and one clock_nanosleep per block;
+    // burn_cpu reads its thread's CPU clock twice (no vDSO for that clock); replay's 4 KiB
+    // clone makes none. No probe-made syscall (uretprobe) among them.
+    let syscalls = |name: &str| num(&phase_json(&report, name)["syscalls"]);
+    let blocks = num(&truth["blocks"]);
+    assert_eq!(syscalls("finalize"), num(&truth["flushes"]) + blocks);
+    assert_eq!(syscalls("propose"), 2 * blocks);
+    assert_eq!(syscalls("replay"), 0);
+    assert!(report["events"]["syscall"]["by_name"].get("uretprobe").is_none());
 
     let offcpu = phase_json(&report, "finalize")["offcpu_ns"]
         .as_f64()

@@ -129,10 +129,11 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
     );
 }
 
-// Checks that phases leave dwarf stacks whole: with phase probes on validator-sim built without
-// frame pointers, a thread inside a phase has a uretprobe trampoline's address where its phase
+// Checks that phases leave stacks whole: with phase probes on validator-sim built without frame
+// pointers, a thread inside a phase has a uretprobe trampoline's address where its phase
 // function's return address was; restored from the kernel's record of it, at least 95% of cpu
-// samples still unwind to the thread's entry, and phase calls stay exact.
+// samples still unwind to the thread's entry, and phase calls stay exact. The frame-pointer
+// build walked with `--unwind fp` and phases reaches the entry as often.
 #[test]
 fn dwarf_stacks_are_unchanged_by_phases() {
     require_root!();
@@ -161,6 +162,15 @@ fn dwarf_stacks_are_unchanged_by_phases() {
     for name in ["propose", "replay", "finalize"] {
         assert_eq!(phase_json(&report, name)["calls"], truth["calls"][name], "{name} calls");
     }
+    // The kernel's frame-pointer walk of the frame-pointer build puts the real return
+    // addresses back itself (Linux >= 6.11): the same share reaches the entry with phases.
+    let fp = rust_workload("validator-sim");
+    let mut fp_opts = opts;
+    fp_opts[5] = "fp";
+    let (fp_file, _) = record_workload("unwind-phases-fp", &fp_opts, &fp, &args);
+    let (fp_entry, fp_n) = share(&fp_file, reaches_entry);
+    eprintln!("with phases, fp: {fp_entry:.1}% of {fp_n} samples reach the entry");
+    assert!(fp_entry >= 95.0, "{fp_entry:.1}% reach the entry");
 }
 
 // Checks a C program compressing with Debian's zlib (no frame pointers in libz) under
