@@ -254,6 +254,9 @@ pub fn write_report(
     if profile.phase_stats.len() > 1 {
         writeln!(out, "phases: {}", profile.describe_phases())?;
     }
+    if let Some(cost) = m.notes.get("phase_probe_overhead") {
+        writeln!(out, "phase probes: {cost}")?;
+    }
     if let Some(u) = &m.unwind {
         writeln!(out, "stacks: {}", u.describe())?;
     }

@@ -408,6 +408,10 @@ impl<'obj> Session<'obj> {
         let pids: Vec<u32> = self.live.iter().copied().collect();
         if let Some(line) = self.phase_cost.tick(&self.engine, &pids, true)? {
             eprintln!("{line} (whole recording)");
+            let estimate = line.trim_start_matches("phaseprof: phase probes: ").to_string();
+            self.meta_mut()
+                .notes
+                .insert("phase_probe_overhead".into(), estimate);
         }
         let alloc = match &mut self.alloc {
             Some(a) => {

@@ -215,6 +215,14 @@ fn emulated_at(path: &Path, file_offset: u64) -> bool {
 
 /// The scheduler's switch points in the Go executable `path` (see [`GO_SWITCH_POINTS`]).
 fn go_switch_probes(path: &Path, syms: &[FunctionSymbol]) -> Result<Vec<GoSwitchProbe>> {
+    // Go 1.17 brought the register ABI, which keeps the running goroutine in R14 (and names
+    // the assembly functions' ABI0 entry points `*.abi0`); before it, R14 is just a register.
+    if !syms.iter().any(|s| s.raw.ends_with(".abi0")) {
+        bail!(
+            "{}: Go phases are kept per goroutine, found through Go's register ABI (Go >= 1.17); this binary predates it (no `.abi0` functions)",
+            path.display()
+        );
+    }
     let mut out = Vec::new();
     for &(name, point, current, required) in GO_SWITCH_POINTS {
         let Some(sym) = syms.iter().find(|s| s.raw == name) else {
