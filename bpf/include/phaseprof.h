@@ -48,7 +48,7 @@ enum drop_reason {
 	DROP_TARGET_FULL,         /* a followed child could not be added to target_pids */
 	DROP_EVENT_RINGBUF,       /* a process event could not be sent to user space */
 	DROP_PHASE_DEPTH,         /* a phase entered deeper than MAX_PHASE_DEPTH: not attributed */
-	DROP_PHASE_THREAD,        /* no room in thread_phases for a thread: its phases are lost */
+	DROP_PHASE_THREAD,        /* no phase state (task storage) for a thread: its phases are lost */
 	DROP_PHASE_MISMATCH,      /* a phase exit that is not the innermost entry (unwinding) */
 	/* Not drops: syscalls already in flight when recording began. Counted so
 	 * that they are visible, but never reported as lost. */
