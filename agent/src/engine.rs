@@ -118,8 +118,7 @@ pub const DEFAULT_STACK_COPY: u32 = 16 << 10;
 pub const MAX_STACK_COPY: u32 = 64 << 10;
 /// Bytes around a stack copy in its ring record: struct stack_sample, the copy's slack
 /// (STACK_COPY_SLACK), and the ring buffer's own header.
-const STACK_RECORD_OVERHEAD: u64 =
-    std::mem::size_of::<types::stack_sample>() as u64 + 2 * 512 + 8;
+const STACK_RECORD_OVERHEAD: u64 = std::mem::size_of::<types::stack_sample>() as u64 + 2 * 512 + 8;
 
 /// The stack-copy ring's size: a full second of samples of every CPU at the sampling rate
 /// (user space reads it every 20 ms; a second covers a slow symbolization pass), four times that
@@ -918,7 +917,12 @@ impl<'obj> Engine<'obj> {
     pub fn alloc_probe_hits(&self) -> Result<u64> {
         use types::probe_counter as c;
         let mut total = 0;
-        for counter in [c::HITS_ALLOC_ENTRY, c::HITS_ALLOC_EXIT, c::HITS_FREE, c::HITS_GO_SAMPLE] {
+        for counter in [
+            c::HITS_ALLOC_ENTRY,
+            c::HITS_ALLOC_EXIT,
+            c::HITS_FREE,
+            c::HITS_GO_SAMPLE,
+        ] {
             total += self.probe_hits(counter)?;
         }
         Ok(total)
@@ -972,7 +976,10 @@ impl<'obj> Engine<'obj> {
             let go = probe.returns.is_some();
             let progs = &self.skel.progs;
             let (enter, exit) = if go {
-                (&progs.uprobe__go_phase_enter, &progs.uprobe__go_phase_return)
+                (
+                    &progs.uprobe__go_phase_enter,
+                    &progs.uprobe__go_phase_return,
+                )
             } else {
                 (&progs.uprobe__phase_enter, &progs.uretprobe__phase_exit)
             };
@@ -987,7 +994,8 @@ impl<'obj> Engine<'obj> {
                 }
                 Some(offsets) => {
                     for &off in offsets {
-                        let link = attach_uprobe(exit, site, off, cookie, false, "return-instruction")?;
+                        let link =
+                            attach_uprobe(exit, site, off, cookie, false, "return-instruction")?;
                         self.links.push(link);
                     }
                 }
@@ -995,7 +1003,14 @@ impl<'obj> Engine<'obj> {
         }
         for g in &plan.go_switches {
             let prog = &self.skel.progs.uprobe__go_sched;
-            let link = attach_uprobe(prog, &g.site, g.site.file_offset, g.cookie, false, "scheduler")?;
+            let link = attach_uprobe(
+                prog,
+                &g.site,
+                g.site.file_offset,
+                g.cookie,
+                false,
+                "scheduler",
+            )?;
             self.links.push(link);
         }
         Ok(())

@@ -365,7 +365,10 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
     writeln!(out)?;
     for (i, st) in &rows {
         write!(out, "{:<16}", profile.phase_name(*i))?;
-        for (cell, width) in phase_cells(st).iter().zip([8, 11, 11, 11, 11, 12, 12, 12, 9]) {
+        for (cell, width) in phase_cells(st)
+            .iter()
+            .zip([8, 11, 11, 11, 11, 12, 12, 12, 9])
+        {
             write!(out, " {cell:>width$}")?;
         }
         if allocs {

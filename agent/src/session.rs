@@ -206,8 +206,7 @@ impl<'obj> Session<'obj> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &targets::code_objects(pid)?)?;
         self.phase_cost.note(&plan, |p| ids[p as usize - 1]);
-        self.engine
-            .attach_phases(&plan, |p| ids[p as usize - 1])
+        self.engine.attach_phases(&plan, |p| ids[p as usize - 1])
     }
 
     pub fn engine(&self) -> &Engine<'obj> {
@@ -408,7 +407,9 @@ impl<'obj> Session<'obj> {
         let pids: Vec<u32> = self.live.iter().copied().collect();
         if let Some(line) = self.phase_cost.tick(&self.engine, &pids, true)? {
             eprintln!("{line} (whole recording)");
-            let estimate = line.trim_start_matches("phaseprof: phase probes: ").to_string();
+            let estimate = line
+                .trim_start_matches("phaseprof: phase probes: ")
+                .to_string();
             self.meta_mut()
                 .notes
                 .insert("phase_probe_overhead".into(), estimate);

@@ -1030,7 +1030,7 @@ int uprobe__go_phase_return(struct pt_regs *ctx)
 		return 0;
 	}
 	__u64 now = bpf_ktime_get_ns();
-	struct thread_phase *tp = thread_phase_current(false);
+	struct thread_phase *tp = target_thread_phase();
 	if (tp)
 		charge_cpu(tp, now);
 	phase_pop(&gp->stack, bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1), now);

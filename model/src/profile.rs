@@ -269,11 +269,26 @@ pub struct Lost {
 /// Drop counters after which phase numbers are missing calls or charge events to the wrong
 /// phase, with what each means.
 const PHASE_DROPS: &[(&str, &str)] = &[
-    ("phase_depth_exceeded", "entries deeper than the 8 nested phases tracked, not counted"),
-    ("phase_exit_mismatch", "returns that were not of the innermost phase (its frame was unwound without returning)"),
-    ("thread_phases_full", "threads whose phases could not be tracked"),
-    ("goroutine_phases_full", "goroutine phase entries that could not be tracked"),
-    ("phase_unfinished_goroutine_exit", "goroutines that ended inside a phase (runtime.Goexit)"),
+    (
+        "phase_depth_exceeded",
+        "entries deeper than the 8 nested phases tracked, not counted",
+    ),
+    (
+        "phase_exit_mismatch",
+        "returns that were not of the innermost phase (its frame was unwound without returning)",
+    ),
+    (
+        "thread_phases_full",
+        "threads whose phases could not be tracked",
+    ),
+    (
+        "goroutine_phases_full",
+        "goroutine phase entries that could not be tracked",
+    ),
+    (
+        "phase_unfinished_goroutine_exit",
+        "goroutines that ended inside a phase (runtime.Goexit)",
+    ),
 ];
 
 impl Lost {
@@ -722,6 +737,9 @@ mod tests {
         let text = lost.describe_phases();
         assert!(text.starts_with("INCOMPLETE: 12 entries deeper"), "{text}");
         assert!(text.contains("[phase_depth_exceeded]"), "{text}");
-        assert!(text.contains("3 calls already running when recording began"), "{text}");
+        assert!(
+            text.contains("3 calls already running when recording began"),
+            "{text}"
+        );
     }
 }

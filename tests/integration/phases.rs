@@ -52,7 +52,9 @@ fn phases_match_ground_truth() {
     assert_eq!(syscalls("finalize"), num(&truth["flushes"]) + blocks);
     assert_eq!(syscalls("propose"), 2 * blocks);
     assert_eq!(syscalls("replay"), 0);
-    assert!(report["events"]["syscall"]["by_name"].get("uretprobe").is_none());
+    assert!(report["events"]["syscall"]["by_name"]
+        .get("uretprobe")
+        .is_none());
 
     let offcpu = phase_json(&report, "finalize")["offcpu_ns"]
         .as_f64()
@@ -244,7 +246,11 @@ fn go_relay_phases_are_exact() {
     assert_eq!(flushes("fanout"), num(&truth["fanout_flushes"]));
     assert_eq!(flushes("ingest") + flushes("verify"), 0);
     assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
-    assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
+    assert_eq!(
+        report["lost"]["phases_complete"], true,
+        "{}",
+        report["lost"]
+    );
 }
 
 // Checks goroutine phases: goroutines-sim runs 8 goroutines per round on GOMAXPROCS 2 (fresh
@@ -265,10 +271,23 @@ fn go_goroutine_phases_are_exact() {
         "goroutines",
         &["--phases", cfg.to_str().unwrap()],
         &bin,
-        &["-goroutines", "8", "-rounds", "10", "-calls", "50", "-wait", "2ms"],
+        &[
+            "-goroutines",
+            "8",
+            "-rounds",
+            "10",
+            "-calls",
+            "50",
+            "-wait",
+            "2ms",
+        ],
     );
     assert!(num(&truth["gomaxprocs"]) >= 2);
-    assert_eq!(num(&truth["calls"]["handle"]), 4000, "goroutines-sim completed");
+    assert_eq!(
+        num(&truth["calls"]["handle"]),
+        4000,
+        "goroutines-sim completed"
+    );
     let report = report_json(&out);
     for name in ["handle", "persist", "await"] {
         assert_eq!(
@@ -279,7 +298,11 @@ fn go_goroutine_phases_are_exact() {
     }
     let flushes = |name: &str| num(&phase_json(&report, name)["costs"]["flush_syscalls"]);
     assert_eq!(flushes("persist"), num(&truth["writes"]));
-    assert_eq!(flushes("handle"), num(&truth["writes"]), "nesting is inclusive");
+    assert_eq!(
+        flushes("handle"),
+        num(&truth["writes"]),
+        "nesting is inclusive"
+    );
     assert_eq!(flushes("await"), 0);
     let gowait = num(&phase_json(&report, "await")["gowait_ns"]) as f64;
     let waited = num(&truth["waited_ns"]) as f64;
@@ -291,7 +314,11 @@ fn go_goroutine_phases_are_exact() {
     // Parked goroutines are not thread off-CPU time.
     assert!(num(&phase_json(&report, "await")["offcpu_ns"]) as f64 <= 0.1 * waited);
     assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
-    assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
+    assert_eq!(
+        report["lost"]["phases_complete"], true,
+        "{}",
+        report["lost"]
+    );
 }
 
 // Checks native phases under uretprobes (whose trampoline enters the kernel through syscall
@@ -324,8 +351,7 @@ fn phase_probes_add_no_syscalls() {
         &["6", "700"],
     );
     let report = report_json(&out);
-    let mut ours: std::collections::BTreeMap<String, u64> = report["events"]["syscall"]
-        ["by_name"]
+    let mut ours: std::collections::BTreeMap<String, u64> = report["events"]["syscall"]["by_name"]
         .as_object()
         .unwrap()
         .iter()
@@ -338,9 +364,17 @@ fn phase_probes_add_no_syscalls() {
     assert_eq!(syscalls("work"), num(&truth["getppid"]));
     assert_eq!(syscalls("digest"), 0);
     for name in ["work", "ask_parent", "digest"] {
-        assert_eq!(phase_json(&report, name)["calls"], truth["calls"], "{name} calls");
+        assert_eq!(
+            phase_json(&report, name)["calls"],
+            truth["calls"],
+            "{name} calls"
+        );
     }
-    assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
+    assert_eq!(
+        report["lost"]["phases_complete"], true,
+        "{}",
+        report["lost"]
+    );
 }
 
 // Checks that phase numbers are never called exact when they are not: attached by pid to
@@ -382,10 +416,15 @@ fn attaching_mid_phase_says_phases_are_incomplete() {
     assert!(before >= 1, "{lost}");
     let text = phaseprof_ok(&["report", out.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&text.stdout);
-    let line = text.lines().find(|l| l.starts_with("phases: ")).unwrap_or_default();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("phases: "))
+        .unwrap_or_default();
     assert!(
         line.starts_with("phases: INCOMPLETE: ")
-            && line.contains(&format!("{before} calls already running when recording began")),
+            && line.contains(&format!(
+                "{before} calls already running when recording began"
+            )),
         "{line}"
     );
     assert!(text.contains("== phases (INCOMPLETE"), "{text}");

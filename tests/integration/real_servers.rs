@@ -39,7 +39,10 @@ impl KernelUprobe {
                 .expect("mounting tracefs");
             assert!(status.success(), "mounting tracefs failed");
         }
-        let def = format!("p:phaseprof_test/{name} {}:{file_offset:#x}\n", bin.display());
+        let def = format!(
+            "p:phaseprof_test/{name} {}:{file_offset:#x}\n",
+            bin.display()
+        );
         append(&Path::new(TRACING).join("uprobe_events"), &def);
         let enable = Path::new(TRACING).join(format!("events/phaseprof_test/{name}/enable"));
         std::fs::write(enable, "1").expect("enabling the uprobe event");
@@ -83,7 +86,8 @@ fn append(path: &Path, line: &str) {
 /// A member of nats-server's monitoring endpoint `/varz` (its own counters).
 fn varz(port: u16, member: &str) -> u64 {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connecting to /varz");
-    s.write_all(b"GET /varz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    s.write_all(b"GET /varz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     let json = &body[body.find("\r\n\r\n").expect("an HTTP response") + 4..];
@@ -112,8 +116,11 @@ fn wait_listening(port: u16) {
 #[test]
 fn nats_server_phases_match_its_counters() {
     require_root!();
-    let Some(server) = go_third_party("github.com/nats-io/nats-server/v2", "v2.15.2", "nats-server")
-    else {
+    let Some(server) = go_third_party(
+        "github.com/nats-io/nats-server/v2",
+        "v2.15.2",
+        "nats-server",
+    ) else {
         eprintln!("SKIPPED: Go is not installed");
         return;
     };
@@ -122,7 +129,14 @@ fn nats_server_phases_match_its_counters() {
     let (port, http) = (free_port(), free_port());
     let _srv = Server(
         Command::new(&server)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &http.to_string()])
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-m",
+                &http.to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -151,7 +165,12 @@ fn nats_server_phases_match_its_counters() {
     let line = read_until(&mut stderr, "probes attached");
     assert!(line.contains("probes attached"), "phaseprof did not attach");
     let o = Command::new(&driver)
-        .args(["-url", &format!("nats://127.0.0.1:{port}"), "-publishers", "8"])
+        .args([
+            "-url",
+            &format!("nats://127.0.0.1:{port}"),
+            "-publishers",
+            "8",
+        ])
         .args(["-subscribers", "2", "-msgs", "2000"])
         .output()
         .expect("running the NATS client");
@@ -175,12 +194,20 @@ fn nats_server_phases_match_its_counters() {
         calls("inbound"),
         calls("deliver")
     );
-    assert_eq!(in_msgs, num(&truth["published"]), "the server received every message");
+    assert_eq!(
+        in_msgs,
+        num(&truth["published"]),
+        "the server received every message"
+    );
     assert_eq!(calls("inbound"), inbound_kernel);
     assert!(calls("inbound") >= in_msgs);
     assert_eq!(calls("deliver"), deliver_kernel);
     assert_eq!(calls("deliver"), out_msgs);
     assert_eq!(out_msgs, num(&truth["received"]));
     assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
-    assert_eq!(report["lost"]["phases_complete"], true, "{}", report["lost"]);
+    assert_eq!(
+        report["lost"]["phases_complete"], true,
+        "{}",
+        report["lost"]
+    );
 }

@@ -150,17 +150,35 @@ fn dwarf_stacks_are_unchanged_by_phases() {
         "--phases",
         phases.to_str().unwrap(),
     ];
-    let args = ["--blocks", "60", "--threads", "2", "--burn-ms", "25", "--clone-bytes", "20000000"];
+    let args = [
+        "--blocks",
+        "60",
+        "--threads",
+        "2",
+        "--burn-ms",
+        "25",
+        "--clone-bytes",
+        "20000000",
+    ];
     let (file, truth) = record_workload("unwind-phases", &opts, &nofp, &args);
     let (entry, n) = share(&file, reaches_entry);
     let (_, in_propose) = folded_cpu_share_in_phase(&file, "propose", |_| true);
-    eprintln!("with phases, dwarf: {entry:.1}% of {n} samples reach the entry; {in_propose} in propose");
+    eprintln!(
+        "with phases, dwarf: {entry:.1}% of {n} samples reach the entry; {in_propose} in propose"
+    );
     assert!(entry >= 95.0, "{entry:.1}% reach the entry");
     // Most samples are taken inside a phase (burning in propose), so the trampoline was there.
-    assert!(in_propose as f64 >= 0.5 * n as f64, "{in_propose} of {n} in propose");
+    assert!(
+        in_propose as f64 >= 0.5 * n as f64,
+        "{in_propose} of {n} in propose"
+    );
     let report = report_json(&file);
     for name in ["propose", "replay", "finalize"] {
-        assert_eq!(phase_json(&report, name)["calls"], truth["calls"][name], "{name} calls");
+        assert_eq!(
+            phase_json(&report, name)["calls"],
+            truth["calls"][name],
+            "{name} calls"
+        );
     }
     // The kernel's frame-pointer walk of the frame-pointer build puts the real return
     // addresses back itself (Linux >= 6.11): the same share reaches the entry with phases.

@@ -325,7 +325,11 @@ pub fn go_body_offset(bin: &Path, name: &str) -> u64 {
     let insns: Vec<(u64, &str)> = text
         .lines()
         .filter_map(|l| {
-            let f: Vec<&str> = l.split('\t').map(str::trim).filter(|f| !f.is_empty()).collect();
+            let f: Vec<&str> = l
+                .split('\t')
+                .map(str::trim)
+                .filter(|f| !f.is_empty())
+                .collect();
             let addr = u64::from_str_radix(f.get(1)?.trim_start_matches("0x"), 16).ok()?;
             Some((addr, *f.get(3)?))
         })
@@ -343,7 +347,10 @@ fn regex_escape(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
             let special = "()*.+?[]{}|^$\\".contains(c);
-            special.then_some('\\').into_iter().chain(std::iter::once(c))
+            special
+                .then_some('\\')
+                .into_iter()
+                .chain(std::iter::once(c))
         })
         .collect()
 }

@@ -12,14 +12,14 @@ use crate::engine::Engine;
 
 /// A native phase call: entry probe on an emulated instruction, exit through a uretprobe (with
 /// the default events, whose syscall programs still run on the return trampoline's syscall).
-pub const NS_NATIVE_CALL: f64 = 2_900.0;
+pub const NS_NATIVE_CALL: f64 = 2_600.0;
 /// A Go phase call: entry probe after the stack check (`push rbp`, emulated), exit probe on a
 /// `ret` (single-stepped).
-pub const NS_GO_CALL: f64 = 19_000.0;
+pub const NS_GO_CALL: f64 = 18_000.0;
 /// Added when a function's entry had to be probed on an instruction the kernel single-steps.
 pub const NS_SINGLE_STEP: f64 = 16_000.0;
 /// One hit of a Go scheduler switch point (`mcall` and `execute` are probed on `push rbp`).
-pub const NS_GO_SWITCH_HIT: f64 = 1_600.0;
+pub const NS_GO_SWITCH_HIT: f64 = 1_500.0;
 
 /// How often the estimate is printed.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
@@ -80,7 +80,9 @@ impl PhaseCost {
         let (calls, calls_ns) = stats
             .iter()
             .zip(&self.ns_per_call)
-            .fold((0, 0.0), |(n, c), (st, ns)| (n + st.calls, c + st.calls as f64 * ns));
+            .fold((0, 0.0), |(n, c), (st, ns)| {
+                (n + st.calls, c + st.calls as f64 * ns)
+            });
         let switches = engine.go_switch_hits()?;
         Ok(Counts {
             calls,
@@ -93,7 +95,12 @@ impl PhaseCost {
     /// Called often while recording: every few seconds, the probes' estimated share of the
     /// targets' CPU time since the last report as a line to print; with `whole`, over the whole
     /// recording. None in between, or without phase probes.
-    pub fn tick(&mut self, engine: &Engine<'_>, pids: &[u32], whole: bool) -> Result<Option<String>> {
+    pub fn tick(
+        &mut self,
+        engine: &Engine<'_>,
+        pids: &[u32],
+        whole: bool,
+    ) -> Result<Option<String>> {
         if self.ns_per_call.iter().all(|&ns| ns == 0.0) {
             return Ok(None);
         }
@@ -148,7 +155,10 @@ fn describe(from: &Counts, to: &Counts, secs: Option<f64>) -> String {
         "phaseprof: phase probes: {:.0} calls{unit}{}, {estimate}",
         calls * what,
         if switches > 0.0 {
-            format!(" and {:.0} goroutine switch-point hits{unit}", switches * what)
+            format!(
+                " and {:.0} goroutine switch-point hits{unit}",
+                switches * what
+            )
         } else {
             String::new()
         },
@@ -172,7 +182,9 @@ mod tests {
         };
         let line = describe(&from, &to, None);
         assert!(
-            line.contains("1000 calls, estimated probe time 2.3 ms, 2.00% of the target's CPU time"),
+            line.contains(
+                "1000 calls, estimated probe time 2.3 ms, 2.00% of the target's CPU time"
+            ),
             "{line}"
         );
         let line = describe(&from, &to, Some(2.0));

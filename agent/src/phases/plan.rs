@@ -333,8 +333,8 @@ impl PhasePlan {
                         spec.name,
                         site.symbol,
                         entry - func_start,
-                        if emulated_at(&site.path, func_start) || entry_emulated {
-                            "an instruction the kernel emulates"
+                        if entry_emulated {
+                            "an instruction the kernel emulates, not single-stepped"
                         } else {
                             "its first instruction is one uprobes refuse"
                         }

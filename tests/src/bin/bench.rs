@@ -631,7 +631,16 @@ fn phases_bench(
     // `phaseprof record [events] --phases cfg -- program args` with the build `bin`.
     let record = |bin: &std::path::Path, events: &str, cfg: &std::path::Path| {
         let mut c = Command::new(bin);
-        c.args(["record", "--events", events, "--phases", cfg.to_str().unwrap(), "-o", tmp, "--"]);
+        c.args([
+            "record",
+            "--events",
+            events,
+            "--phases",
+            cfg.to_str().unwrap(),
+            "-o",
+            tmp,
+            "--",
+        ]);
         c
     };
     let builds: Vec<(&str, &std::path::Path)> = std::iter::once(("after", pp))
@@ -639,7 +648,8 @@ fn phases_bench(
         .collect();
     // Per build: native cpu-only, native default events, Go call, Go switch (ns per unit).
     let mut m: Vec<[Vec<f64>; 4]> = builds.iter().map(|_| Default::default()).collect();
-    let (mut nb, mut gb, mut sb, mut floor_native, mut floor_go) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut nb, mut gb, mut sb, mut floor_native, mut floor_go) =
+        (vec![], vec![], vec![], vec![], vec![]);
     let native_raw: Vec<String> = {
         let syms = std::process::Command::new("nm").arg(sim).output().unwrap();
         String::from_utf8_lossy(&syms.stdout)
@@ -650,9 +660,15 @@ fn phases_bench(
             .collect()
     };
     for _ in 0..rounds {
-        nb.push(per_block(&run(Command::new(sim).args(["--blocks", &blocks_arg]))));
-        gb.push(ns_per_call(&run(Command::new(&relay).args(["-bench-calls", &go_calls]))));
-        sb.push(ns_per_call(&run(Command::new(&relay).args(["-bench-switches", &switches]))));
+        nb.push(per_block(&run(
+            Command::new(sim).args(["--blocks", &blocks_arg])
+        )));
+        gb.push(ns_per_call(&run(
+            Command::new(&relay).args(["-bench-calls", &go_calls])
+        )));
+        sb.push(ns_per_call(&run(
+            Command::new(&relay).args(["-bench-switches", &switches])
+        )));
         for (i, (_, bin)) in builds.iter().enumerate() {
             for (j, events) in ["cpu", "cpu,offcpu,syscall"].into_iter().enumerate() {
                 m[i][j].push(per_block(&run(record(bin, events, &phases_native)
@@ -669,7 +685,13 @@ fn phases_bench(
         if has_bpftrace {
             let probes: Vec<String> = native_raw
                 .iter()
-                .map(|n| format!("uprobe:{}:{n} {{}} uretprobe:{}:{n} {{}}", sim.display(), sim.display()))
+                .map(|n| {
+                    format!(
+                        "uprobe:{}:{n} {{}} uretprobe:{}:{n} {{}}",
+                        sim.display(),
+                        sim.display()
+                    )
+                })
                 .collect();
             let out = run(Command::new("bpftrace")
                 .args(["-q", "-e", &probes.join(" "), "-c"])
