@@ -34,7 +34,15 @@ pub struct AppState {
     /// Bearer token for queries; None: queries are open (loopback deployments).
     pub read_token: Option<Arc<str>>,
     pub max_body: usize,
+    /// Largest window accepted once inflated, in bytes (gzip bombs stop there).
+    pub max_inflated: u64,
     pub metrics: Arc<Metrics>,
+}
+
+/// Why an upload's window was refused after reading it.
+enum Rejected {
+    TooLarge(String),
+    Malformed(String),
 }
 
 /// The one error type: a status and a reason, as JSON.
@@ -78,13 +86,15 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Stores one window: the agent is named by its token (401 otherwise); the body is a whole
-/// `.phaseprof` that decodes and validates (400 with the reason otherwise); too large is 413
-/// (the body limit). Nothing is stored unless all of that holds.
+/// Stores one window: the agent is named by its token (401 otherwise, before a byte of the body
+/// is read); the body is a whole `.phaseprof` that decodes and validates (400 with the reason
+/// otherwise); too large is 413, compressed (`--max-body`) or inflated (`--max-inflated`).
+/// Decoding runs on the blocking pool, not on the async workers that answer other requests.
+/// Nothing is stored unless all of that holds.
 async fn ingest(
     State(s): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let Some(agent) = bearer(&headers)
         .and_then(|t| s.tokens.agent(t))
@@ -98,37 +108,55 @@ async fn ingest(
             "unknown or missing agent token".into(),
         ));
     };
-    let body = body.map_err(|e| {
-        let status = e.status();
-        if status == StatusCode::PAYLOAD_TOO_LARGE {
-            s.metrics.rejected_too_large.fetch_add(1, Ordering::Relaxed);
-        }
-        ApiError(status, e.body_text())
-    })?;
-    let malformed = |reason: String| {
-        s.metrics.rejected_malformed.fetch_add(1, Ordering::Relaxed);
-        ApiError(StatusCode::BAD_REQUEST, reason)
+    let too_large = |what: String| {
+        s.metrics.rejected_too_large.fetch_add(1, Ordering::Relaxed);
+        ApiError(StatusCode::PAYLOAD_TOO_LARGE, what)
     };
-    let profile = phaseprof_model::read_profile(&body[..])
-        .map_err(|e| malformed(format!("not a phaseprof window: {e}")))?;
-    profile
-        .validate()
-        .map_err(|e| malformed(format!("invalid window: {e}")))?;
-    if !profile.meta.labels.contains_key("host") {
-        return Err(malformed("the window has no `host` label".into()));
-    }
-    let m = &profile.meta;
+    let body: Bytes = axum::body::to_bytes(body, s.max_body).await.map_err(|_| {
+        too_large(format!(
+            "the body is larger than {} bytes (--max-body) or was cut off",
+            s.max_body
+        ))
+    })?;
     let store = s.store.clone();
-    let (labels, start, end, raw) = (
-        m.labels.clone(),
-        m.start_unix_ns,
-        m.end_unix_ns,
-        body.to_vec(),
-    );
     let agent2 = agent.clone();
-    let id = tokio::task::spawn_blocking(move || store.insert(&agent2, &labels, start, end, &raw))
+    let (raw, max_inflated) = (body.clone(), s.max_inflated);
+    let stored =
+        tokio::task::spawn_blocking(move || -> Result<Result<i64, Rejected>, StoreError> {
+            let profile = match phaseprof_model::read_profile_limited(&raw[..], max_inflated) {
+                Ok(p) => p,
+                Err(e @ phaseprof_model::FormatError::TooLarge { .. }) => {
+                    return Ok(Err(Rejected::TooLarge(format!("{e} (--max-inflated)"))))
+                }
+                Err(e) => {
+                    return Ok(Err(Rejected::Malformed(format!(
+                        "not a phaseprof window: {e}"
+                    ))))
+                }
+            };
+            if let Err(e) = profile.validate() {
+                return Ok(Err(Rejected::Malformed(format!("invalid window: {e}"))));
+            }
+            let m = &profile.meta;
+            if !m.labels.contains_key("host") {
+                return Ok(Err(Rejected::Malformed(
+                    "the window has no `host` label".into(),
+                )));
+            }
+            store
+                .insert(&agent2, &m.labels, m.start_unix_ns, m.end_unix_ns, &raw)
+                .map(Ok)
+        })
         .await
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let id = match stored {
+        Ok(id) => id,
+        Err(Rejected::TooLarge(why)) => return Err(too_large(why)),
+        Err(Rejected::Malformed(why)) => {
+            s.metrics.rejected_malformed.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError(StatusCode::BAD_REQUEST, why));
+        }
+    };
     s.metrics.windows_received.fetch_add(1, Ordering::Relaxed);
     s.metrics
         .bytes_received
@@ -333,6 +361,7 @@ mod tests {
             ),
             read_token: None,
             max_body,
+            max_inflated: 8 << 20,
             metrics: Arc::new(Metrics::default()),
         }
     }
@@ -388,6 +417,42 @@ mod tests {
             status,
             serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
         )
+    }
+
+    // Checks a gzip bomb: 20 KiB that inflate to 64 MiB are refused with 413 once 8 MiB
+    // (the test's --max-inflated) are inflated, nothing is stored, the refusal is counted, and
+    // a real window still goes in.
+    #[tokio::test]
+    async fn gzip_bombs_are_refused_at_the_inflation_limit() {
+        use std::io::Write;
+        let s = state(1 << 20);
+        let mut bomb = Vec::new();
+        bomb.extend_from_slice(b"PHASEPROF\n");
+        bomb.extend_from_slice(&1u32.to_le_bytes());
+        let mut gz = flate2::write::GzEncoder::new(&mut bomb, flate2::Compression::best());
+        let zeros = vec![b' '; 1 << 20];
+        for _ in 0..64 {
+            gz.write_all(&zeros).unwrap();
+        }
+        gz.finish().unwrap();
+        assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+        let (st, body) = call(&s, "POST", "/api/v1/windows", Some(TOKEN_A), bomb).await;
+        assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("--max-inflated"),
+            "{body}"
+        );
+        assert_eq!(s.store.count().unwrap(), 0);
+        assert_eq!(s.metrics.rejected_too_large.load(Ordering::Relaxed), 1);
+        let (st, _) = call(
+            &s,
+            "POST",
+            "/api/v1/windows",
+            Some(TOKEN_A),
+            window("a", 5, 100),
+        )
+        .await;
+        assert_eq!(st, StatusCode::CREATED);
     }
 
     // Checks that malformed, truncated, oversized and unauthenticated uploads get 400/413/401

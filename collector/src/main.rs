@@ -41,9 +41,12 @@ struct Args {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// Largest window accepted, in bytes.
+    /// Largest window accepted, in bytes as sent (gzip).
     #[arg(long, default_value_t = 16 << 20)]
     max_body: usize,
+    /// Largest window accepted once inflated, in bytes: a gzip bomb stops here (413).
+    #[arg(long, default_value_t = 256 << 20)]
+    max_inflated: u64,
     /// Delete windows older than this (e.g. 7d, 12h).
     #[arg(long, default_value = "7d", value_parser = parse_age)]
     retain: Duration,
@@ -57,6 +60,13 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
+    if args
+        .read_token
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        bail!("--read-token (or PHASEPROF_READ_TOKEN) is empty: an empty token would let anyone read; give a real one, or none on loopback");
+    }
     if !args.listen.ip().is_loopback() && args.read_token.is_none() {
         bail!("refusing to serve queries on {} without --read-token: stored profiles show function names and hosts", args.listen);
     }
@@ -72,6 +82,7 @@ fn run(args: Args) -> Result<()> {
         tokens: Arc::new(tokens),
         read_token: args.read_token.map(Into::into),
         max_body: args.max_body,
+        max_inflated: args.max_inflated,
         metrics: Arc::new(Metrics::default()),
     };
     let tls = match (&args.tls_cert, &args.tls_key) {

@@ -12,6 +12,9 @@ use crate::profile::Profile;
 pub const MAGIC: &[u8; 10] = b"PHASEPROF\n";
 /// The newest format version this build reads and the one it writes.
 pub const FORMAT_VERSION: u32 = 1;
+/// The most JSON [`read_profile`] inflates (a gzip bomb of a few MB would otherwise inflate to
+/// many GB): far above any recording's (a 30 s recording of 16 threads is a few MB of JSON).
+pub const DEFAULT_MAX_INFLATED: u64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
@@ -24,6 +27,8 @@ pub enum FormatError {
     FutureVersion { found: u32, supported: u32 },
     #[error("the file is truncated or corrupt: {0}")]
     Corrupt(String),
+    #[error("the profile inflates to more than {limit} bytes (a gzip bomb, or a limit to raise)")]
+    TooLarge { limit: u64 },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -38,8 +43,18 @@ pub fn write_profile(profile: &Profile, mut out: impl Write) -> Result<(), Forma
     Ok(())
 }
 
-/// Reads a profile of any format version up to [`FORMAT_VERSION`].
-pub fn read_profile(mut input: impl Read) -> Result<Profile, FormatError> {
+/// Reads a profile of any format version up to [`FORMAT_VERSION`], inflating at most
+/// [`DEFAULT_MAX_INFLATED`] bytes.
+pub fn read_profile(input: impl Read) -> Result<Profile, FormatError> {
+    read_profile_limited(input, DEFAULT_MAX_INFLATED)
+}
+
+/// [`read_profile`] inflating at most `max_inflated` bytes of JSON ([`FormatError::TooLarge`]
+/// beyond: the inflation stops there, so memory stays bounded whatever the input).
+pub fn read_profile_limited(
+    mut input: impl Read,
+    max_inflated: u64,
+) -> Result<Profile, FormatError> {
     let mut magic = [0u8; 10];
     input
         .read_exact(&mut magic)
@@ -62,8 +77,14 @@ pub fn read_profile(mut input: impl Read) -> Result<Profile, FormatError> {
     // per call through the decoder, which made decoding ten times slower.
     let mut json = Vec::new();
     GzDecoder::new(input)
+        .take(max_inflated.saturating_add(1))
         .read_to_end(&mut json)
         .map_err(|e| FormatError::Corrupt(e.to_string()))?;
+    if json.len() as u64 > max_inflated {
+        return Err(FormatError::TooLarge {
+            limit: max_inflated,
+        });
+    }
     serde_json::from_slice(&json).map_err(|e| FormatError::Corrupt(e.to_string()))
 }
 
@@ -135,5 +156,32 @@ mod tests {
             read_profile(&buf[..]),
             Err(FormatError::Corrupt(_))
         ));
+    }
+
+    // Checks a gzip bomb: 64 MiB of zeros compress to ~64 KiB; with a 1 MiB limit the read
+    // stops at the limit and says so, and the real profile still reads under its own size.
+    #[test]
+    fn inflation_is_bounded() {
+        let mut bomb = Vec::new();
+        bomb.extend_from_slice(MAGIC);
+        bomb.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let mut gz = GzEncoder::new(&mut bomb, Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..64 {
+            gz.write_all(&zeros).unwrap();
+        }
+        gz.finish().unwrap();
+        assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+        let err = read_profile_limited(&bomb[..], 1 << 20).unwrap_err();
+        assert!(
+            matches!(err, FormatError::TooLarge { limit } if limit == 1 << 20),
+            "{err}"
+        );
+        let mut buf = Vec::new();
+        write_profile(&sample_profile(), &mut buf).unwrap();
+        assert_eq!(
+            read_profile_limited(&buf[..], 1 << 20).unwrap(),
+            sample_profile()
+        );
     }
 }

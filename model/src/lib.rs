@@ -14,7 +14,10 @@ pub mod summary;
 mod syscall_names;
 
 pub use build::{PhaseAt, ProfileBuilder};
-pub use format::{read_profile, write_profile, FormatError, FORMAT_VERSION};
+pub use format::{
+    read_profile, read_profile_limited, write_profile, FormatError, DEFAULT_MAX_INFLATED,
+    FORMAT_VERSION,
+};
 pub use profile::*;
 pub use summary::Summary;
 

@@ -162,6 +162,9 @@ impl AgentConfig {
                 .to_string(),
             _ => bail!("{file}: give exactly one of `token` and `token_file`"),
         };
+        if token.is_empty() {
+            bail!("{file}: the agent token is empty");
+        }
         let window = crate::cli::parse_duration(&raw.window)
             .map_err(|e| anyhow::anyhow!("{file}: window: {e}"))?;
         if window < Duration::from_millis(200) {

@@ -188,6 +188,9 @@ pub fn app(state: AppState) -> Router {
 /// Listening beyond loopback exposes symbol names, command lines and host details to whoever
 /// can reach the port: it needs a token.
 pub fn check_listen(addr: SocketAddr, token: Option<&str>) -> anyhow::Result<()> {
+    if token.is_some_and(|t| t.trim().is_empty()) {
+        anyhow::bail!("--token is empty: an empty token would let anyone in; give a real one");
+    }
     if !addr.ip().is_loopback() && token.is_none_or(str::is_empty) {
         anyhow::bail!(
             "refusing to listen on {addr} without --token: profiles show function names, command lines \
@@ -509,5 +512,8 @@ mod tests {
         assert!(check_listen(any, Some("")).is_err());
         assert!(check_listen(any, Some("t")).is_ok());
         assert!(check_listen(lo, None).is_ok());
+        // An empty token is refused everywhere, loopback too (it would let anyone in).
+        assert!(check_listen(lo, Some("")).is_err());
+        assert!(check_listen(lo, Some("  ")).is_err());
     }
 }
