@@ -83,6 +83,9 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/labels", get(labels))
         .route("/api/v1/diff", get(diff))
         .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn(
+            phaseprof::web::auth::security_headers,
+        ))
         .with_state(state)
 }
 
@@ -181,10 +184,12 @@ struct SelectorQuery {
 
 fn check_read(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     match &s.read_token {
-        Some(t) if bearer(headers) != Some(t) => Err(ApiError(
-            StatusCode::UNAUTHORIZED,
-            "queries need the read token".into(),
-        )),
+        Some(t) if !bearer(headers).is_some_and(|b| phaseprof::web::auth::same(b, t)) => {
+            Err(ApiError(
+                StatusCode::UNAUTHORIZED,
+                "queries need the read token".into(),
+            ))
+        }
         _ => Ok(()),
     }
 }

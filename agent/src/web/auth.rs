@@ -10,7 +10,8 @@ use super::AppState;
 
 const COOKIE: &str = "phaseprof_token";
 
-fn same(a: &str, b: &str) -> bool {
+/// Whether two tokens are equal, in time that does not depend on where they differ.
+pub fn same(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()
             .zip(b.bytes())
@@ -25,8 +26,61 @@ fn query_token(req: &Request) -> Option<String> {
     })
 }
 
+/// Whether a request's Host names this machine's loopback: a server without a token listens
+/// only there, and a page of another site that resolves its own name to 127.0.0.1 (DNS
+/// rebinding) sends its own name.
+fn loopback_host(req: &Request) -> bool {
+    let Some(host) = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return req.uri().host().is_none(); // HTTP/1.0 without Host: a local tool
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Headers every response carries: no sniffing, no framing by other sites, no referrer, and a
+/// content policy that allows only this server's own resources (inline scripts and styles are
+/// the flamegraph SVGs' and the pages').
+pub async fn security_headers(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    for (name, value) in [
+        ("x-content-type-options", "nosniff"),
+        ("x-frame-options", "SAMEORIGIN"),
+        ("referrer-policy", "no-referrer"),
+        (
+            "content-security-policy",
+            "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; \
+             img-src 'self' data:; frame-ancestors 'self'; form-action 'self'; base-uri 'none'",
+        ),
+    ] {
+        if let Ok(v) = value.parse() {
+            h.insert(name, v);
+        }
+    }
+    resp
+}
+
 pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let Some(token) = state.token.clone() else {
+        if !loopback_host(&req) {
+            return (
+                StatusCode::FORBIDDEN,
+                axum::Json(serde_json::json!({
+                    "error": "this server has no token, so it answers only requests for localhost or a loopback address (Host header)"
+                })),
+            )
+                .into_response();
+        }
         return next.run(req).await;
     };
     let headers = req.headers();

@@ -12,7 +12,7 @@ use phaseprof_model::{EventKind, Profile};
 use serde::Serialize;
 
 mod api;
-mod auth;
+pub mod auth;
 mod pages;
 
 /// Where the app's profiles come from: saved files, or the rolling windows of a live attach.
@@ -182,6 +182,7 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             auth::require_token,
         ))
+        .layer(axum::middleware::from_fn(auth::security_headers))
         .with_state(state)
 }
 
@@ -311,6 +312,47 @@ mod tests {
             text.clone(),
             Response::from_parts(parts, axum::body::Body::from(text)),
         )
+    }
+
+    // Checks the DNS-rebinding guard and the security headers: a tokenless server answers
+    // requests for localhost and loopback addresses only, and every response forbids sniffing
+    // and framing by other sites.
+    #[tokio::test]
+    async fn tokenless_servers_answer_loopback_hosts_only() {
+        for host in [
+            "127.0.0.1:7070",
+            "localhost:7070",
+            "[::1]:7070",
+            "LOCALHOST",
+        ] {
+            let (st, _, resp) = get(state(None), "/api/profiles", &[("host", host)]).await;
+            assert_eq!(st, StatusCode::OK, "{host}");
+            let h = resp.headers();
+            assert_eq!(h["x-content-type-options"], "nosniff");
+            assert_eq!(h["x-frame-options"], "SAMEORIGIN");
+            assert!(h["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("default-src 'self'"));
+        }
+        let (st, body, _) = get(
+            state(None),
+            "/api/profiles",
+            &[("host", "rebind.example:7070")],
+        )
+        .await;
+        assert_eq!(st, StatusCode::FORBIDDEN, "{body}");
+        // With a token, the token is the guard: any Host may ask.
+        let (st, _, _) = get(
+            state(Some("s3cret-token-value")),
+            "/api/profiles",
+            &[
+                ("host", "node.example:7070"),
+                ("authorization", "Bearer s3cret-token-value"),
+            ],
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK);
     }
 
     fn json(text: &str) -> serde_json::Value {
