@@ -41,7 +41,36 @@ pub struct ClickHouseStore {
 #[derive(Clone)]
 struct Http {
     url: String,
+    /// The URL's password (query `password=` or `user:password@`), never shown in errors.
+    secret: Option<String>,
     agent: ureq::Agent,
+}
+
+/// The password a ClickHouse URL carries, if any.
+fn url_secret(url: &str) -> Option<String> {
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    let from_query = query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == "password" && !v.is_empty()).then(|| v.to_string())
+    });
+    let from_userinfo = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?']).next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, pass)| pass.to_string())
+        .filter(|p| !p.is_empty());
+    from_query.or(from_userinfo)
+}
+
+impl Http {
+    /// `text` with the password replaced, for errors that may quote the URL.
+    fn redact(&self, text: &str) -> String {
+        match &self.secret {
+            Some(s) => text.replace(s.as_str(), "***"),
+            None => text.to_string(),
+        }
+    }
 }
 
 impl Http {
@@ -63,23 +92,21 @@ impl Http {
             ),
             None => (self.url.clone(), query.as_bytes().to_vec()),
         };
-        let mut resp = self
-            .agent
-            .post(&url)
-            .send(&body[..])
-            .map_err(|e| StoreError::Backend(format!("ClickHouse at {}: {e}", self.url)))?;
+        let mut resp = self.agent.post(&url).send(&body[..]).map_err(|e| {
+            StoreError::Backend(self.redact(&format!("ClickHouse at {}: {e}", self.url)))
+        })?;
         let status = resp.status();
         let bytes = resp
             .body_mut()
             .with_config()
             .limit(u64::MAX)
             .read_to_vec()
-            .map_err(|e| StoreError::Backend(format!("ClickHouse reply: {e}")))?;
+            .map_err(|e| StoreError::Backend(self.redact(&format!("ClickHouse reply: {e}"))))?;
         if !status.is_success() {
-            return Err(StoreError::Backend(format!(
+            return Err(StoreError::Backend(self.redact(&format!(
                 "ClickHouse: {status}: {}",
                 String::from_utf8_lossy(&bytes).trim()
-            )));
+            ))));
         }
         Ok(bytes)
     }
@@ -96,6 +123,7 @@ impl ClickHouseStore {
         }
         let http = Http {
             url: url.to_string(),
+            secret: url_secret(url),
             agent: ureq::Agent::config_builder()
                 .timeout_global(Some(Duration::from_secs(60)))
                 .http_status_as_error(false)
@@ -400,6 +428,35 @@ impl ClickHouseStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Checks that a ClickHouse password never reaches an error: from the query string or the
+    // userinfo, and that a server that is not there yields an error without it.
+    #[test]
+    fn passwords_are_redacted_from_errors() {
+        assert_eq!(
+            url_secret("http://127.0.0.1:8123/?database=d&user=u&password=hunter2-x"),
+            Some("hunter2-x".into())
+        );
+        assert_eq!(
+            url_secret("http://u:hunter3-y@127.0.0.1:8123/?database=d"),
+            Some("hunter3-y".into())
+        );
+        assert_eq!(url_secret("http://127.0.0.1:8123/?database=d"), None);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let err = ClickHouseStore::open(
+            &format!("http://127.0.0.1:{port}/?user=u&password=hunter2-x"),
+            "t",
+        )
+        .err()
+        .expect("nothing listens there");
+        let text = err.to_string();
+        assert!(!text.contains("hunter2-x"), "{text}");
+        assert!(text.contains("password=***"), "{text}");
+    }
 
     // Checks the RowBinary encoding of strings round-trips, including a length past one LEB128
     // byte and bytes that are not UTF-8 (window bodies are gzip).

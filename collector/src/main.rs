@@ -23,8 +23,15 @@ struct Args {
     #[arg(long, default_value = "/var/lib/phaseprof-collector")]
     data: PathBuf,
     /// Store windows in ClickHouse instead, e.g. `http://127.0.0.1:8123/?database=default`
-    /// (credentials as `&user=…&password=…`); several collectors may share it.
-    #[arg(long, value_name = "URL")]
+    /// (credentials as `&user=…&password=…`; give a URL with a password through the
+    /// environment, PHASEPROF_CLICKHOUSE_URL, to keep it out of the process list; errors never
+    /// show it); several collectors may share it.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "PHASEPROF_CLICKHOUSE_URL",
+        hide_env_values = true
+    )]
     clickhouse: Option<String>,
     /// The ClickHouse table (created if missing).
     #[arg(long, default_value = "phaseprof_windows")]
