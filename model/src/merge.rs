@@ -81,6 +81,9 @@ pub struct Merger {
     /// None until the first profile, whose metadata the result keeps.
     b: Option<ProfileBuilder>,
     stats: Vec<PhaseStats>,
+    /// Index of each merged phase by name: found in constant time, so merging windows with many
+    /// phases stays linear.
+    phase_index: std::collections::HashMap<String, u32>,
 }
 
 impl Merger {
@@ -111,15 +114,21 @@ impl Merger {
             }
         }
         // Phases new to the merge are appended; indices are remapped below.
+        if self.phase_index.len() != merged.phases.len() {
+            // The first profile's phases came in with the builder.
+            self.phase_index = (merged.phases.iter().enumerate())
+                .map(|(i, n)| (n.clone(), i as u32))
+                .collect();
+        }
+        let index = &mut self.phase_index;
         let phase_map: Vec<u32> = p
             .phases
             .iter()
-            .map(|n| match merged.phases.iter().position(|x| x == n) {
-                Some(i) => i as u32,
-                None => {
+            .map(|n| {
+                *index.entry(n.clone()).or_insert_with(|| {
                     merged.phases.push(n.clone());
                     (merged.phases.len() - 1) as u32
-                }
+                })
             })
             .collect();
         if !p.phase_stats.is_empty() {
@@ -295,5 +304,27 @@ mod tests {
         assert_eq!(d.calls, 4);
         assert_eq!(d.wall_hist, vec![(5, 4)]);
         assert_eq!(d.costs["flush_syscalls"], 4);
+    }
+
+    // Checks that phases are matched by name whatever their order, new ones appended: windows
+    // of different phase lists (in other orders) sum into the right phases.
+    #[test]
+    fn phases_match_by_name_across_windows() {
+        let mut a = window(1, 2);
+        let mut b = window(2, 3);
+        a.phases = vec!["(none)".into(), "commit".into()];
+        b.phases = vec!["(none)".into(), "verify".into(), "commit".into()];
+        b.phase_stats = vec![
+            PhaseStats::default(),
+            PhaseStats {
+                calls: 7,
+                ..PhaseStats::default()
+            },
+            b.phase_stats[1].clone(),
+        ];
+        let m = merge(&[&a, &b, &b]);
+        assert_eq!(m.phases, vec!["(none)", "commit", "verify"]);
+        assert_eq!(m.phase_stats[1].calls, 2 + 3 + 3);
+        assert_eq!(m.phase_stats[2].calls, 14);
     }
 }

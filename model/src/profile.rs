@@ -493,6 +493,9 @@ pub struct Weighted {
     pub value: u64,
 }
 
+/// The most phases one recording can have, `(none)` included: phase masks are 64 bits wide.
+pub const MAX_WINDOW_PHASES: usize = 64;
+
 impl Profile {
     /// Whether the phase numbers are complete, and if not by how much and why (see
     /// [`Lost::describe_phases`]). A recording that attached to running processes adds what
@@ -510,6 +513,13 @@ impl Profile {
     /// phases) and that the time range is ordered: a profile from the network is checked before
     /// anything else reads it, since a bad index would otherwise panic later.
     pub fn validate(&self) -> Result<(), String> {
+        // Phase masks are 64 bits wide: a recording has at most 64 phases ((none) included).
+        if self.phases.len() > MAX_WINDOW_PHASES || self.phase_stats.len() > MAX_WINDOW_PHASES {
+            return Err(format!(
+                "{} phases; a recording has at most {MAX_WINDOW_PHASES} (the width of its phase masks)",
+                self.phases.len().max(self.phase_stats.len())
+            ));
+        }
         let nframes = self.frames.len();
         for (i, s) in self.stacks.iter().enumerate() {
             if let Some(f) = s.frames.iter().find(|&&f| f as usize >= nframes) {
@@ -719,6 +729,18 @@ pub fn display_name(frame: &Frame) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Checks the cap on phases at validation: a window of 100,000 phases (a hostile upload that
+    // made every merge quadratic) is refused; 64 are fine.
+    #[test]
+    fn windows_have_at_most_64_phases() {
+        let mut p = Profile::default();
+        p.phases = (0..100_000).map(|i| format!("p{i}")).collect();
+        let err = p.validate().unwrap_err();
+        assert!(err.contains("at most 64"), "{err}");
+        p.phases.truncate(MAX_WINDOW_PHASES);
+        assert!(p.validate().is_ok());
+    }
 
     // Checks that phase numbers are called complete only without any phase drop, and that the
     // sentence names each cause with its count; drops of other kinds do not make phases
