@@ -91,7 +91,18 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
             plan
         }
     };
-    let out_file = File::create(&opts.output)
+    // A regular file is written under a temporary name beside it and renamed at the end, so
+    // an existing file is never truncated by a recording that then dies (SIGKILL, a failed
+    // attach); a device or pipe (`-o /dev/stdout`) is written as it is.
+    let special = std::fs::metadata(&opts.output).is_ok_and(|m| !m.is_file());
+    let write_to = if special {
+        opts.output.clone()
+    } else {
+        let mut name = opts.output.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".tmp-{}", std::process::id()));
+        opts.output.with_file_name(name)
+    };
+    let out_file = File::create(&write_to)
         .with_context(|| format!("cannot write the output file {}", opts.output.display()))?;
 
     let result = record_into(opts, command_path, plan, deferred, interrupted);
@@ -101,11 +112,17 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
             write_profile(&recorded.profile, &mut w)
                 .with_context(|| format!("writing {}", opts.output.display()))?;
             std::io::Write::flush(&mut w)?;
+            if !special {
+                std::fs::rename(&write_to, &opts.output)
+                    .with_context(|| format!("writing {}", opts.output.display()))?;
+            }
             Ok(recorded)
         }
         Err(e) => {
             drop(out_file);
-            let _ = std::fs::remove_file(&opts.output);
+            if !special {
+                let _ = std::fs::remove_file(&write_to);
+            }
             Err(e)
         }
     }

@@ -154,6 +154,27 @@ fn interrupt_still_writes_the_file() {
     assert!(report["events"]["cpu"]["samples"].as_u64().unwrap() > 10);
 }
 
+// Checks that a recording killed with SIGKILL leaves the file it was to replace as it was:
+// the profile is written under a temporary name and renamed only when complete.
+#[test]
+fn killed_recording_keeps_the_old_file() {
+    require_root!();
+    let _g = bpf_lock();
+    let dir = scratch("sigkill");
+    let out = dir.join("keep.phaseprof");
+    std::fs::write(&out, b"the previous recording").unwrap();
+    let mut rec = Command::new(phaseprof_bin())
+        .args(["record", "-o", out.to_str().unwrap(), "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    let _ = Command::new("pkill").args(["-f", "^sleep 30$"]).status();
+    assert_eq!(std::fs::read(&out).unwrap(), b"the previous recording");
+}
+
 // Checks that a file from a newer phaseprof is refused with both versions named.
 #[test]
 fn future_file_version() {

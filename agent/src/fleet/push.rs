@@ -70,6 +70,10 @@ impl Sender {
     ) -> Result<Self> {
         std::fs::create_dir_all(&spool)
             .with_context(|| format!("creating the spool {}", spool.display()))?;
+        // Windows show function names, command lines and hosts: the agent's eyes only.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restricting the spool {} to its owner", spool.display()))?;
         let seq = Self::spooled(&spool)?
             .last()
             .map(|(n, _)| n + 1)
@@ -172,7 +176,19 @@ impl Sender {
         self.seq += 1;
         // Written whole under a temporary name, then renamed: a crash never leaves half a window.
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, body).with_context(|| format!("writing {}", tmp.display()))?;
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .with_context(|| format!("writing {}", tmp.display()))?;
+            f.write_all(body)
+                .with_context(|| format!("writing {}", tmp.display()))?;
+        }
         std::fs::rename(&tmp, &path)?;
         self.metrics.windows_spooled.fetch_add(1, Ordering::Relaxed);
         // Over the limit: the oldest windows go first, counted.
