@@ -43,7 +43,7 @@ pub fn folded_lines(profile: &Profile, sel: &Selection) -> Result<Vec<String>, F
         let names: Vec<String> = profile
             .names_root_first(&w)
             .into_iter()
-            .map(|n| n.replace(';', ":"))
+            .map(|n| phaseprof_model::folded_frame_name(&n))
             .collect();
         *summed.entry(names.join(";")).or_default() += w.value;
     }
@@ -196,12 +196,10 @@ pub fn pruned_folded_lines(
     let label_names: HashMap<u32, &str> = labels.iter().map(|(n, id)| (*id, n.as_str())).collect();
     let name = |f: u32| -> String {
         match profile.frames.get(f as usize) {
-            Some(frame) => phaseprof_model::display_name(frame).replace(';', ":"),
-            None => label_names
-                .get(&f)
-                .copied()
-                .unwrap_or("?")
-                .replace(';', ":"),
+            Some(frame) => {
+                phaseprof_model::folded_frame_name(&phaseprof_model::display_name(frame))
+            }
+            None => phaseprof_model::folded_frame_name(label_names.get(&f).copied().unwrap_or("?")),
         }
     };
     let mut out: BTreeMap<String, u64> = BTreeMap::new();

@@ -145,7 +145,10 @@ fn stack_shares(p: &Profile, kind: EventKind) -> HashMap<String, f64> {
     let mut total = 0.0;
     for w in p.weighted_stacks(kind, None) {
         total += w.value as f64;
-        *by.entry(p.names_root_first(&w).join(";")).or_default() += w.value as f64;
+        let names: Vec<String> = (p.names_root_first(&w).iter())
+            .map(|n| crate::folded_frame_name(n))
+            .collect();
+        *by.entry(names.join(";")).or_default() += w.value as f64;
     }
     if total > 0.0 {
         for v in by.values_mut() {
