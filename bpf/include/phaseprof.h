@@ -190,8 +190,11 @@ enum go_sched_point {
 				* exit without a P, goexit), goschedImpl and preemptPark (newstack) */
 	GO_EXIT = 2,           /* goexit0(gp): gp ends */
 };
-/* Cookie bit: the goroutine is the running one (R14: mcall), not the first argument (RAX). */
-#define GO_SCHED_CURRENT_G 0x100
+/* Cookie bit: the goroutine is the running one (R14: mcall), not the first argument (RAX). An
+ * enum, so the skeleton's generated types carry it to user space. */
+enum go_sched_flag {
+	GO_SCHED_CURRENT_G = 0x100,
+};
 
 /* Exact per-phase totals, inclusive of nested phases (per-CPU array indexed by phase id). */
 struct phase_stats {

@@ -1448,3 +1448,4 @@ enum target_event_kind _target_event_kind = TEV_EXEC;
 enum target_state _target_state = TARGET_ACTIVE;
 enum stack_sample_kind _stack_sample_kind = STACK_CPU;
 enum go_sched_point _go_sched_point = GO_EXECUTE;
+enum go_sched_flag _go_sched_flag = GO_SCHED_CURRENT_G;

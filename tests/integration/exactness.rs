@@ -91,15 +91,8 @@ fn attach_by_pid_counts_writes_exactly() {
         .spawn()
         .unwrap();
     let pid = target.id().to_string();
-    let mut rec = Command::new(phaseprof_bin())
-        .args(["record", "-v", "--pid", &pid, "-o", out.to_str().unwrap()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(rec.stderr.take().unwrap());
-    let line = read_until(&mut stderr, "probes attached");
-    assert!(line.contains("probes attached"), "phaseprof did not attach");
-    eprint!("{line}");
+    let (mut rec, _stderr) =
+        record_until_attached(&["--pid".as_ref(), pid.as_ref(), "-o".as_ref(), out.as_ref()]);
     target.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let o = target.wait_with_output().unwrap();
     let truth = truth_from(&o.stdout);

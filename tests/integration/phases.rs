@@ -12,10 +12,10 @@ fn phases_match_ground_truth() {
     require_root!();
     let _g = bpf_lock();
     let sim = rust_workload("validator-sim");
-    let cfg = root().join("tests/workloads/validator-sim/phases.toml");
-    let (out, truth) = record_workload(
+    let (out, truth) = record_with_phases(
         "phases",
-        &["--phases", cfg.to_str().unwrap()],
+        "validator-sim",
+        &[],
         &sim,
         &[
             "--blocks",
@@ -215,10 +215,10 @@ fn go_relay_phases_are_exact() {
         return;
     };
     let _g = bpf_lock();
-    let cfg = root().join("tests/workloads/relay-sim/phases.toml");
-    let (out, truth) = record_workload(
+    let (out, truth) = record_with_phases(
         "relay",
-        &["--phases", cfg.to_str().unwrap()],
+        "relay-sim",
+        &[],
         &bin,
         &[
             "-iterations",
@@ -266,10 +266,10 @@ fn go_goroutine_phases_are_exact() {
         return;
     };
     let _g = bpf_lock();
-    let cfg = root().join("tests/workloads/goroutines-sim/phases.toml");
-    let (out, truth) = record_workload(
+    let (out, truth) = record_with_phases(
         "goroutines",
-        &["--phases", cfg.to_str().unwrap()],
+        "goroutines-sim",
+        &[],
         &bin,
         &[
             "-goroutines",
@@ -343,13 +343,8 @@ fn phase_probes_add_no_syscalls() {
     let expected = strace_counts(&std::fs::read_to_string(&st).unwrap());
     assert_eq!(expected.get("getppid"), Some(&4200), "{expected:?}");
 
-    let cfg = root().join("tests/workloads/phase-syscalls/phases.toml");
-    let (out, truth) = record_workload(
-        "phase-syscalls",
-        &["--phases", cfg.to_str().unwrap()],
-        &bin,
-        &["6", "700"],
-    );
+    let (out, truth) =
+        record_with_phases("phase-syscalls", "phase-syscalls", &[], &bin, &["6", "700"]);
     let report = report_json(&out);
     let mut ours: std::collections::BTreeMap<String, u64> = report["events"]["syscall"]["by_name"]
         .as_object()

@@ -2,7 +2,7 @@
 //! clients, against ground truth that is not ours: the servers' own counters and the kernel's
 //! hit counts of uprobe events registered through tracefs (as `perf probe` does).
 
-use std::io::{BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -153,17 +153,14 @@ fn nats_server_phases_match_its_counters() {
 
     let out = scratch("nats").join("nats.phaseprof");
     let phases = root().join("tests/workloads/nats-driver/phases.toml");
-    let mut rec = Command::new(phaseprof_bin())
-        .args(["record", "-v", "--pid", &pid, "--phases"])
-        .arg(&phases)
-        .arg("-o")
-        .arg(&out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(rec.stderr.take().unwrap());
-    let line = read_until(&mut stderr, "probes attached");
-    assert!(line.contains("probes attached"), "phaseprof did not attach");
+    let (mut rec, mut stderr) = record_until_attached(&[
+        "--pid".as_ref(),
+        pid.as_ref(),
+        "--phases".as_ref(),
+        phases.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
     let o = Command::new(&driver)
         .args([
             "-url",

@@ -478,8 +478,46 @@ pub fn http_post(url: &str, token: &str, body: &[u8]) -> (u16, String) {
 /// Records validator-sim (`sim_args`) under its phases file, as `name`: the .phaseprof path.
 pub fn record_sim_with_phases(name: &str, sim_args: &[&str]) -> PathBuf {
     let sim = rust_workload("validator-sim");
-    let cfg = root().join("tests/workloads/validator-sim/phases.toml");
-    record_workload(name, &["--phases", cfg.to_str().unwrap()], &sim, sim_args).0
+    record_with_phases(name, "validator-sim", &[], &sim, sim_args).0
+}
+
+/// `record --phases tests/workloads/<workload>/phases.toml [opts] -- program args` as `name`:
+/// the profile's path and the workload's truth line.
+pub fn record_with_phases(
+    name: &str,
+    workload: &str,
+    opts: &[&str],
+    program: &Path,
+    args: &[&str],
+) -> (PathBuf, serde_json::Value) {
+    let cfg = root()
+        .join("tests/workloads")
+        .join(workload)
+        .join("phases.toml");
+    let mut all = vec!["--phases", cfg.to_str().expect("UTF-8 path")];
+    all.extend_from_slice(opts);
+    record_workload(name, &all, program, args)
+}
+
+/// Starts `phaseprof record -v ARGS` and waits until its probes are attached: the child and
+/// its stderr, positioned after that line.
+pub fn record_until_attached(
+    args: &[&std::ffi::OsStr],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    let mut rec = Command::new(phaseprof_bin())
+        .args(["record", "-v"])
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting phaseprof record");
+    let mut stderr = std::io::BufReader::new(rec.stderr.take().expect("piped stderr"));
+    let line = read_until(&mut stderr, "probes attached");
+    assert!(line.contains("probes attached"), "phaseprof did not attach");
+    eprint!("{line}");
+    (rec, stderr)
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released: good enough for a test's own servers).

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
-use phaseprof_bpf::types::go_sched_point;
+use phaseprof_bpf::types::{go_sched_flag, go_sched_point};
 
 use super::config::{CostEvent, PhaseConfig};
 use super::symbols::{function_symbols, resolve, FunctionSymbol, ProbeSite};
@@ -49,8 +49,7 @@ const GO_SWITCH_POINTS: &[(&str, u32, bool, bool)] = &[
     ("runtime.preemptPark", GO_STOP, false, false),
     ("runtime.goexit0", GO_EXIT, false, false),
 ];
-/// GO_SCHED_CURRENT_G in the shared header.
-const GO_SCHED_CURRENT_G: u64 = 0x100;
+const GO_SCHED_CURRENT_G: u64 = go_sched_flag::GO_SCHED_CURRENT_G.0 as u64;
 const GO_EXECUTE: u32 = go_sched_point::GO_EXECUTE.0;
 const GO_STOP: u32 = go_sched_point::GO_STOP.0;
 const GO_EXIT: u32 = go_sched_point::GO_EXIT.0;
