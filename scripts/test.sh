@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 cargo build --release --workspace
 cargo test --release --workspace
+bash scripts/check-deploy.sh

@@ -133,6 +133,7 @@ pub fn attach(
     let state = AppState {
         source: windows.clone(),
         token: opts.token.as_deref().map(Into::into),
+        tls: false,
     };
     let stop = Arc::new(tokio::sync::Notify::new());
     let server = {

@@ -613,6 +613,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let state = crate::web::AppState {
                 source: std::sync::Arc::new(crate::web::SavedProfiles::new(profiles)),
                 token: args.token.map(|t| t.into()),
+                tls: false,
             };
             serve_until_ctrl_c(args.listen, state)?;
             Ok(0)

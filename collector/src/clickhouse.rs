@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::store::{Selector, Store, StoreError, WindowInfo};
+use crate::store::{Inserted, Selector, Store, StoreError, WindowInfo};
 
 /// Windows per INSERT at most, and the least time between two INSERTs: windows arriving
 /// meanwhile join the next batch, so parts are made at most ten times a second at any rate.
@@ -26,6 +26,7 @@ struct Row {
     start_ns: u64,
     end_ns: u64,
     body: Vec<u8>,
+    idem: String,
 }
 
 type Reply = mpsc::SyncSender<Result<(), StoreError>>;
@@ -140,13 +141,29 @@ impl ClickHouseStore {
                     start_ns UInt64,
                     end_ns UInt64,
                     bytes UInt64,
-                    body String
+                    body String,
+                    idem String DEFAULT ''
                 ) ENGINE = MergeTree()
                 PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000)))
                 ORDER BY (start_ns, id)"
             ),
             None,
         )?;
+        // Tables made before the idempotency key get its column (18.16 has no ADD COLUMN IF
+        // NOT EXISTS).
+        let has_key = http.run(
+            &format!(
+                "SELECT count() FROM system.columns WHERE database = currentDatabase() \
+                 AND table = '{table}' AND name = 'idem' FORMAT TabSeparated"
+            ),
+            None,
+        )?;
+        if String::from_utf8_lossy(&has_key).trim() == "0" {
+            http.run(
+                &format!("ALTER TABLE {table} ADD COLUMN idem String DEFAULT ''"),
+                None,
+            )?;
+        }
         let (tx, rx) = mpsc::channel();
         let (writer, name) = (http.clone(), table.to_string());
         std::thread::Builder::new()
@@ -195,6 +212,11 @@ impl ClickHouseStore {
     }
 }
 
+/// A ClickHouse string literal.
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
 fn time_range(sel: &Selector) -> String {
     let to = if sel.to_ns == 0 { u64::MAX } else { sel.to_ns };
     format!("start_ns >= {} AND start_ns < {to}", sel.from_ns)
@@ -228,11 +250,12 @@ fn insert_batches(http: &Http, table: &str, rx: mpsc::Receiver<(Row, Reply)>) {
             put_u64(&mut data, row.end_ns);
             put_u64(&mut data, row.body.len() as u64);
             put_string(&mut data, &row.body);
+            put_string(&mut data, row.idem.as_bytes());
         }
         let result = http
             .run(
                 &format!(
-                    "INSERT INTO {table} (id, agent, labels, start_ns, end_ns, bytes, body) \
+                    "INSERT INTO {table} (id, agent, labels, start_ns, end_ns, bytes, body, idem) \
                      FORMAT RowBinary"
                 ),
                 Some(&data),
@@ -333,14 +356,34 @@ impl RowReader<'_> {
 }
 
 impl Store for ClickHouseStore {
+    /// A key seen before is looked up first. Two collectors storing the same retry at the same
+    /// instant could both miss it: agents retry one at a time, after their request timed out.
     fn insert(
         &self,
         agent: &str,
+        key: Option<&str>,
         labels: &BTreeMap<String, String>,
         start_ns: u64,
         end_ns: u64,
         body: &[u8],
-    ) -> Result<i64, StoreError> {
+    ) -> Result<Inserted, StoreError> {
+        if let Some(key) = key {
+            let out = self.http.run(
+                &format!(
+                    "SELECT id FROM {} WHERE agent = {} AND idem = {} LIMIT 1 FORMAT TabSeparated",
+                    self.table,
+                    quoted(agent),
+                    quoted(key)
+                ),
+                None,
+            )?;
+            if let Ok(id) = String::from_utf8_lossy(&out).trim().parse() {
+                return Ok(Inserted {
+                    id,
+                    duplicate: true,
+                });
+            }
+        }
         let id = new_id();
         let row = Row {
             id,
@@ -350,6 +393,7 @@ impl Store for ClickHouseStore {
             start_ns,
             end_ns,
             body: body.to_vec(),
+            idem: key.unwrap_or("").to_string(),
         };
         let (tx, rx) = mpsc::sync_channel(1);
         self.batches
@@ -359,7 +403,10 @@ impl Store for ClickHouseStore {
             .map_err(|_| StoreError::Backend("the ClickHouse insert thread is gone".into()))?;
         rx.recv()
             .map_err(|_| StoreError::Backend("the ClickHouse insert thread is gone".into()))??;
-        Ok(id)
+        Ok(Inserted {
+            id,
+            duplicate: false,
+        })
     }
 
     fn windows(&self, sel: &Selector) -> Result<Vec<WindowInfo>, StoreError> {

@@ -1,16 +1,18 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use phaseprof_collector::app::{AppState, Metrics};
+use phaseprof::web::server::{fit_connections, plain, serve, Limits};
+use phaseprof_collector::app::{AppState, IngestLimits, Metrics, RateLimit};
 use phaseprof_collector::clickhouse::ClickHouseStore;
 use phaseprof_collector::pages::Selections;
 use phaseprof_collector::sqlite::SqliteStore;
-use phaseprof_collector::store::{parse_age, Store};
-use phaseprof_collector::tls::{server_config, TlsListener};
+use phaseprof_collector::store::{parse_age, Store, StoreError};
+use phaseprof_collector::tls::{handshake, server_config};
 use phaseprof_collector::tokens::Tokens;
 
 /// Receives phaseprof windows from fleet agents, stores them, and merges them by label.
@@ -48,12 +50,40 @@ struct Args {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// Largest window accepted, in bytes as sent (gzip).
-    #[arg(long, default_value_t = 16 << 20)]
+    /// Largest window accepted, in bytes as sent (gzip). Windows are tens of KiB; an agent cuts
+    /// one that is refused as too large in halves.
+    #[arg(long, default_value_t = 4 << 20)]
     max_body: usize,
     /// Largest window accepted once inflated, in bytes: a gzip bomb stops here (413).
-    #[arg(long, default_value_t = 256 << 20)]
+    #[arg(long, default_value_t = 64 << 20)]
     max_inflated: u64,
+    /// Uploads read, decoded and stored at once; more wait up to 5 s, then get 503 (agents
+    /// retry). Bodies in memory are at most this times --max-body. Stores batch what arrives
+    /// together, so this is also the most a batch holds.
+    #[arg(long, default_value_t = 64)]
+    max_uploads: usize,
+    /// Queries that merge or compare windows (merged views, downloads, diffs) run at once; more
+    /// wait their turn.
+    #[arg(long, default_value_t = 2)]
+    max_queries: usize,
+    /// An upload's body must arrive within this (e.g. 30s, 2m); else 408.
+    #[arg(long, default_value = "30s", value_parser = parse_age)]
+    body_timeout: Duration,
+    /// Open connections at most (TLS handshakes included); more are closed at once. The
+    /// open-file limit is raised to fit, up to its hard limit.
+    #[arg(long, default_value_t = phaseprof::web::server::MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// A TLS handshake, and each request's head, must arrive within this; else the connection
+    /// is closed.
+    #[arg(long, default_value = "10s", value_parser = parse_age)]
+    header_timeout: Duration,
+    /// A connection silent this long either way is closed.
+    #[arg(long, default_value = "60s", value_parser = parse_age)]
+    idle_timeout: Duration,
+    /// Windows per second each agent may upload (a burst of 20 times this is allowed, for
+    /// spools being flushed); beyond, 429.
+    #[arg(long, default_value_t = 50.0)]
+    agent_rate: f64,
     /// Delete windows older than this (e.g. 7d, 12h).
     #[arg(long, default_value = "7d", value_parser = parse_age)]
     retain: Duration,
@@ -84,13 +114,29 @@ fn run(args: Args) -> Result<()> {
         Some(url) => Arc::new(ClickHouseStore::open(url, &args.clickhouse_table)?),
         None => Arc::new(SqliteStore::open(&args.data)?),
     };
+    if !args.agent_rate.is_finite() || args.agent_rate <= 0.0 {
+        bail!("--agent-rate must be above 0 windows per second");
+    }
     let state = AppState {
         store: store.clone(),
         tokens: Arc::new(tokens),
         read_token: args.read_token.map(Into::into),
-        max_body: args.max_body,
-        max_inflated: args.max_inflated,
+        limits: IngestLimits::new(
+            args.max_body,
+            args.max_inflated,
+            args.max_uploads,
+            args.body_timeout,
+            RateLimit::new(args.agent_rate, args.agent_rate * 20.0),
+        ),
+        queries: Arc::new(tokio::sync::Semaphore::new(args.max_queries.max(1))),
         metrics: Arc::new(Metrics::default()),
+    };
+    let stored = store.count()?;
+    state.metrics.windows_stored.store(stored, Ordering::Relaxed);
+    let limits = Limits {
+        max_connections: fit_connections(args.max_connections),
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
     };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(server_config(cert, key)?),
@@ -102,6 +148,7 @@ fn run(args: Args) -> Result<()> {
         .build()?;
     rt.block_on(async move {
         let retain = args.retain;
+        let metrics = state.metrics.clone();
         tokio::spawn(async move {
             loop {
                 let now = std::time::SystemTime::now()
@@ -109,9 +156,15 @@ fn run(args: Args) -> Result<()> {
                     .unwrap_or_default();
                 let before = now.saturating_sub(retain).as_nanos() as u64;
                 let store = store.clone();
-                match tokio::task::spawn_blocking(move || store.retain(before)).await {
-                    Ok(Ok(0)) => {}
-                    Ok(Ok(n)) => eprintln!("phaseprof-collector: retention removed {n} windows"),
+                // The recount also picks up windows other collectors stored in a shared table.
+                let pass = move || Ok::<_, StoreError>((store.retain(before)?, store.count()?));
+                match tokio::task::spawn_blocking(pass).await {
+                    Ok(Ok((removed, stored))) => {
+                        metrics.windows_stored.store(stored, Ordering::Relaxed);
+                        if removed > 0 {
+                            eprintln!("phaseprof-collector: retention removed {removed} windows");
+                        }
+                    }
                     Ok(Err(e)) => eprintln!("phaseprof-collector: retention: {e}"),
                     Err(e) => eprintln!("phaseprof-collector: retention: {e}"),
                 }
@@ -126,31 +179,21 @@ fn run(args: Args) -> Result<()> {
         let pages = phaseprof::web::AppState {
             source: Arc::new(Selections::new(state.store.clone())),
             token: state.read_token.clone(),
+            tls: tls.is_some(),
         };
+        let counters = state.metrics.connections.clone();
         let app = phaseprof_collector::app(state).merge(phaseprof::web::app(pages));
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        eprintln!(
+            "phaseprof-collector: listening on {scheme}://{}/",
+            listener.local_addr()?
+        );
         match tls {
-            Some(config) => {
-                eprintln!(
-                    "phaseprof-collector: listening on https://{}/",
-                    listener.local_addr()?
-                );
-                let listener = TlsListener::new(listener, config)?;
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stop)
-                    .await?;
-            }
-            None => {
-                eprintln!(
-                    "phaseprof-collector: listening on http://{}/",
-                    listener.local_addr()?
-                );
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stop)
-                    .await?;
-            }
+            Some(config) => serve(listener, app, limits, counters, handshake(config), stop).await?,
+            None => serve(listener, app, limits, counters, plain, stop).await?,
         }
         Ok(())
     })

@@ -15,6 +15,9 @@ use crate::store::{parse_age, Selector, Store, WindowInfo};
 /// A merged selection is reused this long: one page view fetches its profile several times
 /// (the page, each flamegraph, the downloads).
 const CACHE_FOR: Duration = Duration::from_secs(30);
+/// Merged selections kept at most (the oldest goes first): memory stays bounded whatever
+/// selections clients ask for.
+const CACHE_ENTRIES: usize = 8;
 /// The index lists label sets with windows this recent.
 const LISTED: Duration = Duration::from_secs(24 * 3600);
 /// How long one scan of the listed windows serves the index.
@@ -22,9 +25,14 @@ const LISTED_FOR: Duration = Duration::from_secs(5);
 /// The range of a listed label set's profile.
 const DEFAULT_LAST: &str = "1h";
 
+/// A selection's merge, once computed (None: it selects nothing).
+type Merged = std::sync::OnceLock<Option<Arc<Profile>>>;
+
 pub struct Selections {
     store: Arc<dyn Store>,
-    cache: Mutex<Vec<(String, Instant, Arc<Profile>)>>,
+    /// Selection → its merge, computed once by whichever request came first. The lock is held
+    /// only to find or add an entry, never while merging: other selections are not held up.
+    cache: Mutex<Vec<(String, Instant, Arc<Merged>)>>,
     /// The last day's windows (metadata): the index lists them and builds its pickers from
     /// them, one scan of the store for both.
     listed: Mutex<Option<(Instant, Arc<Vec<WindowInfo>>)>>,
@@ -132,15 +140,31 @@ impl ProfileSource for Selections {
     }
 
     fn get(&self, id: &str) -> Option<Arc<Profile>> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.retain(|(_, at, _)| at.elapsed() < CACHE_FOR);
-        if let Some((_, _, p)) = cache.iter().find(|(k, _, _)| k == id) {
-            return Some(p.clone());
+        let slot = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.retain(|(_, at, _)| at.elapsed() < CACHE_FOR);
+            match cache.iter().find(|(k, _, _)| k == id) {
+                Some((_, _, slot)) => slot.clone(),
+                None => {
+                    if cache.len() >= CACHE_ENTRIES {
+                        cache.remove(0);
+                    }
+                    let slot = Arc::new(Merged::default());
+                    cache.push((id.to_string(), Instant::now(), slot.clone()));
+                    slot
+                }
+            }
+        };
+        // Concurrent requests for this selection wait here for the one merge; others do not.
+        let merged = slot
+            .get_or_init(|| blocking(|| self.merge(id)).map(Arc::new))
+            .clone();
+        if merged.is_none() {
+            // Nothing selected yet: the next request looks again rather than trust this.
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.retain(|(_, _, s)| !Arc::ptr_eq(s, &slot));
         }
-        // Merged under the lock: concurrent requests for one selection merge it once.
-        let p = Arc::new(blocking(|| self.merge(id))?);
-        cache.push((id.to_string(), Instant::now(), p.clone()));
-        Some(p)
+        merged
     }
 
     fn refresh_s(&self) -> u32 {
@@ -244,12 +268,13 @@ mod tests {
             write_profile(&p, &mut body).unwrap();
             let m = &p.meta;
             store
-                .insert(host, &m.labels, m.start_unix_ns, m.end_unix_ns, &body)
+                .insert(host, None, &m.labels, m.start_unix_ns, m.end_unix_ns, &body)
                 .unwrap();
         }
         let app = phaseprof::web::app(phaseprof::web::AppState {
             source: Arc::new(Selections::new(store)),
             token: None,
+            tls: false,
         });
         let (status, _, index) = get(&app, "/").await;
         assert_eq!(status, 200);

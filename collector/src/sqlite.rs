@@ -1,17 +1,20 @@
 //! The embedded store: one SQLite file under `--data DIR`, durable across restarts. WAL with
 //! synchronous=NORMAL: a committed window survives the collector being killed (the WAL is in
 //! the page cache); only a power loss can take the last commits. FULL would fsync every window
-//! (~10 ms here), capping ingest far below a fleet's rate.
+//! (~10 ms here), capping ingest far below a fleet's rate. Queries read through their own
+//! connection (WAL readers do not wait for the writer), so a large query never holds up ingest.
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::store::{Selector, Store, StoreError, WindowInfo};
+use crate::store::{Inserted, Selector, Store, StoreError, WindowInfo};
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Queries' connection; None in memory (a second connection would be another database).
+    reader: Option<Mutex<Connection>>,
 }
 
 fn backend(e: rusqlite::Error) -> StoreError {
@@ -23,7 +26,14 @@ impl SqliteStore {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::Backend(format!("{}: {e}", dir.display())))?;
-        Self::with(Connection::open(dir.join("windows.sqlite")).map_err(backend)?)
+        let path = dir.join("windows.sqlite");
+        let mut store = Self::with(Connection::open(&path).map_err(backend)?)?;
+        let reader = Connection::open(&path).map_err(backend)?;
+        reader
+            .busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(backend)?;
+        store.reader = Some(Mutex::new(reader));
+        Ok(store)
     }
 
     /// An in-memory store (tests).
@@ -46,13 +56,35 @@ impl SqliteStore {
              CREATE INDEX IF NOT EXISTS windows_start ON windows(start_ns);",
         )
         .map_err(backend)?;
+        // The idempotency key (added to stores created before it existed).
+        let has_key: bool = conn
+            .prepare("SELECT 1 FROM pragma_table_info('windows') WHERE name = 'idem'")
+            .and_then(|mut s| s.exists([]))
+            .map_err(backend)?;
+        if !has_key {
+            conn.execute_batch("ALTER TABLE windows ADD COLUMN idem TEXT")
+                .map_err(backend)?;
+        }
+        conn.execute_batch(
+            "CREATE UNIQUE INDEX IF NOT EXISTS windows_idem ON windows(agent, idem) \
+             WHERE idem IS NOT NULL;",
+        )
+        .map_err(backend)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            reader: None,
         })
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
+        match &self.reader {
+            Some(r) => r.lock().unwrap_or_else(|e| e.into_inner()),
+            None => self.conn(),
+        }
     }
 
     /// Rows in the time range; labels are matched in Rust (selectors are few, windows' labels
@@ -62,7 +94,7 @@ impl SqliteStore {
         sel: &Selector,
         with_body: bool,
     ) -> Result<Vec<(WindowInfo, Vec<u8>)>, StoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let to = if sel.to_ns == 0 {
             i64::MAX
         } else {
@@ -117,20 +149,40 @@ impl Store for SqliteStore {
     fn insert(
         &self,
         agent: &str,
+        key: Option<&str>,
         labels: &BTreeMap<String, String>,
         start_ns: u64,
         end_ns: u64,
         body: &[u8],
-    ) -> Result<i64, StoreError> {
+    ) -> Result<Inserted, StoreError> {
         let conn = self.conn();
+        if let Some(key) = key {
+            let first: Option<i64> = conn
+                .query_row(
+                    "SELECT id FROM windows WHERE agent = ?1 AND idem = ?2",
+                    params![agent, key],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(backend)?;
+            if let Some(id) = first {
+                return Ok(Inserted {
+                    id,
+                    duplicate: true,
+                });
+            }
+        }
         let labels =
             serde_json::to_string(labels).map_err(|e| StoreError::Backend(e.to_string()))?;
         conn.execute(
-            "INSERT INTO windows (agent, labels, start_ns, end_ns, body) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![agent, labels, start_ns.min(i64::MAX as u64) as i64, end_ns.min(i64::MAX as u64) as i64, body],
+            "INSERT INTO windows (agent, labels, start_ns, end_ns, body, idem) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![agent, labels, start_ns.min(i64::MAX as u64) as i64, end_ns.min(i64::MAX as u64) as i64, body, key],
         )
         .map_err(backend)?;
-        Ok(conn.last_insert_rowid())
+        Ok(Inserted {
+            id: conn.last_insert_rowid(),
+            duplicate: false,
+        })
     }
 
     fn windows(&self, sel: &Selector) -> Result<Vec<WindowInfo>, StoreError> {
@@ -151,7 +203,7 @@ impl Store for SqliteStore {
     }
 
     fn count(&self) -> Result<u64, StoreError> {
-        self.conn()
+        self.reader()
             .query_row("SELECT count(*) FROM windows", [], |r| r.get::<_, i64>(0))
             .map(|n| n as u64)
             .map_err(backend)
@@ -162,7 +214,8 @@ impl Store for SqliteStore {
 mod tests {
     use super::*;
 
-    // Checks insert, selection by labels and time, retention and durability across a reopen.
+    // Checks insert, selection by labels and time, retention, durability across a reopen, and
+    // that a key an agent used before stores nothing twice (other agents may use the same key).
     #[test]
     fn stores_selects_and_survives_reopen() {
         let dir = std::env::temp_dir().join(format!("phaseprof-sqlite-{}", std::process::id()));
@@ -170,11 +223,20 @@ mod tests {
         let labels = |host: &str| BTreeMap::from([("host".to_string(), host.to_string())]);
         {
             let s = SqliteStore::open(&dir).unwrap();
-            s.insert("a1", &labels("a"), 10, 20, b"one").unwrap();
-            s.insert("b1", &labels("b"), 15, 25, b"two").unwrap();
-            s.insert("a1", &labels("a"), 30, 40, b"three").unwrap();
+            s.insert("a1", Some("w1"), &labels("a"), 10, 20, b"one")
+                .unwrap();
+            s.insert("b1", Some("w1"), &labels("b"), 15, 25, b"two")
+                .unwrap();
+            s.insert("a1", None, &labels("a"), 30, 40, b"three")
+                .unwrap();
         }
         let s = SqliteStore::open(&dir).unwrap();
+        assert_eq!(s.count().unwrap(), 3);
+        // A retry of a1's first window, after the restart: the first copy, nothing stored.
+        let again = s
+            .insert("a1", Some("w1"), &labels("a"), 10, 20, b"one")
+            .unwrap();
+        assert_eq!((again.id, again.duplicate), (1, true));
         assert_eq!(s.count().unwrap(), 3);
         let sel = Selector {
             labels: labels("a"),

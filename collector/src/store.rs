@@ -70,16 +70,27 @@ pub struct WindowInfo {
     pub bytes: usize,
 }
 
+/// What `Store::insert` did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Inserted {
+    pub id: i64,
+    /// The agent had already stored a window under this idempotency key: `id` is that one's,
+    /// and nothing was stored.
+    pub duplicate: bool,
+}
+
 pub trait Store: Send + Sync + 'static {
-    /// Stores one window (all of it or nothing) and returns its id.
+    /// Stores one window (all of it or nothing), unless `agent` stored one under the same `key`
+    /// before.
     fn insert(
         &self,
         agent: &str,
+        key: Option<&str>,
         labels: &BTreeMap<String, String>,
         start_ns: u64,
         end_ns: u64,
         body: &[u8],
-    ) -> Result<i64, StoreError>;
+    ) -> Result<Inserted, StoreError>;
     /// The windows `sel` selects, oldest first.
     fn windows(&self, sel: &Selector) -> Result<Vec<WindowInfo>, StoreError>;
     /// Their bodies, in the same order.

@@ -1,20 +1,17 @@
-//! `--tls-cert`/`--tls-key`: the collector serves HTTPS (rustls). Handshakes run in their own
-//! tasks with a deadline, off the accept path, so one slow or silent client cannot hold up the
-//! others; `accept` hands axum only connections whose handshake completed.
-use std::net::SocketAddr;
+//! `--tls-cert`/`--tls-key`: the collector serves HTTPS (rustls). Handshakes run in each
+//! connection's own task, under the server's header deadline (`phaseprof::web::server`).
+use std::future::Future;
+use std::io;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::{rustls, TlsAcceptor};
-
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The server's certificate chain (leaf first) and key, from PEM files.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>> {
@@ -37,56 +34,19 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
     Ok(Arc::new(config))
 }
 
-pub struct TlsListener {
-    local: SocketAddr,
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-}
-
-impl TlsListener {
-    pub fn new(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> Result<Self> {
-        let local = tcp.local_addr()?;
-        let acceptor = TlsAcceptor::from(config);
-        let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match tcp.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Out of file descriptors and the like: pause rather than spin.
-                        eprintln!("phaseprof-collector: accept: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => eprintln!("phaseprof-collector: TLS from {peer}: {e}"),
-                        Err(_) => eprintln!("phaseprof-collector: TLS from {peer}: timed out"),
-                    }
-                });
-            }
-        });
-        Ok(TlsListener { local, ready })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            // The accept task never ends while the listener lives.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+/// The handshake `web::server::serve` runs on each accepted connection (within its header
+/// deadline and its connection limit, so a silent client holds neither the accept loop nor
+/// more than one slot).
+pub fn handshake(
+    config: Arc<rustls::ServerConfig>,
+) -> impl Fn(TcpStream) -> Pin<Box<dyn Future<Output = io::Result<TlsStream<TcpStream>>> + Send>>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    let acceptor = TlsAcceptor::from(config);
+    move |tcp| {
+        let acceptor = acceptor.clone();
+        Box::pin(async move { acceptor.accept(tcp).await })
     }
 }

@@ -1,10 +1,20 @@
-//! Agent tokens: one `AGENT-NAME TOKEN` per line of `--tokens FILE` (`#` comments). An upload's
-//! bearer token names the agent that sent it.
-use std::collections::HashMap;
+//! Agent tokens: one `AGENT-NAME TOKEN [KEY=VALUE …]` per line of `--tokens FILE` (`#`
+//! comments). An upload's bearer token names the agent that sent it; the `KEY=VALUE` pins are
+//! labels every window of that agent must carry (`host=relay-3`: that token cannot write as
+//! another host).
+use std::collections::{BTreeMap, HashMap};
 
 #[derive(Clone, Debug, Default)]
 pub struct Tokens {
-    by_token: HashMap<String, String>,
+    by_token: HashMap<String, Agent>,
+}
+
+/// The agent a token names.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Agent {
+    pub name: String,
+    /// Labels its windows must carry, with these values.
+    pub pins: BTreeMap<String, String>,
 }
 
 impl Tokens {
@@ -17,20 +27,37 @@ impl Tokens {
                 continue;
             }
             let mut parts = line.split_whitespace();
-            let (Some(agent), Some(token), None) = (parts.next(), parts.next(), parts.next())
-            else {
-                return Err(format!("{file}:{}: expected `AGENT-NAME TOKEN`", i + 1));
+            let (Some(name), Some(token)) = (parts.next(), parts.next()) else {
+                return Err(format!(
+                    "{file}:{}: expected `AGENT-NAME TOKEN [KEY=VALUE …]`",
+                    i + 1
+                ));
             };
             if token.len() < 16 {
                 return Err(format!(
-                    "{file}:{}: the token of `{agent}` is shorter than 16 characters",
+                    "{file}:{}: the token of `{name}` is shorter than 16 characters",
                     i + 1
                 ));
             }
-            if by_token
-                .insert(token.to_string(), agent.to_string())
-                .is_some()
-            {
+            let mut pins = BTreeMap::new();
+            for pin in parts {
+                match pin.split_once('=') {
+                    Some((k, v)) if !k.is_empty() && !v.is_empty() => {
+                        pins.insert(k.to_string(), v.to_string());
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{file}:{}: `{pin}` is not a label pin KEY=VALUE (after `AGENT-NAME TOKEN`)",
+                            i + 1
+                        ))
+                    }
+                }
+            }
+            let agent = Agent {
+                name: name.to_string(),
+                pins,
+            };
+            if by_token.insert(token.to_string(), agent).is_some() {
                 return Err(format!("{file}:{}: this token is given twice", i + 1));
             }
         }
@@ -43,16 +70,11 @@ impl Tokens {
     }
 
     /// The agent a token belongs to (compared in constant time against every token).
-    pub fn agent(&self, token: &str) -> Option<&str> {
+    pub fn agent(&self, token: &str) -> Option<&Agent> {
         let mut found = None;
         for (t, agent) in &self.by_token {
-            let same = t.len() == token.len()
-                && t.bytes()
-                    .zip(token.bytes())
-                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                    == 0;
-            if same {
-                found = Some(agent.as_str());
+            if phaseprof::web::auth::same(t, token) {
+                found = Some(agent);
             }
         }
         found
@@ -63,18 +85,24 @@ impl Tokens {
 mod tests {
     use super::*;
 
-    // Checks parsing, lookup and the errors a bad tokens file gets.
+    // Checks parsing, lookup, label pins and the errors a bad tokens file gets.
     #[test]
     fn tokens_file() {
         let t = Tokens::parse(
             "t",
-            "# fleet\nhost-a aaaaaaaaaaaaaaaaaaaa\nhost-b bbbbbbbbbbbbbbbbbbbb # note\n",
+            "# fleet\nhost-a aaaaaaaaaaaaaaaaaaaa host=a\nhost-b bbbbbbbbbbbbbbbbbbbb # note\n",
         )
         .unwrap();
-        assert_eq!(t.agent("aaaaaaaaaaaaaaaaaaaa"), Some("host-a"));
+        let a = t.agent("aaaaaaaaaaaaaaaaaaaa").unwrap();
+        assert_eq!(a.name, "host-a");
+        assert_eq!(a.pins, BTreeMap::from([("host".into(), "a".into())]));
+        assert!(t.agent("bbbbbbbbbbbbbbbbbbbb").unwrap().pins.is_empty());
         assert_eq!(t.agent("nope"), None);
         assert!(Tokens::parse("t", "x short").unwrap_err().contains("t:1"));
         assert!(Tokens::parse("t", "x aaaaaaaaaaaaaaaaaaaa y")
+            .unwrap_err()
+            .contains("label pin"));
+        assert!(Tokens::parse("t", "x")
             .unwrap_err()
             .contains("AGENT-NAME TOKEN"));
         assert!(Tokens::parse("t", "")

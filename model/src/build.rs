@@ -111,7 +111,7 @@ impl ProfileBuilder {
             });
             samples.len() - 1
         });
-        samples[i].count += count;
+        samples[i].count = samples[i].count.saturating_add(count);
     }
 
     pub fn add_offcpu(&mut self, pid: u32, tid: u32, at: PhaseAt, stack: u32, ns: u64) {
@@ -128,7 +128,7 @@ impl ProfileBuilder {
             });
             samples.len() - 1
         });
-        samples[i].ns += ns;
+        samples[i].ns = samples[i].ns.saturating_add(ns);
     }
 
     pub fn add_syscall(
@@ -155,8 +155,8 @@ impl ProfileBuilder {
             });
             samples.len() - 1
         });
-        samples[i].count += count;
-        samples[i].total_ns += total_ns;
+        samples[i].count = samples[i].count.saturating_add(count);
+        samples[i].total_ns = samples[i].total_ns.saturating_add(total_ns);
     }
 
     /// Sampled allocations: `bytes` estimated bytes, `count` estimated allocations.
@@ -185,9 +185,9 @@ impl ProfileBuilder {
                 });
                 v.len() - 1
             });
-        v[i].bytes += bytes;
+        v[i].bytes = v[i].bytes.saturating_add(bytes);
         v[i].count += count;
-        v[i].samples += samples;
+        v[i].samples = v[i].samples.saturating_add(samples);
     }
 
     pub fn add_alloc_total(&mut self, pid: u32, at: PhaseAt, bytes: u64, count: u64, frees: u64) {
@@ -206,9 +206,9 @@ impl ProfileBuilder {
                 });
                 v.len() - 1
             });
-        v[i].bytes += bytes;
-        v[i].count += count;
-        v[i].frees += frees;
+        v[i].bytes = v[i].bytes.saturating_add(bytes);
+        v[i].count = v[i].count.saturating_add(count);
+        v[i].frees = v[i].frees.saturating_add(frees);
     }
 
     pub fn add_page_faults(&mut self, pid: u32, tid: u32, at: PhaseAt, stack: u32, count: u64) {
@@ -227,7 +227,7 @@ impl ProfileBuilder {
                 });
                 v.len() - 1
             });
-        v[i].count += count;
+        v[i].count = v[i].count.saturating_add(count);
     }
 
     /// Replaces the live heap (it is a state, read once at the end, not a sum over windows).

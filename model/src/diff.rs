@@ -167,12 +167,44 @@ fn side(xs: &[f64]) -> Side {
     }
 }
 
+/// What a diff needs of one run: its metrics and, per event kind it recorded, each stack's
+/// share. Much smaller than the profile, so many runs (a fleet's stored windows) can be
+/// compared by decoding one profile at a time and keeping only this.
+#[derive(Clone, Debug)]
+pub struct RunDigest {
+    metrics: BTreeMap<(String, String), f64>,
+    shares: Vec<(EventKind, HashMap<String, f64>)>,
+}
+
+impl RunDigest {
+    pub fn of(p: &Profile) -> Self {
+        RunDigest {
+            metrics: metrics(p),
+            shares: EventKind::ALL
+                .into_iter()
+                .filter(|&k| p.recorded(k))
+                .map(|k| (k, stack_shares(p, k)))
+                .collect(),
+        }
+    }
+
+    fn shares(&self, kind: EventKind) -> Option<&HashMap<String, f64>> {
+        self.shares.iter().find(|(k, _)| *k == kind).map(|(_, s)| s)
+    }
+}
+
 /// Compares runs `a` (baseline) with runs `b`.
 pub fn diff(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> DiffReport {
-    let ma: Vec<_> = a.iter().map(metrics).collect();
-    let mb: Vec<_> = b.iter().map(metrics).collect();
+    let digest = |runs: &[Profile]| runs.iter().map(RunDigest::of).collect::<Vec<_>>();
+    diff_digests(&digest(a), &digest(b), opts)
+}
+
+/// `diff` of runs already digested.
+pub fn diff_digests(a: &[RunDigest], b: &[RunDigest], opts: &DiffOptions) -> DiffReport {
+    let ma: Vec<_> = a.iter().map(|r| &r.metrics).collect();
+    let mb: Vec<_> = b.iter().map(|r| &r.metrics).collect();
     let keys: BTreeSet<&(String, String)> = ma.iter().chain(&mb).flat_map(|m| m.keys()).collect();
-    let values = |ms: &[BTreeMap<(String, String), f64>], k: &(String, String)| -> Vec<f64> {
+    let values = |ms: &[&BTreeMap<(String, String), f64>], k: &(String, String)| -> Vec<f64> {
         ms.iter().filter_map(|m| m.get(k).copied()).collect()
     };
     // `calls` is context, not a cost: shown, never judged.
@@ -225,19 +257,24 @@ pub fn diff(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> DiffReport {
 }
 
 /// Per event kind, the stacks whose share changed most significantly (|t|), or most (one run).
-fn stack_changes(a: &[Profile], b: &[Profile], opts: &DiffOptions, alpha: f64) -> Vec<StackChange> {
+fn stack_changes(
+    a: &[RunDigest],
+    b: &[RunDigest],
+    opts: &DiffOptions,
+    alpha: f64,
+) -> Vec<StackChange> {
     let mut out = Vec::new();
     for kind in EventKind::ALL {
-        if !a.iter().chain(b).all(|p| p.recorded(kind)) {
-            continue;
-        }
-        let sa: Vec<_> = a.iter().map(|p| stack_shares(p, kind)).collect();
-        let sb: Vec<_> = b.iter().map(|p| stack_shares(p, kind)).collect();
+        let sa: Option<Vec<_>> = a.iter().map(|r| r.shares(kind)).collect();
+        let sb: Option<Vec<_>> = b.iter().map(|r| r.shares(kind)).collect();
+        let (Some(sa), Some(sb)) = (sa, sb) else {
+            continue; // not recorded by every run
+        };
         let stacks: BTreeSet<&String> = sa.iter().chain(&sb).flat_map(|m| m.keys()).collect();
         let mut changes: Vec<StackChange> = stacks
             .into_iter()
             .filter_map(|s| {
-                let get = |ms: &[HashMap<String, f64>]| -> Vec<f64> {
+                let get = |ms: &[&HashMap<String, f64>]| -> Vec<f64> {
                     ms.iter()
                         .map(|m| m.get(s).copied().unwrap_or(0.0))
                         .collect()

@@ -9,6 +9,7 @@ pub mod diff;
 pub mod format;
 pub mod merge;
 pub mod profile;
+pub mod split;
 pub mod stats;
 pub mod summary;
 mod syscall_names;

@@ -8,7 +8,8 @@ use crate::profile::*;
 pub fn phase_stats_since(later: &PhaseStats, earlier: &PhaseStats) -> PhaseStats {
     let mut hist = std::collections::BTreeMap::new();
     for &(i, n) in &later.wall_hist {
-        *hist.entry(i).or_insert(0u64) += n;
+        let e = hist.entry(i).or_insert(0u64);
+        *e = e.saturating_add(n);
     }
     for &(i, n) in &earlier.wall_hist {
         let e = hist.entry(i).or_insert(0u64);
@@ -44,24 +45,26 @@ pub fn phase_stats_since(later: &PhaseStats, earlier: &PhaseStats) -> PhaseStats
 fn add_stats(into: &mut PhaseStats, s: &PhaseStats) {
     let mut hist: std::collections::BTreeMap<u32, u64> = into.wall_hist.iter().copied().collect();
     for &(i, n) in &s.wall_hist {
-        *hist.entry(i).or_default() += n;
+        let e = hist.entry(i).or_default();
+        *e = e.saturating_add(n);
     }
     into.wall_hist = hist.into_iter().collect();
-    into.calls += s.calls;
-    into.wall_ns += s.wall_ns;
+    into.calls = into.calls.saturating_add(s.calls);
+    into.wall_ns = into.wall_ns.saturating_add(s.wall_ns);
     into.wall_max_ns = into.wall_max_ns.max(s.wall_max_ns);
-    into.cpu_ns += s.cpu_ns;
-    into.offcpu_ns += s.offcpu_ns;
-    into.gowait_ns += s.gowait_ns;
-    into.syscalls += s.syscalls;
-    into.syscall_ns += s.syscall_ns;
+    into.cpu_ns = into.cpu_ns.saturating_add(s.cpu_ns);
+    into.offcpu_ns = into.offcpu_ns.saturating_add(s.offcpu_ns);
+    into.gowait_ns = into.gowait_ns.saturating_add(s.gowait_ns);
+    into.syscalls = into.syscalls.saturating_add(s.syscalls);
+    into.syscall_ns = into.syscall_ns.saturating_add(s.syscall_ns);
     for (k, v) in &s.costs {
-        *into.costs.entry(k.clone()).or_default() += v;
+        let e = into.costs.entry(k.clone()).or_default();
+        *e = e.saturating_add(*v);
     }
-    into.alloc_bytes += s.alloc_bytes;
-    into.allocs += s.allocs;
-    into.frees += s.frees;
-    into.page_faults += s.page_faults;
+    into.alloc_bytes = into.alloc_bytes.saturating_add(s.alloc_bytes);
+    into.allocs = into.allocs.saturating_add(s.allocs);
+    into.frees = into.frees.saturating_add(s.frees);
+    into.page_faults = into.page_faults.saturating_add(s.page_faults);
 }
 
 /// One profile holding everything of `profiles` (which should share their phases; phases are
@@ -146,15 +149,21 @@ impl Merger {
             }
         }
         let lost = &mut merged.lost;
-        lost.events += p.lost.events;
-        lost.stacks += p.lost.stacks;
-        lost.syscalls_in_flight_at_start += p.lost.syscalls_in_flight_at_start;
-        lost.phase_exits_before_start += p.lost.phase_exits_before_start;
+        lost.events = lost.events.saturating_add(p.lost.events);
+        lost.stacks = lost.stacks.saturating_add(p.lost.stacks);
+        lost.syscalls_in_flight_at_start = lost
+            .syscalls_in_flight_at_start
+            .saturating_add(p.lost.syscalls_in_flight_at_start);
+        lost.phase_exits_before_start = lost
+            .phase_exits_before_start
+            .saturating_add(p.lost.phase_exits_before_start);
         for (k, v) in &p.lost.by_reason {
-            *lost.by_reason.entry(k.clone()).or_default() += v;
+            let e = lost.by_reason.entry(k.clone()).or_default();
+            *e = e.saturating_add(*v);
         }
         for (k, v) in &p.costs {
-            *merged.costs.entry(k.clone()).or_default() += v;
+            let e = merged.costs.entry(k.clone()).or_default();
+            *e = e.saturating_add(*v);
         }
         let frame_map: Vec<u32> = p.frames.iter().map(|f| b.intern_frame_ref(f)).collect();
         let stack_map: Vec<u32> = p
@@ -304,6 +313,27 @@ mod tests {
         assert_eq!(d.calls, 4);
         assert_eq!(d.wall_hist, vec![(5, 4)]);
         assert_eq!(d.costs["flush_syscalls"], 4);
+    }
+
+    // Checks that merged counters saturate instead of wrapping: two windows near u64::MAX
+    // (a hostile upload can claim anything) sum to u64::MAX, not to a small number.
+    #[test]
+    fn merged_counters_saturate() {
+        let (mut a, mut b) = (window(3, 10), window(5, 4));
+        for p in [&mut a, &mut b] {
+            p.cpu[0].count = u64::MAX - 1;
+            p.phase_stats[1].calls = u64::MAX - 1;
+            p.phase_stats[1].wall_hist = vec![(5, u64::MAX - 1)];
+            p.lost.events = u64::MAX - 1;
+        }
+        let m = merge(&[&a, &b]);
+        let mut b = ProfileBuilder::new(Meta::default(), vec![]);
+        b.add_cpu(1, 1, PhaseAt::NONE, 0, u64::MAX - 1);
+        b.add_cpu(1, 1, PhaseAt::NONE, 0, u64::MAX - 1);
+        assert_eq!(b.finish().cpu[0].count, u64::MAX);
+        assert_eq!(m.phase_stats[1].calls, u64::MAX);
+        assert_eq!(m.phase_stats[1].wall_hist, vec![(5, u64::MAX)]);
+        assert_eq!(m.lost.events, u64::MAX);
     }
 
     // Checks that phases are matched by name whatever their order, new ones appended: windows

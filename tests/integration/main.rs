@@ -4,11 +4,13 @@
 mod allocations;
 mod attach;
 mod browser;
+mod deploy;
 mod diff;
 mod errors;
 mod exactness;
 mod exports;
 mod fleet;
+mod hostile;
 mod phases;
 mod real_servers;
 mod soak;

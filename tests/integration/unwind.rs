@@ -97,12 +97,20 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
         entry_fp_walk < 50.0,
         "the fp walk reached the entry for {entry_fp_walk:.1}%"
     );
-    // Every sample came through the stack copy, and the kernel dropped none.
-    assert_eq!(u["unwound_samples"].as_u64(), Some(n_dwarf), "{u}");
+    // Every sample came through the stack copy, or is counted lost for want of room in the
+    // copy ring (it can fill while a loaded machine keeps the agent from reading it); few are.
+    let lost = report_json(&dwarf)["lost"].clone();
+    let ring_full = lost["by_reason"]["stack_copy_ringbuf_full"].as_u64().unwrap_or(0);
+    assert_eq!(
+        u["unwound_samples"].as_u64().unwrap_or(0) + ring_full,
+        n_dwarf,
+        "{u} lost {lost}"
+    );
+    assert!(ring_full * 100 <= n_dwarf, "lost {lost} of {n_dwarf}");
     // The agent's own count of walks that reached the stack's end agrees with the symbols.
     let complete = u["complete"].as_u64().unwrap_or(0);
     assert!(complete as f64 >= 0.95 * n_dwarf as f64, "{u}");
-    assert_eq!(report_json(&dwarf)["lost"]["stacks"].as_u64(), Some(0));
+    assert_eq!(lost["stacks"].as_u64(), Some(ring_full), "{lost}");
     let how = |file: &Path| how_walked(file, 0);
     assert!(
         how(&dwarf).starts_with("dwarf (--unwind dwarf"),

@@ -425,7 +425,7 @@ pub fn served_url(stderr: &mut impl std::io::BufRead) -> String {
 
 /// One HTTP/1.0 request to `http://host:port/path`, with extra header lines and a body:
 /// (status, body), or the I/O error (a server still starting).
-fn try_http_request(
+pub fn try_http_request(
     method: &str,
     url: &str,
     headers: &str,

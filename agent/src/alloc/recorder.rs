@@ -98,11 +98,12 @@ impl AllocRecorder {
         for s in &found {
             if let AllocKind::GoSample { rate_addr, .. } = s.kind {
                 if rate_addr != 0 {
-                    self.go_rates.push(GoRate {
-                        pid,
-                        addr: rate_addr,
-                        replaced: None,
-                    });
+                    match GoRate::open(pid, rate_addr) {
+                        Ok(g) => self.go_rates.push(g),
+                        Err(e) => eprintln!(
+                            "phaseprof: pid {pid}: cannot open its memory to turn Go heap sampling on ({e}); allocation stacks only if the program samples itself"
+                        ),
+                    }
                 }
             }
         }

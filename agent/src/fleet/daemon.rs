@@ -87,6 +87,9 @@ fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
          # TYPE phaseprof_agent_windows_spooled_total counter\nphaseprof_agent_windows_spooled_total {}\n\
          # TYPE phaseprof_agent_windows_dropped_total counter\nphaseprof_agent_windows_dropped_total {}\n\
          # TYPE phaseprof_agent_windows_rejected_total counter\nphaseprof_agent_windows_rejected_total {}\n\
+         # TYPE phaseprof_agent_windows_split_total counter\nphaseprof_agent_windows_split_total {}\n\
+         # HELP phaseprof_agent_collector_auth_failures_total Uploads the collector refused as unauthorized (401/403): its windows stay spooled.\n\
+         # TYPE phaseprof_agent_collector_auth_failures_total counter\nphaseprof_agent_collector_auth_failures_total {}\n\
          # TYPE phaseprof_agent_spool_windows gauge\nphaseprof_agent_spool_windows {}\n\
          # TYPE phaseprof_agent_targets gauge\nphaseprof_agent_targets {}\n\
          # TYPE phaseprof_agent_lost_events_total counter\nphaseprof_agent_lost_events_total {}\n\
@@ -103,6 +106,8 @@ fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
         g(&p.windows_spooled),
         g(&p.windows_dropped),
         g(&p.windows_rejected),
+        g(&p.windows_split),
+        g(&p.auth_failures),
         g(&p.spool_files),
         g(&a.targets),
         g(&a.lost_events),
@@ -115,7 +120,14 @@ fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
     )
 }
 
-/// A minimal Prometheus endpoint: every request gets the metrics.
+/// Requests of `/metrics` answered at once; more connections are closed unanswered.
+const METRICS_CONNECTIONS: usize = 16;
+/// A scraper has this long to send its request and read the answer.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A minimal Prometheus endpoint: every request gets the metrics. Each connection is answered
+/// on its own thread under a read and write deadline, so a client that connects and sends
+/// nothing delays no one.
 fn serve_metrics(
     addr: std::net::SocketAddr,
     a: Arc<AgentMetrics>,
@@ -127,19 +139,50 @@ fn serve_metrics(
         "phaseprof: metrics on http://{}/metrics",
         listener.local_addr()?
     );
+    let busy = Arc::new(AtomicU64::new(0));
     std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            let mut buf = [0u8; 1024];
-            let _ = conn.read(&mut buf);
-            let body = metrics_text(&a, &p);
-            let _ = write!(
-                conn,
-                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
+        for conn in listener.incoming().flatten() {
+            if busy.load(Ordering::Relaxed) >= METRICS_CONNECTIONS as u64 {
+                continue; // dropped: closed
+            }
+            busy.fetch_add(1, Ordering::Relaxed);
+            let (a, p, done) = (a.clone(), p.clone(), busy.clone());
+            let spawned = std::thread::Builder::new()
+                .name("metrics".into())
+                .spawn(move || {
+                    answer_metrics(conn, &a, &p);
+                    done.fetch_sub(1, Ordering::Relaxed);
+                });
+            if spawned.is_err() {
+                busy.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     });
     Ok(())
+}
+
+fn answer_metrics(mut conn: std::net::TcpStream, a: &AgentMetrics, p: &PushMetrics) {
+    let _ = conn.set_read_timeout(Some(METRICS_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(METRICS_TIMEOUT));
+    // The request head, up to its blank line (or the deadline, or 8 KiB).
+    let deadline = Instant::now() + METRICS_TIMEOUT;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if Instant::now() > deadline {
+            return;
+        }
+    }
+    let body = metrics_text(a, p);
+    let _ = write!(
+        conn,
+        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
 }
 
 /// Labels of a window: the config's, `host` (default: the hostname), `build_id` of the target.

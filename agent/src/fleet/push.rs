@@ -1,7 +1,11 @@
-//! Delivery of windows to the collector: POST with the agent's bearer token; when the collector
-//! cannot take them (down, 5xx), windows wait in a bounded on-disk spool and are sent oldest
-//! first, with exponential backoff, once it is back. Only what overflows the spool is dropped,
-//! and counted; a window the collector refuses (4xx) is counted as rejected.
+//! Delivery of windows to the collector: POST with the agent's bearer token and an
+//! Idempotency-Key naming the window (the same on every retry: a window the collector stored
+//! but could not acknowledge is not stored twice). When the collector cannot take them (down,
+//! 5xx, 429, or it refuses the token or labels: 401/403, a configuration to fix), windows wait
+//! in a bounded on-disk spool and are sent oldest first, with exponential backoff, once it
+//! takes them. A window too large for it (413) is cut in halves, sent one by one. Only what
+//! overflows the spool is dropped, and counted; a window the collector finds malformed (other
+//! 4xx) is counted as rejected.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,8 +20,15 @@ pub struct PushMetrics {
     pub windows_spooled: AtomicU64,
     pub windows_dropped: AtomicU64,
     pub windows_rejected: AtomicU64,
+    /// Windows sent as halves after a 413.
+    pub windows_split: AtomicU64,
+    /// Attempts the collector answered 401/403 (token or label pins): windows stay spooled.
+    pub auth_failures: AtomicU64,
     pub spool_files: AtomicU64,
 }
+
+/// Halvings of one window at most (2^8 parts) before it is given up as too large.
+const MAX_SPLITS: u32 = 8;
 
 /// TLS (rustls) trusting only the certificates of the PEM file `path`.
 fn trusting(path: &Path) -> Result<ureq::tls::TlsConfig> {
@@ -44,6 +55,8 @@ pub struct Sender {
     spool: PathBuf,
     limit: u64,
     seq: u64,
+    /// Random per run: with the sequence number, the windows' idempotency keys.
+    instance: String,
     backoff: Duration,
     retry_at: Option<Instant>,
     http: ureq::Agent,
@@ -54,8 +67,26 @@ enum Outcome {
     Sent,
     /// The collector is unreachable or failing: keep the window.
     Later(String),
+    /// The collector refuses this agent (token, label pins): keep the window, say so loudly.
+    Unauthorized(String),
     /// The collector refused this window: retrying cannot help.
     Refused(String),
+}
+
+/// A random hex id (the kernel's entropy pool).
+fn random_id() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if ok.is_err() {
+        // Never fails on Linux; the time and pid still make keys distinct per run.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        b = (t ^ (u64::from(std::process::id()) << 40)).to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 impl Sender {
@@ -91,6 +122,7 @@ impl Sender {
             spool,
             limit,
             seq,
+            instance: random_id(),
             backoff: Duration::from_secs(1),
             retry_at: None,
             http,
@@ -102,13 +134,15 @@ impl Sender {
         Ok(s)
     }
 
-    /// Spooled windows, oldest first: (sequence number, path).
+    /// Spooled windows, oldest first: (sequence number, path). A file is `SEQ-KEY.phaseprof`
+    /// (`SEQ.phaseprof` from agents before idempotency keys).
     fn spooled(dir: &PathBuf) -> Result<Vec<(u64, PathBuf)>> {
         let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)?
             .flatten()
             .filter_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
-                let n = name.strip_suffix(".phaseprof")?.parse().ok()?;
+                let stem = name.strip_suffix(".phaseprof")?;
+                let n = stem.split('-').next()?.parse().ok()?;
                 Some((n, e.path()))
             })
             .collect();
@@ -116,35 +150,92 @@ impl Sender {
         Ok(v)
     }
 
-    fn post(&self, body: &[u8]) -> Outcome {
-        let resp = self
+    /// The idempotency key a spooled file was written with.
+    fn spooled_key(path: &Path) -> Option<String> {
+        let name = path.file_name()?.to_str()?.strip_suffix(".phaseprof")?;
+        name.split_once('-').map(|(_, key)| key.to_string())
+    }
+
+    fn post_once(&self, body: &[u8], key: Option<&str>) -> (Outcome, bool) {
+        let mut req = self
             .http
             .post(&self.url)
             .header("Authorization", &format!("Bearer {}", self.token))
-            .header("Content-Type", "application/octet-stream")
-            .send(body);
-        match resp {
-            Err(e) => Outcome::Later(e.to_string()),
-            Ok(r) if r.status().is_success() => Outcome::Sent,
+            .header("Content-Type", "application/octet-stream");
+        if let Some(key) = key {
+            req = req.header("Idempotency-Key", key);
+        }
+        match req.send(body) {
+            Err(e) => (Outcome::Later(e.to_string()), false),
+            Ok(r) if r.status().is_success() => (Outcome::Sent, false),
             Ok(mut r) => {
                 let status = r.status();
                 let reason = r.body_mut().read_to_string().unwrap_or_default();
-                if status.is_server_error() || status.as_u16() == 429 {
-                    Outcome::Later(format!("{status}: {reason}"))
-                } else {
-                    Outcome::Refused(format!("{status}: {reason}"))
+                let why = format!("{status}: {reason}");
+                match status.as_u16() {
+                    413 => (Outcome::Refused(why), true),
+                    401 | 403 => (Outcome::Unauthorized(why), false),
+                    429 => (Outcome::Later(why), false),
+                    _ if status.is_server_error() => (Outcome::Later(why), false),
+                    _ => (Outcome::Refused(why), false),
                 }
             }
         }
+    }
+
+    /// Posts one window; on 413 cuts it in halves (keys `KEY.1`, `KEY.2`) and posts those, so
+    /// a retry after a partial failure re-sends only what may be missing, and duplicates none.
+    fn post(&self, body: &[u8], key: Option<&str>) -> Outcome {
+        self.post_split(body, key, 0)
+    }
+
+    fn post_split(&self, body: &[u8], key: Option<&str>, depth: u32) -> Outcome {
+        let (outcome, too_large) = self.post_once(body, key);
+        if !too_large || depth >= MAX_SPLITS {
+            return outcome;
+        }
+        let halves = phaseprof_model::read_profile(body)
+            .ok()
+            .and_then(|p| phaseprof_model::split::halves(&p));
+        let Some((a, b)) = halves else {
+            return outcome;
+        };
+        self.metrics.windows_split.fetch_add(1, Ordering::Relaxed);
+        for (i, half) in [a, b].iter().enumerate() {
+            let mut bytes = Vec::new();
+            if let Err(e) = phaseprof_model::write_profile(half, &mut bytes) {
+                return Outcome::Refused(format!("cutting a window too large: {e}"));
+            }
+            let key = key.map(|k| format!("{k}.{}", i + 1));
+            match self.post_split(&bytes, key.as_deref(), depth + 1) {
+                Outcome::Sent => {}
+                other => return other,
+            }
+        }
+        Outcome::Sent
+    }
+
+    /// Says why the collector refuses this agent, and backs off: windows stay spooled.
+    fn unauthorized(&mut self, reason: &str) {
+        self.metrics.auth_failures.fetch_add(1, Ordering::Relaxed);
+        eprintln!(
+            "phaseprof: ALERT: the collector refuses this agent ({reason}); check `token` (and the \
+             labels the collector's tokens file pins) in the agent's config. Windows are kept in \
+             the spool until it accepts them."
+        );
+        self.failed(reason);
     }
 
     /// Hands over one window: sent now if the collector is reachable and nothing older waits,
     /// else spooled.
     pub fn submit(&mut self, body: Vec<u8>) -> Result<()> {
         self.flush_spool(false);
+        let seq = self.seq;
+        self.seq += 1;
+        let key = format!("{}-{seq}", self.instance);
         let waiting = self.metrics.spool_files.load(Ordering::Relaxed) > 0;
         if !waiting && self.retry_at.is_none() {
-            match self.post(&body) {
+            match self.post(&body, Some(&key)) {
                 Outcome::Sent => {
                     self.metrics.windows_sent.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
@@ -157,9 +248,10 @@ impl Sender {
                     return Ok(());
                 }
                 Outcome::Later(reason) => self.failed(&reason),
+                Outcome::Unauthorized(reason) => self.unauthorized(&reason),
             }
         }
-        self.spool_window(&body)
+        self.spool_window(&body, seq, &key)
     }
 
     fn failed(&mut self, reason: &str) {
@@ -171,9 +263,8 @@ impl Sender {
         self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
     }
 
-    fn spool_window(&mut self, body: &[u8]) -> Result<()> {
-        let path = self.spool.join(format!("{:020}.phaseprof", self.seq));
-        self.seq += 1;
+    fn spool_window(&mut self, body: &[u8], seq: u64, key: &str) -> Result<()> {
+        let path = self.spool.join(format!("{seq:020}-{key}.phaseprof"));
         // Written whole under a temporary name, then renamed: a crash never leaves half a window.
         let tmp = path.with_extension("tmp");
         {
@@ -224,7 +315,7 @@ impl Sender {
             let Ok(body) = std::fs::read(&path) else {
                 continue;
             };
-            match self.post(&body) {
+            match self.post(&body, Self::spooled_key(&path).as_deref()) {
                 Outcome::Sent => self.metrics.windows_sent.fetch_add(1, Ordering::Relaxed),
                 Outcome::Refused(reason) => {
                     eprintln!(
@@ -240,6 +331,11 @@ impl Sender {
                     self.metrics.spool_files.store(left, Ordering::Relaxed);
                     return;
                 }
+                Outcome::Unauthorized(reason) => {
+                    self.unauthorized(&reason);
+                    self.metrics.spool_files.store(left, Ordering::Relaxed);
+                    return;
+                }
             };
             let _ = std::fs::remove_file(&path);
             left -= 1;
@@ -249,5 +345,142 @@ impl Sender {
             eprintln!("phaseprof: collector back; spool delivered");
         }
         self.backoff = Duration::from_secs(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use phaseprof_model::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+
+    /// What the fake collector saw: (Idempotency-Key, body length, status answered).
+    type Seen = Arc<Mutex<Vec<(String, usize, u16)>>>;
+
+    /// A collector stand-in on 127.0.0.1 answering each upload with `answer(body length)`.
+    fn fake_collector(answer: impl Fn(usize) -> u16 + Send + 'static) -> (String, Seen) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let (mut len, mut key) = (0, String::new());
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    if let Some(v) = lower.strip_prefix("idempotency-key:") {
+                        key = v.trim().to_string();
+                    }
+                }
+                let mut body = vec![0u8; len];
+                let _ = r.read_exact(&mut body);
+                let status = answer(len);
+                log.lock().unwrap().push((key, len, status));
+                let mut conn = conn;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    /// A window of `n` cpu samples on distinct stacks.
+    fn window(n: u32) -> Vec<u8> {
+        let mut b = ProfileBuilder::new(
+            Meta {
+                events: vec![EventKind::Cpu],
+                ..Meta::default()
+            },
+            vec![],
+        );
+        for i in 0..n {
+            let f = b.intern_frame(Frame {
+                function: format!("function_with_a_long_name_{i}"),
+                module: "m".into(),
+                kind: FrameKind::User,
+                inlined: false,
+            });
+            let s = b.intern_stack(vec![f]);
+            b.add_cpu(1, 1, PhaseAt::NONE, s, 1);
+        }
+        let mut out = Vec::new();
+        write_profile(&b.finish(), &mut out).unwrap();
+        out
+    }
+
+    fn spool(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("phaseprof-push-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    // Checks a collector that refuses windows over a size (413): the window is cut in halves,
+    // and halves again, until each part fits; every part carries the window's key with its
+    // place (`KEY.1`, `KEY.1.2` …), and all the samples arrive.
+    #[test]
+    fn a_window_too_large_is_sent_in_parts() {
+        let body = window(400);
+        let limit = body.len() / 3;
+        let (url, seen) = fake_collector(move |len| if len > limit { 413 } else { 201 });
+        let mut s = Sender::new(&url, None, "t", spool("split"), 1 << 20).unwrap();
+        s.submit(body).unwrap();
+        let seen = seen.lock().unwrap().clone();
+        let delivered: Vec<_> = seen.iter().filter(|(_, _, st)| *st == 201).collect();
+        assert!(delivered.len() >= 4, "{seen:?}");
+        assert!(
+            delivered.iter().all(|(k, _, _)| k.contains('.')),
+            "{seen:?}"
+        );
+        let keys: std::collections::BTreeSet<_> = delivered.iter().map(|(k, _, _)| k).collect();
+        assert_eq!(keys.len(), delivered.len(), "each part its own key");
+        assert_eq!(s.metrics.windows_sent.load(Ordering::Relaxed), 1);
+        assert!(s.metrics.windows_split.load(Ordering::Relaxed) >= 3);
+        assert_eq!(s.metrics.windows_rejected.load(Ordering::Relaxed), 0);
+    }
+
+    // Checks a collector that refuses the agent's token (401): windows are kept in the spool
+    // under their keys and the failure is counted; once the collector accepts, they are sent
+    // with the same keys they were spooled under.
+    #[test]
+    fn windows_refused_as_unauthorized_stay_spooled() {
+        let accept = Arc::new(AtomicBool::new(false));
+        let a = accept.clone();
+        let (url, seen) =
+            fake_collector(move |_| if a.load(Ordering::Relaxed) { 201 } else { 401 });
+        let dir = spool("auth");
+        let mut s = Sender::new(&url, None, "t", dir.clone(), 1 << 20).unwrap();
+        s.submit(window(3)).unwrap();
+        s.submit(window(4)).unwrap();
+        assert_eq!(s.metrics.spool_files.load(Ordering::Relaxed), 2);
+        assert_eq!(s.metrics.auth_failures.load(Ordering::Relaxed), 1);
+        assert_eq!(s.metrics.windows_rejected.load(Ordering::Relaxed), 0);
+        let spooled: Vec<String> = Sender::spooled(&dir)
+            .unwrap()
+            .iter()
+            .filter_map(|(_, p)| Sender::spooled_key(p))
+            .collect();
+        accept.store(true, Ordering::Relaxed);
+        s.flush_spool(true);
+        assert_eq!(s.metrics.spool_files.load(Ordering::Relaxed), 0);
+        assert_eq!(s.metrics.windows_sent.load(Ordering::Relaxed), 2);
+        let sent: Vec<String> = (seen.lock().unwrap().iter())
+            .filter(|(_, _, st)| *st == 201)
+            .map(|(k, _, _)| k.clone())
+            .collect();
+        assert_eq!(sent, spooled);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

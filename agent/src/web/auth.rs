@@ -30,12 +30,20 @@ fn query_token(req: &Request) -> Option<String> {
 /// only there, and a page of another site that resolves its own name to 127.0.0.1 (DNS
 /// rebinding) sends its own name.
 fn loopback_host(req: &Request) -> bool {
-    let Some(host) = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-    else {
-        return req.uri().host().is_none(); // HTTP/1.0 without Host: a local tool
+    let host = req.headers().get(header::HOST);
+    if host.is_none() && req.uri().host().is_some() {
+        return false;
+    }
+    is_loopback_host(host)
+}
+
+/// `loopback_host` on a Host header (None: HTTP/1.0 without Host, a local tool).
+pub fn is_loopback_host(host: Option<&header::HeaderValue>) -> bool {
+    let Some(host) = host else {
+        return true;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
     };
     let name = match host.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(""),
@@ -109,7 +117,8 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
     }
     let mut resp = next.run(req).await;
     if query {
-        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+        let secure = if state.tls { "; Secure" } else { "" };
+        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/{secure}");
         if let Ok(v) = cookie.parse() {
             resp.headers_mut().append(header::SET_COOKIE, v);
         }

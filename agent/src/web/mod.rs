@@ -14,6 +14,7 @@ use serde::Serialize;
 mod api;
 pub mod auth;
 mod pages;
+pub mod server;
 
 /// Where the app's profiles come from: saved files, or the rolling windows of a live attach.
 pub trait ProfileSource: Send + Sync + 'static {
@@ -109,6 +110,8 @@ pub struct AppState {
     /// Required on every request when set (bearer header, `?token=`, or the cookie the latter
     /// sets).
     pub token: Option<Arc<str>>,
+    /// Served over HTTPS (the collector's `--tls-cert`): the token cookie is `Secure`.
+    pub tls: bool,
 }
 
 /// The one error type of the app: a status and a message, as JSON under `/api/`, as text
@@ -213,9 +216,12 @@ pub async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     eprintln!("phaseprof: serving on http://{}/", listener.local_addr()?);
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(stop)
-        .await?;
+    let limits = server::Limits {
+        max_connections: server::fit_connections(server::MAX_CONNECTIONS),
+        ..server::Limits::default()
+    };
+    let counters = Arc::new(server::ConnectionCounters::default());
+    server::serve(listener, app(state), limits, counters, server::plain, stop).await?;
     Ok(())
 }
 
@@ -287,6 +293,7 @@ mod tests {
                 ("b.phaseprof".into(), fixture(25)),
             ])),
             token: token.map(Into::into),
+            tls: false,
         }
     }
 
@@ -538,6 +545,17 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(cookie.starts_with("phaseprof_token=s3cret") && cookie.contains("HttpOnly"));
+        assert!(!cookie.contains("Secure"), "{cookie}");
+        let tls = AppState {
+            tls: true,
+            ..s.clone()
+        };
+        let (_, _, resp) = get(tls, "/?token=s3cret", &[]).await;
+        let cookie = resp.headers()[header::SET_COOKIE].to_str().unwrap();
+        assert!(
+            cookie.contains("; Secure"),
+            "under TLS the cookie is Secure: {cookie}"
+        );
         let (st, _, _) = get(
             s,
             "/api/profiles",

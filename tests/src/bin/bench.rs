@@ -946,8 +946,14 @@ fn fleet_bench(
     rounds: usize,
 ) {
     const AGENTS: usize = 50;
-    let token = "bench-agent-token-0123456789";
-    std::fs::write(dir.join("tokens"), format!("bench {token}\n")).unwrap();
+    // One token per agent, as a fleet has (the collector's rate limit is per agent).
+    let tokens: Vec<String> = (0..AGENTS)
+        .map(|i| format!("bench-agent-token-{i:012}"))
+        .collect();
+    let lines: String = (tokens.iter().enumerate())
+        .map(|(i, t)| format!("bench-{i} {t}\n"))
+        .collect();
+    std::fs::write(dir.join("tokens"), lines).unwrap();
     let port = phaseprof_e2e::free_port();
     let mut coll = Command::new(root().join("target/release/phaseprof-collector"))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--tokens"])
@@ -963,7 +969,7 @@ fn fleet_bench(
     let url = format!("http://127.0.0.1:{port}/api/v1/windows");
     let t = Instant::now();
     std::thread::scope(|s| {
-        for chunk in bodies.chunks(bodies.len().div_ceil(AGENTS)) {
+        for (chunk, token) in bodies.chunks(bodies.len().div_ceil(AGENTS)).zip(&tokens) {
             let url = &url;
             s.spawn(move || {
                 for b in chunk {

@@ -1,0 +1,143 @@
+//! A window cut in two: what an agent does when the collector refuses a window as too large
+//! (413). Each half keeps the metadata and phase names and takes half of every sampled list,
+//! with only the stacks and frames its samples use; the exact totals (phase stats, allocation
+//! totals, costs, losses) go with the first half. Merging the halves gives the window back.
+use std::collections::HashMap;
+
+use crate::{Frame, Profile, Stack};
+
+/// The two halves, or None when there is nothing left to cut (fewer than two samples).
+pub fn halves(p: &Profile) -> Option<(Profile, Profile)> {
+    let samples = p.cpu.len()
+        + p.offcpu.len()
+        + p.syscalls.len()
+        + p.allocs.len()
+        + p.page_faults.len()
+        + p.live.len();
+    if samples < 2 {
+        return None;
+    }
+    let mut first = Part::new(p);
+    let mut second = Part::new(p);
+    first.out.phase_stats = p.phase_stats.clone();
+    first.out.alloc_totals = p.alloc_totals.clone();
+    first.out.costs = p.costs.clone();
+    first.out.lost = p.lost.clone();
+    macro_rules! cut {
+        ($list:ident, $stack:ident => $remap:expr) => {{
+            let (a, b) = p.$list.split_at(p.$list.len() / 2);
+            for (part, half) in [(&mut first, a), (&mut second, b)] {
+                for s in half {
+                    let mut s = s.clone();
+                    let $stack = &mut s.stack;
+                    $remap(part, $stack);
+                    part.out.$list.push(s);
+                }
+            }
+        }};
+    }
+    cut!(cpu, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
+    cut!(offcpu, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
+    cut!(syscalls, st => |part: &mut Part, st: &mut Option<u32>| *st = st.map(|s| part.stack(s)));
+    cut!(allocs, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
+    cut!(page_faults, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
+    cut!(live, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
+    Some((first.out, second.out))
+}
+
+/// One half being built: the source's stacks and frames it uses, renumbered.
+struct Part<'a> {
+    src: &'a Profile,
+    out: Profile,
+    stacks: HashMap<u32, u32>,
+    frames: HashMap<u32, u32>,
+}
+
+impl<'a> Part<'a> {
+    fn new(src: &'a Profile) -> Self {
+        Part {
+            src,
+            out: Profile {
+                meta: src.meta.clone(),
+                phases: src.phases.clone(),
+                ..Profile::default()
+            },
+            stacks: HashMap::new(),
+            frames: HashMap::new(),
+        }
+    }
+
+    fn stack(&mut self, old: u32) -> u32 {
+        if let Some(&new) = self.stacks.get(&old) {
+            return new;
+        }
+        let frames: Vec<u32> = self.src.stacks[old as usize]
+            .frames
+            .iter()
+            .map(|&f| self.frame(f))
+            .collect();
+        self.out.stacks.push(Stack { frames });
+        let new = (self.out.stacks.len() - 1) as u32;
+        self.stacks.insert(old, new);
+        new
+    }
+
+    fn frame(&mut self, old: u32) -> u32 {
+        if let Some(&new) = self.frames.get(&old) {
+            return new;
+        }
+        let f: &Frame = &self.src.frames[old as usize];
+        self.out.frames.push(f.clone());
+        let new = (self.out.frames.len() - 1) as u32;
+        self.frames.insert(old, new);
+        new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary::Summary;
+    use crate::*;
+
+    // Checks that the halves validate, each holds only the stacks it uses, and that merging
+    // them gives the window's totals back exactly; a window of one sample cannot be cut.
+    #[test]
+    fn halves_merge_back_to_the_window() {
+        let mut b = ProfileBuilder::new(
+            Meta {
+                pids: vec![7],
+                events: vec![EventKind::Cpu, EventKind::Syscall],
+                ..Meta::default()
+            },
+            vec!["verify".into()],
+        );
+        for i in 0..10u32 {
+            let f = b.intern_frame(Frame {
+                function: format!("f{i}"),
+                module: "m".into(),
+                kind: FrameKind::User,
+                inlined: false,
+            });
+            let s = b.intern_stack(vec![f]);
+            b.add_cpu(7, 7, PhaseAt { phase: 1, mask: 2 }, s, u64::from(i) + 1);
+            b.add_syscall(7, PhaseAt::NONE, i, Some(s), 2, 100);
+        }
+        let p = b.finish();
+        p.validate().unwrap();
+        let (x, y) = halves(&p).unwrap();
+        x.validate().unwrap();
+        y.validate().unwrap();
+        assert!(x.stacks.len() < p.stacks.len() && y.stacks.len() < p.stacks.len());
+        let back = merge::merge(&[&x, &y]);
+        let (want, got) = (Summary::of(&p), Summary::of(&back));
+        assert_eq!(
+            serde_json::to_value(&want.events).unwrap(),
+            serde_json::to_value(&got.events).unwrap()
+        );
+        let mut one = p.clone();
+        one.cpu.truncate(1);
+        one.syscalls.clear();
+        assert!(halves(&one).is_none());
+    }
+}
