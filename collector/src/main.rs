@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use phaseprof::web::server::{fit_connections, plain, serve, Limits};
+use phaseprof::web::server::{fit_connections, listen, plain, serve, Limits};
 use phaseprof_collector::app::{AppState, IngestLimits, Metrics, RateLimit};
 use phaseprof_collector::clickhouse::ClickHouseStore;
 use phaseprof_collector::pages::Selections;
@@ -132,7 +132,10 @@ fn run(args: Args) -> Result<()> {
         metrics: Arc::new(Metrics::default()),
     };
     let stored = store.count()?;
-    state.metrics.windows_stored.store(stored, Ordering::Relaxed);
+    state
+        .metrics
+        .windows_stored
+        .store(stored, Ordering::Relaxed);
     let limits = Limits {
         max_connections: fit_connections(args.max_connections),
         header_timeout: args.header_timeout,
@@ -171,9 +174,8 @@ fn run(args: Args) -> Result<()> {
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
         });
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let listener =
+            listen(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
         // The ingest and query API, and `serve`'s pages over label selections (read token
         // required as for queries).
         let pages = phaseprof::web::AppState {

@@ -100,7 +100,9 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
     // Every sample came through the stack copy, or is counted lost for want of room in the
     // copy ring (it can fill while a loaded machine keeps the agent from reading it); few are.
     let lost = report_json(&dwarf)["lost"].clone();
-    let ring_full = lost["by_reason"]["stack_copy_ringbuf_full"].as_u64().unwrap_or(0);
+    let ring_full = lost["by_reason"]["stack_copy_ringbuf_full"]
+        .as_u64()
+        .unwrap_or(0);
     assert_eq!(
         u["unwound_samples"].as_u64().unwrap_or(0) + ring_full,
         n_dwarf,

@@ -212,9 +212,8 @@ pub async fn serve(
     state: AppState,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let listener =
+        server::listen(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     eprintln!("phaseprof: serving on http://{}/", listener.local_addr()?);
     let limits = server::Limits {
         max_connections: server::fit_connections(server::MAX_CONNECTIONS),

@@ -95,6 +95,23 @@ pub fn fit_connections(wanted: usize) -> usize {
     wanted
 }
 
+/// Connections the kernel queues for `accept` (capped by `net.core.somaxconn`). tokio's
+/// `bind` asks for 1,024: a burst of more connects than that overflows the queue, and the
+/// kernel drops the surplus SYNs, which clients resend only after a second, so a scrape landing
+/// in such a burst would wait a whole second before its connection is even seen.
+const ACCEPT_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with a deep accept queue (see ACCEPT_BACKLOG).
+pub fn listen(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
+}
+
 /// Serves `app` on `listener` until `stop` resolves, then lets open requests finish (up to
 /// `idle_timeout`). `handshake` turns an accepted TCP stream into the connection's stream: TLS,
 /// or the stream itself (`plain`).
