@@ -17,7 +17,7 @@ use phaseprof_model::{write_profile, Profile};
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::record::{open_session, RecordOptions};
 use crate::targets::{self, TargetSpec};
-use crate::web::{AppState, ProfileEntry, ProfileSource};
+use phaseprof_view::web::{AppState, ProfileEntry, ProfileSource};
 
 /// Everything `attach` needs beyond a recording's options.
 #[derive(Clone, Debug)]
@@ -99,7 +99,7 @@ pub fn attach(
     interrupted: Arc<AtomicBool>,
 ) -> Result<()> {
     crate::preflight::check_can_record()?;
-    crate::web::check_listen(opts.listen, opts.token.as_deref())?;
+    phaseprof_view::web::check_listen(opts.listen, opts.token.as_deref())?;
     let TargetSpec::Pids(pids) = &opts.record.target else {
         anyhow::bail!("attach takes --pid");
     };
@@ -144,7 +144,7 @@ pub fn attach(
                 .enable_all()
                 .build()
                 .context("starting the HTTP runtime")?;
-            rt.block_on(crate::web::serve(addr, state, async move {
+            rt.block_on(phaseprof_view::web::serve(addr, state, async move {
                 stop.notified().await
             }))
         })

@@ -6,15 +6,17 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use phaseprof_model::units::{parse_bytes, parse_duration, parse_percent};
 use phaseprof_model::{read_profile, EventKind, Profile};
 
-use crate::compare::{compare, CompareOptions, CompareOutput};
 use crate::engine::EngineConfig;
-use crate::export::{export, ExportFormat, ExportOptions};
 use crate::record::{record, RecordOptions, StopReason};
-use crate::report::{write_report, ReportOptions};
 use crate::targets::TargetSpec;
+use crate::unwind::parse_stack_copy;
 use phaseprof_model::diff::DiffOptions;
+use phaseprof_view::compare::{compare, CompareOptions, CompareOutput};
+use phaseprof_view::export::{export, ExportFormat, ExportOptions};
+use phaseprof_view::report::{write_report, ReportOptions};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -114,13 +116,16 @@ pub struct AgentArgs {
 }
 
 /// Runs an async server on a runtime of its own until Ctrl-C.
-fn serve_until_ctrl_c(addr: std::net::SocketAddr, state: crate::web::AppState) -> Result<()> {
+fn serve_until_ctrl_c(
+    addr: std::net::SocketAddr,
+    state: phaseprof_view::web::AppState,
+) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the HTTP runtime")?;
-    rt.block_on(crate::web::serve(addr, state, async {
+    rt.block_on(phaseprof_view::web::serve(addr, state, async {
         let _ = tokio::signal::ctrl_c().await;
     }))
 }
@@ -204,6 +209,7 @@ impl SoakArgs {
                 alloc_sample_bytes: self.alloc_sample_bytes,
                 ..EngineConfig::default()
             },
+            unwind: crate::unwind::UnwindMode::Auto,
             output,
             phases: self.phases.clone(),
             window: Duration::from_secs(1),
@@ -321,81 +327,6 @@ pub struct ExportArgs {
     pub output: PathBuf,
 }
 
-/// Parses a byte count: `4096`, `512KiB`, `64k`, `1MiB`, `2m`.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a byte count like 4096, 512KiB or 1MiB"))?;
-    let mult = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "`{s}`: unknown unit `{unit}` (use KiB, MiB or GiB)"
-            ))
-        }
-    };
-    match n.checked_mul(mult) {
-        Some(0) | None => Err(format!("`{s}`: must be between 1 byte and 2^64")),
-        Some(v) => Ok(v),
-    }
-}
-
-/// Parses `1%` or `0.5%` into a fraction (0.01, 0.005).
-/// A stack-copy size: bytes (`16KiB`), a multiple of 8 up to the programs' 64 KiB.
-pub fn parse_stack_copy(s: &str) -> Result<u32, String> {
-    let n = parse_bytes(s)?;
-    if n == 0 || n > crate::engine::MAX_STACK_COPY as u64 || n % 8 != 0 {
-        return Err(format!(
-            "`{s}`: the stack copy must be a multiple of 8 bytes, at most 64KiB"
-        ));
-    }
-    Ok(n as u32)
-}
-
-pub fn parse_percent(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let num = t
-        .strip_suffix('%')
-        .ok_or_else(|| format!("`{s}`: give a percentage like 1%"))?;
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a percentage like 1%"))?;
-    if !(v > 0.0 && v <= 100.0) {
-        return Err(format!(
-            "`{s}`: the budget must be above 0% and at most 100%"
-        ));
-    }
-    Ok(v / 100.0)
-}
-
-/// Parses `30s`, `500ms`, `2m`, `1h` or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(
-        s.find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.len()),
-    );
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration like 30s, 500ms or 2m"))?;
-    let secs = match unit {
-        "" | "s" => v,
-        "ms" => v / 1e3,
-        "us" => v / 1e6,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
-    };
-    Ok(Duration::from_secs_f64(secs))
-}
-
 fn parse_event(s: &str) -> Result<EventKind> {
     EventKind::parse(s.trim()).ok_or_else(|| {
         anyhow!("unknown event kind `{s}` (known: cpu, offcpu, syscall, alloc, pagefault)")
@@ -460,10 +391,10 @@ impl RecordArgs {
                 syscall_stacks: self.syscall_stacks,
                 stack_entries: self.stack_entries,
                 alloc_sample_bytes: self.alloc_sample_bytes,
-                unwind: self.unwind,
                 stack_copy_bytes: self.stack_copy,
                 ..EngineConfig::default()
             },
+            unwind: self.unwind,
             alloc_budget: self.alloc_budget,
             alloc_at_entry: self.alloc_placement == "entry",
             output: self.output,
@@ -497,7 +428,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             eprintln!(
                 "phaseprof: {why}; wrote {}: {samples} cpu samples, {} off-cpu, {syscalls} syscalls, lost {} events / {} stacks",
                 opts.output.display(),
-                crate::report::fmt_ns(offcpu),
+                phaseprof_view::format::fmt_ns(offcpu),
                 p.lost.events,
                 p.lost.stacks
             );
@@ -578,10 +509,10 @@ pub fn run(cli: Cli) -> Result<i32> {
                         events,
                         freq_hz: args.freq,
                         syscall_stacks: args.syscall_stacks,
-                        unwind: args.unwind,
                         stack_copy_bytes: args.stack_copy,
                         ..EngineConfig::default()
                     },
+                    unwind: args.unwind,
                     output: PathBuf::new(),
                     phases: args.phases,
                     window: args.window,
@@ -601,7 +532,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Serve(args) => {
-            crate::web::check_listen(args.listen, args.token.as_deref())?;
+            phaseprof_view::web::check_listen(args.listen, args.token.as_deref())?;
             let mut profiles = Vec::new();
             for path in &args.files {
                 let name = path
@@ -610,8 +541,8 @@ pub fn run(cli: Cli) -> Result<i32> {
                     .unwrap_or_else(|| path.display().to_string());
                 profiles.push((name, load(path)?));
             }
-            let state = crate::web::AppState {
-                source: std::sync::Arc::new(crate::web::SavedProfiles::new(profiles)),
+            let state = phaseprof_view::web::AppState {
+                source: std::sync::Arc::new(phaseprof_view::web::SavedProfiles::new(profiles)),
                 token: args.token.map(|t| t.into()),
                 tls: false,
             };
@@ -688,32 +619,6 @@ pub fn run(cli: Cli) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    // Checks the accepted `--stack-copy` sizes and the refused ones.
-    #[test]
-    fn stack_copy_sizes() {
-        assert_eq!(parse_stack_copy("16KiB").unwrap(), 16384);
-        assert_eq!(parse_stack_copy("64KiB").unwrap(), 65536);
-        assert!(parse_stack_copy("65KiB")
-            .unwrap_err()
-            .contains("at most 64KiB"));
-        assert!(parse_stack_copy("0").is_err());
-        assert!(parse_stack_copy("1001")
-            .unwrap_err()
-            .contains("multiple of 8"));
-    }
-
-    // Checks duration parsing of the units users type, and a clear error otherwise.
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("3 parsecs")
-            .unwrap_err()
-            .contains("unknown unit"));
-    }
 
     // Checks that record refuses zero or two targets with one clear message.
     #[test]

@@ -6,18 +6,14 @@ use std::os::fd::IntoRawFd;
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 use phaseprof_bpf::types;
 use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkel, PhaseprofSkelBuilder};
 use phaseprof_model::{EventKind, Lost, PhaseStats};
 
-use crate::alloc::sites::{AllocKind, AllocSite};
 use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
-use crate::phases::symbols::ProbeSite;
-use crate::phases::PhasePlan;
-use crate::unwind::UnwindMode;
 use crate::window::{
     RawAlloc, RawAllocTotal, RawCpu, RawGoAlloc, RawLive, RawOffCpu, RawStackSample, RawSyscall,
     RawWindow,
@@ -44,10 +40,8 @@ pub struct EngineConfig {
     pub alloc_sample_bytes: u64,
     /// Track sampled allocations until freed (the live heap).
     pub alloc_live: bool,
-    /// How user stacks are walked; with `Auto` or `Dwarf` the stack-copy path is loaded and
-    /// targets are switched to it one by one (`Engine::set_unwind`).
-    pub unwind: UnwindMode,
-    /// Bytes of user stack copied per sample for targets unwound from a copy.
+    /// Bytes of user stack copied per sample for targets switched to stack copies one by one
+    /// (`Engine::set_unwind`); 0: every user stack is the kernel's frame-pointer walk.
     pub stack_copy_bytes: u32,
 }
 
@@ -65,7 +59,6 @@ impl Default for EngineConfig {
             syscall_costs: Vec::new(),
             alloc_sample_bytes: 512 * 1024,
             alloc_live: true,
-            unwind: UnwindMode::Auto,
             stack_copy_bytes: DEFAULT_STACK_COPY,
         }
     }
@@ -125,7 +118,7 @@ const STACK_RECORD_OVERHEAD: u64 = std::mem::size_of::<types::stack_sample>() as
 /// when page faults send copies too (their rate is the target's), a power of two as the kernel
 /// wants it.
 fn stack_ring_bytes(cfg: &EngineConfig, cpus: usize) -> u32 {
-    if cfg.unwind == UnwindMode::Fp || cfg.stack_copy_bytes == 0 {
+    if cfg.stack_copy_bytes == 0 {
         return 4096;
     }
     let record = cfg.stack_copy_bytes as u64 + STACK_RECORD_OVERHEAD;
@@ -150,28 +143,39 @@ fn restore_return_addresses(stack: &mut [u8], sp: u64, slots: &[u64], addrs: &[u
     }
 }
 
-/// Attaches `prog` at `offset` of `site`'s file, for every process, with `cookie`.
-fn attach_uprobe(
-    prog: &libbpf_rs::ProgramMut<'_>,
-    site: &ProbeSite,
-    offset: u64,
-    cookie: u64,
-    retprobe: bool,
-    kind: &str,
-) -> Result<libbpf_rs::Link> {
-    let opts = libbpf_rs::UprobeOpts {
-        cookie,
-        retprobe,
-        ..Default::default()
-    };
-    prog.attach_uprobe_with_opts(-1, &site.path, offset as usize, opts)
-        .with_context(|| {
-            format!(
-                "attaching the {kind} probe of `{}` in {}",
-                site.symbol,
-                site.path.display()
-            )
-        })
+/// The BPF program a uprobe runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Uprobe {
+    /// A phase function's entry, and its exit (a uretprobe).
+    PhaseEnter,
+    PhaseExit,
+    /// A Go phase function's entry, and each of its return instructions (per goroutine).
+    GoPhaseEnter,
+    GoPhaseReturn,
+    /// A switch point of Go's scheduler (the cookie says which).
+    GoSched,
+    /// An allocator's entry and its exit (a uretprobe), `free`, Go's allocation sampler.
+    AllocEnter,
+    AllocExit,
+    Free,
+    GoAllocSample,
+}
+
+impl Uprobe {
+    fn retprobe(self) -> bool {
+        matches!(self, Uprobe::PhaseExit | Uprobe::AllocExit)
+    }
+}
+
+/// One uprobe to attach: the program, at a file offset of an object, with a cookie the program
+/// reads (a phase id, a scheduler point, an allocator kind). `what` names it in errors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeSpec {
+    pub program: Uprobe,
+    pub path: std::path::PathBuf,
+    pub offset: u64,
+    pub cookie: u64,
+    pub what: String,
 }
 
 /// Syscall cost rules the kernel counts per phase (MAX_SYSCALL_COSTS in the shared header).
@@ -331,11 +335,7 @@ fn open_skel<'obj>(
     rodata.phases_enabled = cfg.phases_enabled;
     rodata.alloc_sample_bytes = cfg.alloc_sample_bytes.max(1);
     rodata.alloc_live = cfg.alloc_live;
-    rodata.stack_copy_bytes = if cfg.unwind == UnwindMode::Fp {
-        0
-    } else {
-        cfg.stack_copy_bytes.min(MAX_STACK_COPY)
-    };
+    rodata.stack_copy_bytes = cfg.stack_copy_bytes.min(MAX_STACK_COPY);
     open.maps
         .stack_samples
         .set_max_entries(stack_ring_bytes(cfg, online_cpus()?.len()))?;
@@ -590,7 +590,7 @@ impl<'obj> Engine<'obj> {
     }
 
     /// Walks `pid`'s user stacks from a copy unwound in user space (`dwarf`) or by frame
-    /// pointers. A no-op when the engine was configured with `UnwindMode::Fp`.
+    /// pointers. A no-op when the engine copies no stacks (`stack_copy_bytes` 0).
     pub fn set_unwind(&self, pid: u32, dwarf: bool) -> Result<()> {
         let map = &self.skel.maps.unwind_pids;
         if dwarf {
@@ -806,64 +806,47 @@ impl<'obj> Engine<'obj> {
         Ok(out)
     }
 
-    /// Attaches the allocator probes of `sites` for process `pid` only (a uprobe with a pid
-    /// filter is installed in that process's memory alone, so other users of the same libc
-    /// never trap). Calls already inside an allocator are not waited for after a re-attach.
-    pub fn attach_alloc(&mut self, pid: u32, sites: &[AllocSite]) -> Result<()> {
-        /// The multi-uprobe programs: one link per (program, library).
-        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-        enum Multi {
-            Free,
-            Enter,
-            Exit,
-        }
+    /// Attaches allocator probes for process `pid` only (a uprobe with a pid filter is
+    /// installed in that process's memory alone, so other users of the same libc never trap).
+    /// Calls already inside an allocator are not waited for after a re-attach.
+    pub fn attach_alloc(&mut self, pid: u32, probes: &[ProbeSpec]) -> Result<()> {
         self.bump_alloc_generation();
         let progs = &self.skel.progs;
-        // Per (program, library): offsets and their cookies.
+        // One multi-uprobe link per (program, file): its offsets and their cookies.
         type Sites = (Vec<usize>, Vec<u64>);
-        let mut groups: std::collections::BTreeMap<(Multi, &std::path::Path), Sites> =
+        let mut groups: std::collections::BTreeMap<(Uprobe, &std::path::Path), Sites> =
             Default::default();
         let mut links = Vec::new();
-        for site in sites {
-            let off = site.placement.file_offset as usize;
-            let cookie = site.kind.cookie();
-            let programs: &[Multi] = match site.kind {
-                AllocKind::GoSample { .. } => {
-                    let opts = libbpf_rs::UprobeOpts {
-                        cookie,
-                        ..Default::default()
-                    };
-                    let link = progs
-                        .uprobe__go_alloc_sample
-                        .attach_uprobe_with_opts(pid as i32, &site.path, off, opts)
-                        .with_context(|| {
-                            format!(
-                                "attaching Go's allocation-sample probe in {} (pid {pid})",
-                                site.path.display()
-                            )
-                        })?;
-                    links.push(link);
-                    &[]
-                }
-                AllocKind::Free => &[Multi::Free],
-                _ => &[Multi::Enter, Multi::Exit],
-            };
-            for &program in programs {
-                let (offsets, cookies) = groups.entry((program, &site.path)).or_default();
-                offsets.push(off);
-                cookies.push(cookie);
+        for p in probes {
+            if p.program == Uprobe::GoAllocSample {
+                let opts = libbpf_rs::UprobeOpts {
+                    cookie: p.cookie,
+                    ..Default::default()
+                };
+                let link = progs
+                    .uprobe__go_alloc_sample
+                    .attach_uprobe_with_opts(pid as i32, &p.path, p.offset as usize, opts)
+                    .with_context(|| {
+                        format!("attaching {} in {} (pid {pid})", p.what, p.path.display())
+                    })?;
+                links.push(link);
+                continue;
             }
+            let (offsets, cookies) = groups.entry((p.program, &p.path)).or_default();
+            offsets.push(p.offset as usize);
+            cookies.push(p.cookie);
         }
         for ((program, path), (offsets, cookies)) in groups {
             let prog = match program {
-                Multi::Free => &progs.uprobe__free,
-                Multi::Enter => &progs.uprobe__alloc_enter,
-                Multi::Exit => &progs.uretprobe__alloc_exit,
+                Uprobe::Free => &progs.uprobe__free,
+                Uprobe::AllocEnter => &progs.uprobe__alloc_enter,
+                Uprobe::AllocExit => &progs.uretprobe__alloc_exit,
+                other => bail!("{other:?} is not an allocator probe"),
             };
             let opts = libbpf_rs::UprobeMultiOpts {
                 offsets,
                 cookies,
-                retprobe: program == Multi::Exit,
+                retprobe: program.retprobe(),
                 ..Default::default()
             };
             let link = prog
@@ -968,49 +951,26 @@ impl<'obj> Engine<'obj> {
         Some(addrs)
     }
 
-    /// Attaches every probe of `plan`, phase `p` of the plan counted as phase `id_of(p)`: each
-    /// function's entry and its exit (a uretprobe, or for Go code uprobes on each return
-    /// instruction, keeping the phases per goroutine), and the Go scheduler's switch points.
-    pub fn attach_phases(&mut self, plan: &PhasePlan, id_of: impl Fn(u32) -> u32) -> Result<()> {
-        for probe in &plan.probes {
-            let go = probe.returns.is_some();
+    /// Attaches phase probes (and the Go scheduler's), for every process mapping their files.
+    pub fn attach_phases(&mut self, probes: &[ProbeSpec]) -> Result<()> {
+        for p in probes {
             let progs = &self.skel.progs;
-            let (enter, exit) = if go {
-                (
-                    &progs.uprobe__go_phase_enter,
-                    &progs.uprobe__go_phase_return,
-                )
-            } else {
-                (&progs.uprobe__phase_enter, &progs.uretprobe__phase_exit)
+            let prog = match p.program {
+                Uprobe::PhaseEnter => &progs.uprobe__phase_enter,
+                Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
+                Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
+                Uprobe::GoPhaseReturn => &progs.uprobe__go_phase_return,
+                Uprobe::GoSched => &progs.uprobe__go_sched,
+                other => bail!("{other:?} is not a phase probe ({})", p.what),
             };
-            let cookie = id_of(probe.phase) as u64;
-            let site = &probe.site;
-            let link = attach_uprobe(enter, site, site.file_offset, cookie, false, "entry")?;
-            self.links.push(link);
-            match &probe.returns {
-                None => {
-                    let link = attach_uprobe(exit, site, site.file_offset, cookie, true, "return")?;
-                    self.links.push(link);
-                }
-                Some(offsets) => {
-                    for &off in offsets {
-                        let link =
-                            attach_uprobe(exit, site, off, cookie, false, "return-instruction")?;
-                        self.links.push(link);
-                    }
-                }
-            }
-        }
-        for g in &plan.go_switches {
-            let prog = &self.skel.progs.uprobe__go_sched;
-            let link = attach_uprobe(
-                prog,
-                &g.site,
-                g.site.file_offset,
-                g.cookie,
-                false,
-                "scheduler",
-            )?;
+            let opts = libbpf_rs::UprobeOpts {
+                cookie: p.cookie,
+                retprobe: p.program.retprobe(),
+                ..Default::default()
+            };
+            let link = prog
+                .attach_uprobe_with_opts(-1, &p.path, p.offset as usize, opts)
+                .with_context(|| format!("attaching the {} in {}", p.what, p.path.display()))?;
             self.links.push(link);
         }
         Ok(())

@@ -16,6 +16,7 @@ use crate::engine::{Engine, EngineConfig};
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::session::Session;
 use crate::targets::{self, HeldChild, TargetSpec};
+use crate::unwind::UnwindMode;
 
 /// Everything `record` needs, independent of how the CLI spells it.
 #[derive(Clone, Debug)]
@@ -24,6 +25,8 @@ pub struct RecordOptions {
     /// Stop after this long (the command's end, or Ctrl-C, may come first).
     pub duration: Option<Duration>,
     pub engine: EngineConfig,
+    /// How user stacks are walked (`--unwind`); with `Fp` the engine copies none.
+    pub unwind: UnwindMode,
     pub output: PathBuf,
     /// phases.toml, if phases are to be probed.
     pub phases: Option<PathBuf>,
@@ -144,6 +147,9 @@ pub fn open_session<'obj>(
             PhasePlan::from_config(&PhaseConfig::builtin(), "(built-in)")?.alloc_costs;
     }
     let mut engine_cfg = opts.engine.clone();
+    if opts.unwind == UnwindMode::Fp {
+        engine_cfg.stack_copy_bytes = 0;
+    }
     engine_cfg.phases_enabled = !plan.names.is_empty();
     // Duty cycling misses the frees of off-slices, so a live heap would only grow: not tracked.
     engine_cfg.alloc_live = opts.alloc_budget.is_none();
@@ -157,7 +163,7 @@ pub fn open_session<'obj>(
 
     let mut engine = Engine::load(&engine_cfg, storage, fallback)?;
     engine.attach(&engine_cfg)?;
-    engine.attach_phases(&plan, |p| p)?;
+    engine.attach_phases(&plan.probe_specs(|p| p))?;
     let mut meta = Meta {
         host: read_trimmed("/proc/sys/kernel/hostname"),
         kernel: read_trimmed("/proc/sys/kernel/osrelease"),
@@ -180,7 +186,7 @@ pub fn open_session<'obj>(
     if engine_cfg.events.contains(&EventKind::Cpu)
         || engine_cfg.events.contains(&EventKind::Pagefault)
     {
-        session.unwind_stacks(engine_cfg.unwind, engine_cfg.stack_copy_bytes);
+        session.unwind_stacks(opts.unwind, engine_cfg.stack_copy_bytes);
     }
     if engine_cfg.events.contains(&EventKind::Alloc) {
         session.record_allocations(AllocRecorder::new(

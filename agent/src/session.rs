@@ -206,7 +206,8 @@ impl<'obj> Session<'obj> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &targets::code_objects(pid)?)?;
         self.phase_cost.note(&plan, |p| ids[p as usize - 1]);
-        self.engine.attach_phases(&plan, |p| ids[p as usize - 1])
+        self.engine
+            .attach_phases(&plan.probe_specs(|p| ids[p as usize - 1]))
     }
 
     pub fn engine(&self) -> &Engine<'obj> {
@@ -234,7 +235,7 @@ impl<'obj> Session<'obj> {
             // Probes first, so the target's phases are seen from its first moment as a target.
             let mut plan = PhasePlan::default();
             plan.resolve(&cfg, &file, &targets::code_objects(pid)?)?;
-            self.engine.attach_phases(&plan, |p| p)?;
+            self.engine.attach_phases(&plan.probe_specs(|p| p))?;
             self.phase_cost.note(&plan, |p| p);
         }
         if let Some(alloc) = &mut self.alloc {

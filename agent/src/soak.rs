@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use phaseprof_model::is_allocator_frame;
 use serde::Serialize;
 
 /// The memory classes reported, and the smaps_rollup field each is read from.
@@ -308,32 +309,6 @@ pub fn write_human(r: &SoakReport, mut out: impl std::io::Write) -> std::io::Res
         }
     }
     Ok(())
-}
-
-/// Frames of allocators and the language runtime's allocation paths, skipped when naming a stack.
-pub fn is_allocator_frame(f: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "malloc",
-        "calloc",
-        "realloc",
-        "free",
-        "__libc_",
-        "alloc::",
-        "<alloc::",
-        "__rust_",
-        "__rdl_",
-        "__rustc::",
-        "std::alloc",
-        "<std::alloc",
-        "core::alloc",
-        "runtime.",
-        "je_",
-        "_rjem_",
-        "mi_",
-    ];
-    PREFIXES.iter().any(|p| f.starts_with(p))
-        || f.contains("alloc::")
-        || f.contains("GlobalAlloc>::")
 }
 
 #[cfg(test)]

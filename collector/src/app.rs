@@ -10,9 +10,10 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use phaseprof::web::server::ConnectionCounters;
 use phaseprof_model::summary::Summary;
 use phaseprof_model::Profile;
+use phaseprof_view::web::server::ConnectionCounters;
+use phaseprof_view::web::{auth, WebError};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
@@ -138,28 +139,10 @@ enum Rejected {
     Forbidden(String),
 }
 
-/// The one error type: a status and a reason, as JSON.
-#[derive(Debug)]
-pub struct ApiError(StatusCode, String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let retry = matches!(
-            self.0,
-            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
-        );
-        let mut resp = (self.0, Json(serde_json::json!({"error": self.1}))).into_response();
-        if retry {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-        }
-        resp
-    }
-}
-
-impl From<StoreError> for ApiError {
+/// A store failure is the server's (500), with the store's reason (credentials redacted).
+impl From<StoreError> for WebError {
     fn from(e: StoreError) -> Self {
-        ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        WebError::internal(e)
     }
 }
 
@@ -183,15 +166,13 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/labels", get(labels))
         .route("/api/v1/diff", get(diff))
         .route("/metrics", get(metrics))
-        .layer(axum::middleware::from_fn(
-            phaseprof::web::auth::security_headers,
-        ))
+        .layer(axum::middleware::from_fn(auth::security_headers))
         .with_state(state)
 }
 
 /// The `Idempotency-Key` of an upload: the agent names each window once and sends the same
 /// name on every retry, so a window stored but not acknowledged is not stored twice.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, WebError> {
     let Some(v) = headers.get("idempotency-key") else {
         return Ok(None);
     };
@@ -202,7 +183,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
     if !ok {
-        return Err(ApiError(
+        return Err(WebError::new(
             StatusCode::BAD_REQUEST,
             "Idempotency-Key: 1 to 128 characters of A-Z a-z 0-9 - _ . :".into(),
         ));
@@ -222,12 +203,12 @@ async fn ingest(
     State(s): State<AppState>,
     headers: HeaderMap,
     body: axum::body::Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, WebError> {
     let Some(entry) = bearer(&headers).and_then(|t| s.tokens.agent(t)).cloned() else {
         s.metrics
             .rejected_unauthorized
             .fetch_add(1, Ordering::Relaxed);
-        return Err(ApiError(
+        return Err(WebError::new(
             StatusCode::UNAUTHORIZED,
             "unknown or missing agent token".into(),
         ));
@@ -238,7 +219,7 @@ async fn ingest(
         s.metrics
             .rejected_rate_limited
             .fetch_add(1, Ordering::Relaxed);
-        return Err(ApiError(
+        return Err(WebError::new(
             StatusCode::TOO_MANY_REQUESTS,
             format!("agent `{agent}` is over its upload rate (--agent-rate); retry in {wait} s"),
         ));
@@ -246,7 +227,7 @@ async fn ingest(
     let l = &s.limits;
     let too_large = |what: String| {
         s.metrics.rejected_too_large.fetch_add(1, Ordering::Relaxed);
-        ApiError(StatusCode::PAYLOAD_TOO_LARGE, what)
+        WebError::new(StatusCode::PAYLOAD_TOO_LARGE, what)
     };
     let over_body = || {
         too_large(format!(
@@ -264,7 +245,7 @@ async fn ingest(
     let Ok(Ok(_slot)) = tokio::time::timeout(UPLOAD_WAIT, l.uploads.clone().acquire_owned()).await
     else {
         s.metrics.rejected_busy.fetch_add(1, Ordering::Relaxed);
-        return Err(ApiError(
+        return Err(WebError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the collector is busy with other uploads (--max-uploads); retry".into(),
         ));
@@ -275,7 +256,7 @@ async fn ingest(
             Ok(Err(_)) => return Err(over_body()),
             Err(_) => {
                 s.metrics.rejected_timeout.fetch_add(1, Ordering::Relaxed);
-                return Err(ApiError(
+                return Err(WebError::new(
                     StatusCode::REQUEST_TIMEOUT,
                     format!(
                         "the body did not arrive within {} s (--body-timeout)",
@@ -291,22 +272,22 @@ async fn ingest(
         .clone()
         .acquire_owned()
         .await
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let (raw, max_inflated) = (body.clone(), l.max_inflated);
     let checked = tokio::task::spawn_blocking(move || check_window(&raw, max_inflated, &entry))
         .await
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     drop(decoder);
     let meta = match checked {
         Ok(m) => m,
         Err(Rejected::TooLarge(why)) => return Err(too_large(why)),
         Err(Rejected::Malformed(why)) => {
             s.metrics.rejected_malformed.fetch_add(1, Ordering::Relaxed);
-            return Err(ApiError(StatusCode::BAD_REQUEST, why));
+            return Err(WebError::new(StatusCode::BAD_REQUEST, why));
         }
         Err(Rejected::Forbidden(why)) => {
             s.metrics.rejected_forbidden.fetch_add(1, Ordering::Relaxed);
-            return Err(ApiError(StatusCode::FORBIDDEN, why));
+            return Err(WebError::new(StatusCode::FORBIDDEN, why));
         }
     };
     let (store, raw, name) = (s.store.clone(), body.clone(), agent.clone());
@@ -321,7 +302,7 @@ async fn ingest(
         )
     })
     .await
-    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     if inserted.duplicate {
         s.metrics.windows_duplicate.fetch_add(1, Ordering::Relaxed);
         return Ok(
@@ -400,28 +381,15 @@ struct SelectorQuery {
 
 /// Queries need the read token; without one (a loopback collector), a request must name a
 /// loopback host, as the pages require (DNS rebinding).
-fn check_read(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    if s.read_token.is_none() && !phaseprof::web::auth::is_loopback_host(headers.get(header::HOST))
-    {
-        return Err(ApiError(
-            StatusCode::FORBIDDEN,
-            "this collector has no read token, so it answers queries only for localhost or a loopback address (Host header)".into(),
-        ));
-    }
-    match &s.read_token {
-        Some(t) if !bearer(headers).is_some_and(|b| phaseprof::web::auth::same(b, t)) => {
-            Err(ApiError(
-                StatusCode::UNAUTHORIZED,
-                "queries need the read token".into(),
-            ))
-        }
-        _ => Ok(()),
-    }
+fn check_read(s: &AppState, headers: &HeaderMap) -> Result<(), WebError> {
+    let loopback = auth::is_loopback_host(headers.get(header::HOST));
+    auth::authorize(s.read_token.as_deref(), headers, loopback, None).map(|_| ())
 }
 
-fn selector(q: &SelectorQuery) -> Result<Selector, ApiError> {
+fn selector(q: &SelectorQuery) -> Result<Selector, WebError> {
     Ok(Selector {
-        labels: Selector::parse_labels(&q.sel).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?,
+        labels: Selector::parse_labels(&q.sel)
+            .map_err(|e| WebError::new(StatusCode::BAD_REQUEST, e))?,
         from_ns: q.from,
         to_ns: q.to,
     })
@@ -431,16 +399,16 @@ async fn windows(
     State(s): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<SelectorQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, WebError> {
     check_read(&s, &headers)?;
     Ok(Json(s.store.windows(&selector(&q)?)?).into_response())
 }
 
 /// The bodies of the windows `q` selects (404 when none matches).
-fn selected_bodies(s: &AppState, q: &SelectorQuery) -> Result<Vec<Vec<u8>>, ApiError> {
+fn selected_bodies(s: &AppState, q: &SelectorQuery) -> Result<Vec<Vec<u8>>, WebError> {
     let bodies = s.store.bodies(&selector(q)?)?;
     if bodies.is_empty() {
-        return Err(ApiError(
+        return Err(WebError::new(
             StatusCode::NOT_FOUND,
             format!("no windows match `{}`", q.sel),
         ));
@@ -449,7 +417,7 @@ fn selected_bodies(s: &AppState, q: &SelectorQuery) -> Result<Vec<Vec<u8>>, ApiE
 }
 
 /// Every selected window merged into one profile.
-fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<Profile, ApiError> {
+fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<Profile, WebError> {
     Ok(merge_bodies(&selected_bodies(s, q)?)?)
 }
 
@@ -458,9 +426,9 @@ fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<Profile, ApiError> 
 /// multiply the memory).
 async fn blocking<T: Send + 'static>(
     s: &AppState,
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let internal = |e: String| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e);
+    f: impl FnOnce() -> Result<T, WebError> + Send + 'static,
+) -> Result<T, WebError> {
+    let internal = |e: String| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
     let _turn = s
         .queries
         .clone()
@@ -476,11 +444,11 @@ async fn merged(
     State(s): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<SelectorQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, WebError> {
     check_read(&s, &headers)?;
     let p = blocking(&s.clone(), move || merge_selected(&s, &q)).await?;
     let mut json = serde_json::to_value(Summary::of(&p))
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     json["labels"] = serde_json::to_value(&p.meta.labels).unwrap_or_default();
     Ok(Json(json).into_response())
 }
@@ -489,12 +457,12 @@ async fn merged_download(
     State(s): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<SelectorQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, WebError> {
     check_read(&s, &headers)?;
     let p = blocking(&s.clone(), move || merge_selected(&s, &q)).await?;
     let mut body = Vec::new();
     phaseprof_model::write_profile(&p, &mut body)
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
 }
 
@@ -517,7 +485,7 @@ async fn diff(
     State(s): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<DiffQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, WebError> {
     check_read(&s, &headers)?;
     let report = blocking(&s.clone(), move || {
         let side = |sel: &str| {
@@ -526,7 +494,7 @@ async fn diff(
                 from: q.from,
                 to: q.to,
             };
-            Ok::<_, ApiError>(digest_bodies(&selected_bodies(&s, &query)?)?)
+            Ok::<_, WebError>(digest_bodies(&selected_bodies(&s, &query)?)?)
         };
         let (a, b) = (side(&q.a)?, side(&q.b)?);
         Ok(phaseprof_model::diff::diff_digests(
@@ -540,7 +508,7 @@ async fn diff(
 }
 
 /// Every label key with the values seen (the pages' label pickers).
-async fn labels(State(s): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn labels(State(s): State<AppState>, headers: HeaderMap) -> Result<Response, WebError> {
     check_read(&s, &headers)?;
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for w in s.store.windows(&Selector::default())? {
@@ -553,7 +521,7 @@ async fn labels(State(s): State<AppState>, headers: HeaderMap) -> Result<Respons
 
 /// Prometheus text. Reads counters only, never the store, so it answers at once whatever the
 /// store or the uploads are doing.
-async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
+async fn metrics(State(s): State<AppState>) -> Result<Response, WebError> {
     let m = &s.metrics;
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let c = &m.connections;

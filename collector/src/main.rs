@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use phaseprof::web::server::{fit_connections, listen, plain, serve, Limits};
 use phaseprof_collector::app::{AppState, IngestLimits, Metrics, RateLimit};
 use phaseprof_collector::clickhouse::ClickHouseStore;
 use phaseprof_collector::pages::Selections;
 use phaseprof_collector::sqlite::SqliteStore;
-use phaseprof_collector::store::{parse_age, Store, StoreError};
+use phaseprof_collector::store::{Store, StoreError};
 use phaseprof_collector::tls::{handshake, server_config};
 use phaseprof_collector::tokens::Tokens;
+use phaseprof_model::units::parse_duration;
+use phaseprof_view::web::server::{fit_connections, listen, plain, serve, Limits};
 
 /// Receives phaseprof windows from fleet agents, stores them, and merges them by label.
 #[derive(Parser, Debug)]
@@ -67,25 +68,25 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     max_queries: usize,
     /// An upload's body must arrive within this (e.g. 30s, 2m); else 408.
-    #[arg(long, default_value = "30s", value_parser = parse_age)]
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
     body_timeout: Duration,
     /// Open connections at most (TLS handshakes included); more are closed at once. The
     /// open-file limit is raised to fit, up to its hard limit.
-    #[arg(long, default_value_t = phaseprof::web::server::MAX_CONNECTIONS)]
+    #[arg(long, default_value_t = phaseprof_view::web::server::MAX_CONNECTIONS)]
     max_connections: usize,
     /// A TLS handshake, and each request's head, must arrive within this; else the connection
     /// is closed.
-    #[arg(long, default_value = "10s", value_parser = parse_age)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     header_timeout: Duration,
     /// A connection silent this long either way is closed.
-    #[arg(long, default_value = "60s", value_parser = parse_age)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
     idle_timeout: Duration,
     /// Windows per second each agent may upload (a burst of 20 times this is allowed, for
     /// spools being flushed); beyond, 429.
     #[arg(long, default_value_t = 50.0)]
     agent_rate: f64,
     /// Delete windows older than this (e.g. 7d, 12h).
-    #[arg(long, default_value = "7d", value_parser = parse_age)]
+    #[arg(long, default_value = "7d", value_parser = parse_duration)]
     retain: Duration,
 }
 
@@ -178,13 +179,13 @@ fn run(args: Args) -> Result<()> {
             listen(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
         // The ingest and query API, and `serve`'s pages over label selections (read token
         // required as for queries).
-        let pages = phaseprof::web::AppState {
+        let pages = phaseprof_view::web::AppState {
             source: Arc::new(Selections::new(state.store.clone())),
             token: state.read_token.clone(),
             tls: tls.is_some(),
         };
         let counters = state.metrics.connections.clone();
-        let app = phaseprof_collector::app(state).merge(phaseprof::web::app(pages));
+        let app = phaseprof_collector::app(state).merge(phaseprof_view::web::app(pages));
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };

@@ -6,11 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use phaseprof::web::{LabelPicker, ProfileEntry, ProfileSource};
 use phaseprof_model::Profile;
+use phaseprof_view::web::{LabelPicker, ProfileEntry, ProfileSource};
 
 use crate::merged::merge_bodies;
-use crate::store::{parse_age, Selector, Store, WindowInfo};
+use crate::store::{Selector, Store, WindowInfo};
+use phaseprof_model::units::parse_duration;
 
 /// A merged selection is reused this long: one page view fetches its profile several times
 /// (the page, each flamegraph, the downloads).
@@ -93,7 +94,10 @@ fn now_ns() -> u64 {
 /// `k=v,k=v@AGE` (either part may be empty) → labels and age.
 fn parse_id(id: &str) -> Option<(BTreeMap<String, String>, Duration)> {
     let (labels, last) = id.rsplit_once('@').unwrap_or((id, DEFAULT_LAST));
-    Some((Selector::parse_labels(labels).ok()?, parse_age(last).ok()?))
+    Some((
+        Selector::parse_labels(labels).ok()?,
+        parse_duration(last).ok()?,
+    ))
 }
 
 fn id_of<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>, last: &str) -> String {
@@ -192,7 +196,7 @@ impl ProfileSource for Selections {
     }
 
     fn select(&self, labels: &[(String, String)], last: &str) -> Option<String> {
-        parse_age(last).ok()?;
+        parse_duration(last).ok()?;
         Some(id_of(labels.iter().map(|(k, v)| (k, v)), last))
     }
 }
@@ -271,7 +275,7 @@ mod tests {
                 .insert(host, None, &m.labels, m.start_unix_ns, m.end_unix_ns, &body)
                 .unwrap();
         }
-        let app = phaseprof::web::app(phaseprof::web::AppState {
+        let app = phaseprof_view::web::app(phaseprof_view::web::AppState {
             source: Arc::new(Selections::new(store)),
             token: None,
             tls: false,

@@ -2,7 +2,6 @@
 //! A window is stored whole, in the `.phaseprof` encoding it arrived in, with its labels and
 //! time range as columns to select by.
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -41,22 +40,6 @@ impl Selector {
             && (self.to_ns == 0 || start_ns < self.to_ns)
             && self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
     }
-}
-
-/// An age like `7d`, `12h`, `15m` or `30s` (`--retain`, the pages' `last`).
-pub fn parse_age(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not an age like 7d or 12h"))?;
-    let secs = match unit {
-        "s" | "" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (s, m, h, d)")),
-    };
-    Ok(Duration::from_secs(secs))
 }
 
 /// A stored window, without its body.

@@ -1,5 +1,5 @@
 //! `--tls-cert`/`--tls-key`: the collector serves HTTPS (rustls). Handshakes run in each
-//! connection's own task, under the server's header deadline (`phaseprof::web::server`).
+//! connection's own task, under the server's header deadline (`phaseprof_view::web::server`).
 use std::future::Future;
 use std::io;
 use std::path::Path;

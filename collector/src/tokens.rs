@@ -73,7 +73,7 @@ impl Tokens {
     pub fn agent(&self, token: &str) -> Option<&Agent> {
         let mut found = None;
         for (t, agent) in &self.by_token {
-            if phaseprof::web::auth::same(t, token) {
+            if phaseprof_view::web::auth::same(t, token) {
                 found = Some(agent);
             }
         }

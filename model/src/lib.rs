@@ -7,18 +7,21 @@
 pub mod build;
 pub mod diff;
 pub mod format;
+pub mod frames;
 pub mod merge;
 pub mod profile;
 pub mod split;
 pub mod stats;
 pub mod summary;
 mod syscall_names;
+pub mod units;
 
 pub use build::{PhaseAt, ProfileBuilder};
 pub use format::{
     read_profile, read_profile_limited, write_profile, FormatError, DEFAULT_MAX_INFLATED,
     FORMAT_VERSION,
 };
+pub use frames::{display_name, folded_frame_name, is_allocator_frame};
 pub use profile::*;
 pub use summary::Summary;
 

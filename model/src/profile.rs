@@ -3,6 +3,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::frames::display_name;
+
 /// Phase index 0: events on a thread that was in no probed phase.
 pub const PHASE_NONE: u32 = 0;
 /// The display name of [`PHASE_NONE`].
@@ -718,37 +720,9 @@ impl Profile {
     }
 }
 
-/// How a frame is shown: kernel frames carry perf's `_[k]` suffix so flamegraph tools colour them.
-/// `name` as one frame of a folded line (`frame;frame;… VALUE`): `;` separates frames and a
-/// line ends the stack, so neither may stand in a name (a hostile or odd symbol could split a
-/// line into two stacks).
-pub fn folded_frame_name(name: &str) -> String {
-    name.chars()
-        .map(|c| match c {
-            ';' => ':',
-            c if c.is_control() => ' ',
-            c => c,
-        })
-        .collect()
-}
-
-pub fn display_name(frame: &Frame) -> String {
-    match frame.kind {
-        FrameKind::Kernel => format!("{}_[k]", frame.function),
-        FrameKind::User | FrameKind::Synthetic => frame.function.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    // Checks that no frame name can split a folded line: separators and line ends are replaced.
-    #[test]
-    fn folded_names_keep_one_line_per_stack() {
-        assert_eq!(folded_frame_name("a;b\nc\r\td"), "a:b c  d");
-        assert_eq!(folded_frame_name("<T as Trait>::f"), "<T as Trait>::f");
-    }
 
     // Checks the cap on phases at validation: a window of 100,000 phases (a hostile upload that
     // made every merge quadratic) is refused; 64 are fine.

@@ -2,7 +2,7 @@
 //! allocation stacks (`clone_bytes`), and the extrapolation of duty-cycled totals.
 use phaseprof_model::{PhaseStats, Profile, ProfileBuilder};
 
-use crate::phases::symbols::glob_match;
+use crate::elf::glob_match;
 
 /// Computes each rule (name, frame globs) over the profile's allocation stacks: the bytes of
 /// every sampled allocation with a frame (inlined ones included) matching a glob, in total

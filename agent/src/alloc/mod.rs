@@ -3,6 +3,5 @@
 pub mod budget;
 pub mod costs;
 pub mod go_rate;
-pub mod placement;
 pub mod recorder;
 pub mod sites;

@@ -108,7 +108,7 @@ impl AllocRecorder {
             }
         }
         if self.attached {
-            engine.attach_alloc(pid, &found)?;
+            engine.attach_alloc(pid, &probe_specs(&found))?;
         }
         self.sites.insert(pid, found);
         Ok(())
@@ -168,7 +168,7 @@ impl AllocRecorder {
                 self.slice_start = now;
                 engine.pause_alloc(true);
                 for (&pid, found) in &self.sites {
-                    engine.attach_alloc(pid, found)?;
+                    engine.attach_alloc(pid, &probe_specs(found))?;
                 }
                 engine.pause_alloc(false);
                 self.hits_at_slice = engine.alloc_probe_hits()?;
@@ -261,4 +261,8 @@ impl AllocRecorder {
         };
         Ok((info, scale))
     }
+}
+/// The engine's probes for a process's allocator sites.
+fn probe_specs(sites: &[AllocSite]) -> Vec<crate::engine::ProbeSpec> {
+    sites.iter().flat_map(AllocSite::probe_specs).collect()
 }

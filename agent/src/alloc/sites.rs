@@ -9,8 +9,9 @@ use blazesym::SymType;
 use iced_x86::Register;
 use phaseprof_bpf::types::alloc_fn;
 
-use super::placement::{self, choose, Needs, Placement};
-use crate::phases::symbols::for_each_symbol;
+use crate::elf::for_each_symbol;
+use crate::engine::{ProbeSpec, Uprobe};
+use crate::x86::placement::{self, choose, Needs, Placement};
 
 /// What an allocator function does, as the BPF side sees it (its `enum alloc_fn`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,6 +112,29 @@ impl AllocSite {
     pub fn has_return_probe(&self) -> bool {
         !matches!(self.kind, AllocKind::Free | AllocKind::GoSample { .. })
     }
+
+    /// The engine's probes for this site: `free`, Go's sampler, or an allocator's entry and
+    /// return.
+    pub fn probe_specs(&self) -> Vec<ProbeSpec> {
+        let programs: &[Uprobe] = match self.kind {
+            AllocKind::GoSample { .. } => &[Uprobe::GoAllocSample],
+            AllocKind::Free => &[Uprobe::Free],
+            _ => &[Uprobe::AllocEnter, Uprobe::AllocExit],
+        };
+        programs
+            .iter()
+            .map(|&program| ProbeSpec {
+                program,
+                path: self.path.clone(),
+                offset: self.placement.file_offset,
+                cookie: self.kind.cookie(),
+                what: match program {
+                    Uprobe::GoAllocSample => "Go's allocation-sample probe".into(),
+                    _ => format!("allocator probe of `{}`", self.symbol),
+                },
+            })
+            .collect()
+    }
 }
 
 /// Go's version from the binary's build info (`go1.26.8` → (1, 26)).
@@ -159,7 +183,7 @@ fn go_sample_site(
         .filter(|&a| a < 1 << 48)
         .unwrap_or(0);
     // After Go's stack-check prologue, which re-runs the function's entry when the stack grows.
-    let entry = crate::phases::plan::go_entry_offset(path, offset, size)?;
+    let entry = crate::x86::go_entry_offset(path, offset, size)?;
     let mut placement = placement::entry(path, entry, size - (entry - offset))?;
     placement.delta = entry - offset;
     Ok(Some(AllocSite {

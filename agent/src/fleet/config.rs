@@ -165,12 +165,12 @@ impl AgentConfig {
         if token.is_empty() {
             bail!("{file}: the agent token is empty");
         }
-        let window = crate::cli::parse_duration(&raw.window)
+        let window = phaseprof_model::units::parse_duration(&raw.window)
             .map_err(|e| anyhow::anyhow!("{file}: window: {e}"))?;
         if window < Duration::from_millis(200) {
             bail!("{file}: window must be at least 200ms");
         }
-        let spool_limit = crate::cli::parse_bytes(&raw.spool_limit)
+        let spool_limit = phaseprof_model::units::parse_bytes(&raw.spool_limit)
             .map_err(|e| anyhow::anyhow!("{file}: spool_limit: {e}"))?;
         let mut events = Vec::new();
         for e in &raw.events {
@@ -185,7 +185,7 @@ impl AgentConfig {
             .unwind
             .parse()
             .map_err(|e| anyhow::anyhow!("{file}: unwind: {e}"))?;
-        let stack_copy_bytes = crate::cli::parse_stack_copy(&raw.stack_copy)
+        let stack_copy_bytes = crate::unwind::parse_stack_copy(&raw.stack_copy)
             .map_err(|e| anyhow::anyhow!("{file}: stack_copy: {e}"))?;
         let mut targets = Vec::new();
         for (i, t) in raw.targets.into_iter().enumerate() {

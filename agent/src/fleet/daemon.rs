@@ -206,10 +206,10 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         duration: None,
         engine: EngineConfig {
             events: cfg.events.clone(),
-            unwind: cfg.unwind,
             stack_copy_bytes: cfg.stack_copy_bytes,
             ..EngineConfig::default()
         },
+        unwind: cfg.unwind,
         output: Default::default(),
         phases: None,
         window: cfg.window,

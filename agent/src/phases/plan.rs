@@ -1,17 +1,16 @@
 //! From a phases config and the target's ELF objects to the probes to attach: every matched
 //! function with its entry offset and, for Go code, the offsets of its return instructions
 //! (Go moves goroutine stacks, so a uretprobe's hijacked return address would crash it).
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
 use phaseprof_bpf::types::{go_sched_flag, go_sched_point};
 
 use super::config::{CostEvent, PhaseConfig};
-use super::symbols::{function_symbols, resolve, FunctionSymbol, ProbeSite};
-use crate::alloc::placement::{choose_in, kernel_emulates, Needs};
-use crate::engine::MAX_SYSCALL_COSTS;
+use super::symbols::{resolve, ProbeSite};
+use crate::elf::{function_symbols, FunctionSymbol};
+use crate::engine::{ProbeSpec, Uprobe, MAX_SYSCALL_COSTS};
+use crate::x86::{emulated_at, go_entry_offset, native_entry, return_offsets};
 
 /// One probe point of one phase.
 #[derive(Clone, Debug)]
@@ -67,149 +66,75 @@ pub struct PhasePlan {
     pub alloc_costs: Vec<(String, Vec<String>)>,
 }
 
+impl PhasePlan {
+    /// The engine's probes for the plan, phase `p` of the plan counted as phase `id_of(p)`:
+    /// each function's entry and its exit (a uretprobe, or for Go code uprobes on each return
+    /// instruction, keeping the phases per goroutine), and the Go scheduler's switch points.
+    pub fn probe_specs(&self, id_of: impl Fn(u32) -> u32) -> Vec<ProbeSpec> {
+        let spec = |program, site: &ProbeSite, offset, cookie, kind: &str| ProbeSpec {
+            program,
+            path: site.path.clone(),
+            offset,
+            cookie,
+            what: format!("{kind} probe of `{}`", site.symbol),
+        };
+        let mut out = Vec::new();
+        for probe in &self.probes {
+            let cookie = id_of(probe.phase) as u64;
+            let site = &probe.site;
+            match &probe.returns {
+                None => {
+                    out.push(spec(
+                        Uprobe::PhaseEnter,
+                        site,
+                        site.file_offset,
+                        cookie,
+                        "entry",
+                    ));
+                    out.push(spec(
+                        Uprobe::PhaseExit,
+                        site,
+                        site.file_offset,
+                        cookie,
+                        "return",
+                    ));
+                }
+                Some(offsets) => {
+                    out.push(spec(
+                        Uprobe::GoPhaseEnter,
+                        site,
+                        site.file_offset,
+                        cookie,
+                        "entry",
+                    ));
+                    for &off in offsets {
+                        out.push(spec(
+                            Uprobe::GoPhaseReturn,
+                            site,
+                            off,
+                            cookie,
+                            "return-instruction",
+                        ));
+                    }
+                }
+            }
+        }
+        for g in &self.go_switches {
+            out.push(spec(
+                Uprobe::GoSched,
+                &g.site,
+                g.site.file_offset,
+                g.cookie,
+                "scheduler",
+            ));
+        }
+        out
+    }
+}
+
 /// Go binaries carry `runtime.main`; their functions get return-instruction probes.
 pub(crate) fn is_go(symbols: &[FunctionSymbol]) -> bool {
     symbols.iter().any(|s| s.raw == "runtime.main")
-}
-
-/// The instructions of the function at `file_offset`, with their file offsets as `ip`.
-pub(crate) fn decode_function(
-    path: &Path,
-    file_offset: u64,
-    size: u64,
-) -> Result<Vec<Instruction>> {
-    if size == 0 {
-        bail!("the symbol has no size, so its code cannot be decoded");
-    }
-    let mut code = vec![0u8; size as usize];
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    f.seek(SeekFrom::Start(file_offset))?;
-    f.read_exact(&mut code)?;
-    let mut decoder = Decoder::with_ip(64, &code, file_offset, DecoderOptions::NONE);
-    let mut insns = Vec::new();
-    while decoder.can_decode() {
-        insns.push(decoder.decode());
-    }
-    Ok(insns)
-}
-
-/// x86 uprobes refuse instructions with a LOCK or an ES/CS/DS/SS prefix (the kernel's
-/// `is_prefix_bad`): a probe there is never installed, silently.
-pub(crate) fn uprobe_refuses(insn: &Instruction) -> bool {
-    insn.has_lock_prefix()
-        || matches!(
-            insn.segment_prefix(),
-            Register::ES | Register::CS | Register::DS | Register::SS
-        )
-}
-
-/// Where to put a function's entry probe (and its uretprobe, which reads the return address at
-/// the stack top): the first instruction, or when the kernel refuses it, the first later one
-/// that every call still executes exactly once with the return address on top of the stack —
-/// before any branch, call or stack change, and not a branch target.
-pub fn entry_offset(path: &Path, file_offset: u64, size: u64) -> Result<u64> {
-    let insns = decode_function(path, file_offset, size.max(1))?;
-    let Some(first) = insns.first() else {
-        bail!("the function is empty")
-    };
-    if !uprobe_refuses(first) {
-        return Ok(first.ip());
-    }
-    let targets: Vec<u64> = insns
-        .iter()
-        .filter(|i| {
-            matches!(
-                i.flow_control(),
-                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
-            )
-        })
-        .map(|i| i.near_branch_target())
-        .collect();
-    for insn in &insns[1..] {
-        let straight = insn.flow_control() == FlowControl::Next
-            && insn.stack_pointer_increment() == 0
-            && insn.op0_register() != Register::RSP;
-        if !straight || targets.contains(&insn.ip()) {
-            break;
-        }
-        if !uprobe_refuses(insn) {
-            return Ok(insn.ip());
-        }
-    }
-    bail!("its first instructions cannot be uprobed (LOCK or segment prefix) and no later instruction of its entry block qualifies")
-}
-
-/// The entry probe of a native function, which shares its site with a uretprobe: on an
-/// instruction the kernel emulates when the entry block has one before the stack moves (a
-/// single-stepped probe costs a second trap, ~15 us here), else where [`entry_offset`] puts it.
-/// The site must not be a branch target, or a loop back to it would count a call twice.
-pub fn native_entry(path: &Path, file_offset: u64, size: u64) -> Result<(u64, bool)> {
-    let insns = decode_function(path, file_offset, size.max(1))?;
-    let needs = Needs {
-        args: &[],
-        return_probe: true,
-        skip_null_test: false,
-    };
-    if let Ok(p) = choose_in(&insns, file_offset, needs) {
-        let targeted = insns.iter().any(|i| {
-            matches!(
-                i.flow_control(),
-                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
-            ) && i.near_branch_target() == p.file_offset
-        });
-        if p.emulated && !targeted {
-            return Ok((p.file_offset, true));
-        }
-    }
-    let entry = entry_offset(path, file_offset, size)?;
-    let emulated = insns
-        .iter()
-        .find(|i| i.ip() == entry)
-        .is_some_and(kernel_emulates);
-    Ok((entry, emulated))
-}
-
-/// Go functions open with a stack check (`cmp rsp, [r14+16]; jbe morestack`) whose slow path
-/// grows the stack and jumps back to the entry: a probe there would fire twice for one call.
-/// The entry probe of a Go function goes right after that check; functions without one keep
-/// their first instruction.
-pub fn go_entry_offset(path: &Path, file_offset: u64, size: u64) -> Result<u64> {
-    let insns = decode_function(path, file_offset, size)?;
-    for (i, insn) in insns.iter().enumerate().take(4) {
-        if insn.flow_control() == FlowControl::ConditionalBranch {
-            let checks_stack = insns[..i]
-                .iter()
-                .any(|c| c.mnemonic() == Mnemonic::Cmp && c.memory_base() == Register::R14);
-            if checks_stack {
-                if let Some(body) = insns.get(i + 1) {
-                    return Ok(body.ip());
-                }
-            }
-            break;
-        }
-    }
-    Ok(file_offset)
-}
-
-/// File offsets of every `ret` in the function at `site`, decoded from its machine code.
-pub fn return_offsets(path: &Path, file_offset: u64, size: u64) -> Result<Vec<u64>> {
-    let rets: Vec<u64> = decode_function(path, file_offset, size)?
-        .iter()
-        .filter(|i| i.mnemonic() == Mnemonic::Ret)
-        .map(|i| i.ip())
-        .collect();
-    if rets.is_empty() {
-        bail!("no return instruction found (the function never returns, or ends in a tail call)");
-    }
-    Ok(rets)
-}
-
-/// Whether the kernel emulates the instruction at `file_offset` of `path`.
-fn emulated_at(path: &Path, file_offset: u64) -> bool {
-    decode_function(path, file_offset, 16)
-        .ok()
-        .and_then(|insns| insns.first().map(kernel_emulates))
-        .unwrap_or(false)
 }
 
 /// The scheduler's switch points in the Go executable `path` (see [`GO_SWITCH_POINTS`]).
@@ -358,66 +283,5 @@ impl PhasePlan {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-    /// Starts with `lock inc` (the atomic increment), which uprobes refuse.
-    #[inline(never)]
-    pub fn starts_locked(x: u64) -> u64 {
-        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        std::hint::black_box(x) + 1
-    }
-
-    // Checks that an entry probe moves past a LOCK-prefixed first instruction, and stays at the
-    // entry otherwise.
-    #[test]
-    fn entry_probe_avoids_refused_instructions() {
-        assert_eq!(starts_locked(1), 2);
-        let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let syms = function_symbols(&exe).unwrap();
-        let find = |suffix: &str| {
-            syms.iter()
-                .find(|s| s.name.ends_with(suffix))
-                .unwrap()
-                .clone()
-        };
-        let locked = find("plan::tests::starts_locked");
-        let insns = decode_function(&exe, locked.file_offset, locked.size).unwrap();
-        assert!(
-            insns[0].has_lock_prefix(),
-            "the test function must start with a locked instruction"
-        );
-        let entry = entry_offset(&exe, locked.file_offset, locked.size).unwrap();
-        assert_eq!(entry, insns[1].ip());
-        let plain = find("symbols::tests::a_phase_function_for_tests");
-        assert_eq!(
-            entry_offset(&exe, plain.file_offset, plain.size).unwrap(),
-            plain.file_offset
-        );
-    }
-
-    // Checks return-instruction decoding on a real function of this test binary.
-    #[test]
-    fn finds_return_instructions() {
-        let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let syms = function_symbols(&exe).unwrap();
-        let f = syms
-            .iter()
-            .find(|s| {
-                s.name
-                    .ends_with("symbols::tests::a_phase_function_for_tests")
-            })
-            .expect("the test function is in the binary");
-        let rets = return_offsets(&exe, f.file_offset, f.size).unwrap();
-        assert!(!rets.is_empty());
-        assert!(rets
-            .iter()
-            .all(|&r| r >= f.file_offset && r < f.file_offset + f.size));
     }
 }

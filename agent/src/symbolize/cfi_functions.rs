@@ -82,7 +82,7 @@ mod tests {
         }
         let cfi = CfiFunctions::of(libz);
         assert!(cfi.ranges.len() > 50, "{} FDEs", cfi.ranges.len());
-        let deflate = crate::phases::symbols::function_symbols(libz)
+        let deflate = crate::elf::function_symbols(libz)
             .unwrap()
             .into_iter()
             .find(|f| f.name == "deflate")

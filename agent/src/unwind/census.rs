@@ -30,7 +30,7 @@ impl FramePointerCensus {
 pub fn frame_pointer_census(path: &Path) -> Result<FramePointerCensus> {
     use iced_x86::{Code, Decoder, DecoderOptions, Register};
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let symbols = crate::phases::symbols::function_symbols(path)
+    let symbols = crate::elf::function_symbols(path)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let mut census = FramePointerCensus {
         with: 0,

@@ -44,6 +44,18 @@ impl std::str::FromStr for UnwindMode {
     }
 }
 
+/// A stack-copy size (`--stack-copy`, agent.toml's `stack_copy`): bytes (`16KiB`), a multiple
+/// of 8 up to the programs' 64 KiB.
+pub fn parse_stack_copy(s: &str) -> Result<u32, String> {
+    let n = phaseprof_model::units::parse_bytes(s)?;
+    if n == 0 || n > crate::engine::MAX_STACK_COPY as u64 || n % 8 != 0 {
+        return Err(format!(
+            "`{s}`: the stack copy must be a multiple of 8 bytes, at most 64KiB"
+        ));
+    }
+    Ok(n as u32)
+}
+
 /// How one target's stacks are walked, and why.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
@@ -108,5 +120,24 @@ impl UnwindPolicy {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the accepted `--stack-copy` sizes and the refused ones.
+    #[test]
+    fn stack_copy_sizes() {
+        assert_eq!(parse_stack_copy("16KiB").unwrap(), 16384);
+        assert_eq!(parse_stack_copy("64KiB").unwrap(), 65536);
+        assert!(parse_stack_copy("65KiB")
+            .unwrap_err()
+            .contains("at most 64KiB"));
+        assert!(parse_stack_copy("0").is_err());
+        assert!(parse_stack_copy("1001")
+            .unwrap_err()
+            .contains("multiple of 8"));
     }
 }

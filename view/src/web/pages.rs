@@ -7,8 +7,9 @@ use phaseprof_model::EventKind;
 
 use super::api::{load, parse_diff_query, phase_of, run_diff, View};
 use super::{AppState, WebError};
-use crate::compare::{fmt_interval, fmt_num, fmt_side, verdict_class};
-use crate::report::{fmt_ns, fmt_value, pct, phase_cells, syscall_rows, top_functions};
+use crate::compare::verdict_class;
+use crate::format::{fmt_interval, fmt_ns, fmt_num, fmt_side, fmt_value, pct};
+use crate::report::{phase_cells, syscall_rows, top_functions};
 
 fn render(t: &impl Template) -> Result<Html<String>, WebError> {
     t.render().map(Html).map_err(WebError::internal)

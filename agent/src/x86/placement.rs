@@ -11,7 +11,7 @@ use iced_x86::{
     Register,
 };
 
-use crate::phases::plan::{decode_function, uprobe_refuses};
+use super::{decode_function, uprobe_refuses};
 
 /// The chosen probe point of one function.
 #[derive(Clone, Debug, PartialEq)]

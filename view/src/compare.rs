@@ -2,9 +2,10 @@
 //! flamegraph (SVG) or a self-contained HTML page (verdict table + graph).
 use std::io::Write;
 
+use crate::format::{fmt_interval, fmt_num, fmt_side};
 use anyhow::{bail, Result};
 use phaseprof_flamegraphs::{folded_lines, write_diff_svg, GraphOptions, Selection};
-use phaseprof_model::diff::{diff, DiffOptions, DiffReport, MetricDiff};
+use phaseprof_model::diff::{diff, DiffOptions, DiffReport};
 use phaseprof_model::stats::Verdict;
 use phaseprof_model::{EventKind, Profile};
 
@@ -70,33 +71,6 @@ pub fn diff_svg(
         out,
     )?;
     Ok(())
-}
-
-pub fn fmt_num(v: f64) -> String {
-    if v.abs() >= 1e6 {
-        format!("{:.4e}", v)
-    } else if v.fract() == 0.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
-pub fn fmt_side(m: &MetricDiff, b: bool) -> String {
-    let s = if b { &m.b } else { &m.a };
-    if s.n > 1 {
-        format!("{} ± {}", fmt_num(s.mean), fmt_num(s.sd))
-    } else {
-        fmt_num(s.mean)
-    }
-}
-
-pub fn fmt_interval(m: &MetricDiff) -> String {
-    if m.a.n > 1 && m.b.n > 1 {
-        format!("[{}, {}]", fmt_num(m.diff.low), fmt_num(m.diff.high))
-    } else {
-        String::new()
-    }
 }
 
 pub fn write_text(r: &DiffReport, mut out: impl Write) -> std::io::Result<()> {

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
+use crate::format::{fmt_bytes, fmt_ns, fmt_value, pct};
 use phaseprof_model::summary::{syscalls_by_name, CountNs};
 use phaseprof_model::{display_name, EventKind, Profile, Summary};
 
@@ -69,48 +70,6 @@ pub fn top_functions(
     (v, grand)
 }
 
-pub fn pct(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        100.0 * part as f64 / whole as f64
-    }
-}
-
-pub fn fmt_ns(ns: u64) -> String {
-    let ns = ns as f64;
-    if ns >= 1e9 {
-        format!("{:.3} s", ns / 1e9)
-    } else if ns >= 1e6 {
-        format!("{:.3} ms", ns / 1e6)
-    } else if ns >= 1e3 {
-        format!("{:.1} µs", ns / 1e3)
-    } else {
-        format!("{ns:.0} ns")
-    }
-}
-
-pub fn fmt_bytes(b: u64) -> String {
-    let b = b as f64;
-    if b >= (1u64 << 30) as f64 {
-        format!("{:.2} GiB", b / (1u64 << 30) as f64)
-    } else if b >= (1 << 20) as f64 {
-        format!("{:.2} MiB", b / (1 << 20) as f64)
-    } else if b >= (1 << 10) as f64 {
-        format!("{:.1} KiB", b / (1 << 10) as f64)
-    } else {
-        format!("{b:.0} B")
-    }
-}
-
-pub fn fmt_value(kind: EventKind, v: u64) -> String {
-    match kind {
-        EventKind::Offcpu => fmt_ns(v),
-        EventKind::Alloc => fmt_bytes(v),
-        _ => v.to_string(),
-    }
-}
-
 /// A stack in one line, leaf first, allocator frames left out: `leak ← replay ← block`.
 fn stack_line(profile: &Profile, stack: u32, max: usize) -> String {
     let names: Vec<&str> = profile
@@ -121,7 +80,7 @@ fn stack_line(profile: &Profile, stack: u32, max: usize) -> String {
                 .iter()
                 .filter_map(|&f| profile.frames.get(f as usize))
                 .map(|f| f.function.as_str())
-                .filter(|f| !crate::soak::is_allocator_frame(f))
+                .filter(|f| !phaseprof_model::is_allocator_frame(f))
                 .take(max)
                 .collect()
         })

@@ -123,6 +123,9 @@ pub struct WebError {
 }
 
 impl WebError {
+    pub fn new(status: StatusCode, message: String) -> Self {
+        WebError { status, message }
+    }
     pub fn not_found(what: impl Into<String>) -> Self {
         WebError {
             status: StatusCode::NOT_FOUND,
@@ -144,9 +147,23 @@ impl WebError {
 }
 
 impl IntoResponse for WebError {
+    /// The message as JSON, with the headers its status calls for: when to retry a refusal
+    /// for load, and how to authenticate.
     fn into_response(self) -> Response {
         let body = serde_json::json!({"error": self.message});
-        (self.status, axum::Json(body)).into_response()
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        let extra = match self.status {
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
+                Some((header::RETRY_AFTER, "1"))
+            }
+            StatusCode::UNAUTHORIZED => Some((header::WWW_AUTHENTICATE, "Bearer")),
+            _ => None,
+        };
+        if let Some((name, value)) = extra {
+            resp.headers_mut()
+                .insert(name, header::HeaderValue::from_static(value));
+        }
+        resp
     }
 }
 

@@ -6,7 +6,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use super::{AppState, WebError};
 
 const COOKIE: &str = "phaseprof_token";
 
@@ -78,43 +78,57 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
     resp
 }
 
-pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(token) = state.token.clone() else {
-        if !loopback_host(&req) {
-            return (
+/// The one token check of every phaseprof server (`serve`, `attach --listen`, the collector's
+/// queries and pages): with a token, a request must carry it as a bearer token, the session
+/// cookie, or (`query`) `?token=` once from a browser; without one, it must name a loopback host.
+/// Ok(true) when the token came in the query, so the caller sets the cookie.
+pub fn authorize(
+    token: Option<&str>,
+    headers: &header::HeaderMap,
+    loopback: bool,
+    query: Option<&str>,
+) -> Result<bool, WebError> {
+    let Some(token) = token else {
+        return match loopback {
+            true => Ok(false),
+            false => Err(WebError::new(
                 StatusCode::FORBIDDEN,
-                axum::Json(serde_json::json!({
-                    "error": "this server has no token, so it answers only requests for localhost or a loopback address (Host header)"
-                })),
-            )
-                .into_response();
-        }
-        return next.run(req).await;
+                "this server has no token, so it answers only requests for localhost or a loopback address (Host header)".into(),
+            )),
+        };
     };
-    let headers = req.headers();
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| same(t, &token));
+        .is_some_and(|t| same(t, token));
     let cookie = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .any(|(k, v)| k == COOKIE && same(v, &token));
-    let query = query_token(&req).is_some_and(|t| same(&t, &token));
-    if !(bearer || cookie || query) {
-        return (
+        .any(|(k, v)| k == COOKIE && same(v, token));
+    let by_query = query.is_some_and(|t| same(t, token));
+    match bearer || cookie || by_query {
+        true => Ok(by_query && !bearer && !cookie),
+        false => Err(WebError::new(
             StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            axum::Json(serde_json::json!({
-                "error": "this server needs its token: `Authorization: Bearer TOKEN`, or ?token=TOKEN once in a browser"
-            })),
-        )
-            .into_response();
+            "this server needs its token: `Authorization: Bearer TOKEN`, or ?token=TOKEN once in a browser".into(),
+        )),
     }
+}
+
+pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let query = query_token(&req);
+    let token = state.token.as_deref();
+    let query = match authorize(token, req.headers(), loopback_host(&req), query.as_deref()) {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    let Some(token) = state.token.clone() else {
+        return next.run(req).await;
+    };
     let mut resp = next.run(req).await;
     if query {
         let secure = if state.tls { "; Secure" } else { "" };

@@ -1,0 +1,11 @@
+//! phaseprof's views of recorded profiles: the text report, diffs of two sets of runs, exports
+//! (folded stacks, SVG flamegraphs, pprof) and the web pages and JSON API that show them. Built on
+//! the model and the flamegraphs only, so the collector serves the same views without the BPF
+//! side.
+
+pub mod compare;
+pub mod export;
+pub mod format;
+pub mod pprof;
+pub mod report;
+pub mod web;
