@@ -40,7 +40,7 @@ pub struct Aggregator {
 }
 
 /// Go's default `runtime.MemProfileRate`.
-const GO_DEFAULT_RATE: f64 = 512.0 * 1024.0;
+const GO_DEFAULT_RATE: f64 = crate::alloc::go_rate::GO_DEFAULT_RATE as f64;
 
 /// The bytes and allocations one Go heap-profile sample of `size` bytes stands for. Go samples
 /// by a Poisson process of mean `rate` bytes, so an allocation of `size` is sampled with

@@ -117,8 +117,7 @@ pub fn attach(
         }
     };
     let mut storage = MaybeUninit::uninit();
-    let mut fallback = MaybeUninit::uninit();
-    let (mut session, _) = open_session(&opts.record, plan, None, &mut storage, &mut fallback)?;
+    let (mut session, _) = open_session(&opts.record, plan, None, &mut storage)?;
     session.add_target(pid)?;
     let window = opts.record.window;
     let windows = Arc::new(LiveWindows::new(

@@ -132,14 +132,13 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
 }
 
 /// Loads and attaches the engine for `opts` and `plan` (phase probes included) and wraps it in
-/// a session with no targets yet; `storage` and `fallback` hold the BPF object. Shared by
+/// a session with no targets yet; `storage` holds the BPF object. Shared by
 /// `record` and `attach`.
 pub fn open_session<'obj>(
     opts: &RecordOptions,
     mut plan: PhasePlan,
     deferred: Option<(PhaseConfig, String)>,
     storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-    fallback: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
 ) -> Result<(Session<'obj>, EngineConfig)> {
     if opts.phases.is_none() {
         // Without a phases file the built-in costs still apply to the whole recording.
@@ -161,7 +160,7 @@ pub fn open_session<'obj>(
     engine_cfg.follow_children = matches!(opts.target, TargetSpec::Command(_));
     engine_cfg.notify_exec = matches!(opts.target, TargetSpec::Name(_));
 
-    let mut engine = Engine::load(&engine_cfg, storage, fallback)?;
+    let mut engine = Engine::load(&engine_cfg, storage)?;
     engine.attach(&engine_cfg)?;
     engine.attach_phases(&plan.probe_specs(|p| p))?;
     let mut meta = Meta {
@@ -207,9 +206,7 @@ fn record_into(
 ) -> Result<Recorded> {
     let t0 = Instant::now();
     let mut storage = MaybeUninit::uninit();
-    let mut fallback_storage = MaybeUninit::uninit();
-    let (mut session, engine_cfg) =
-        open_session(opts, plan, deferred, &mut storage, &mut fallback_storage)?;
+    let (mut session, engine_cfg) = open_session(opts, plan, deferred, &mut storage)?;
 
     let start = SystemTime::now();
     let mut child: Option<u32> = None;

@@ -10,7 +10,7 @@ use regex::Regex;
 
 use crate::aggregate::Aggregator;
 use crate::alloc::recorder::AllocRecorder;
-use crate::engine::{Engine, TargetEvent};
+use crate::engine::{Drain, Engine, TargetEvent};
 use crate::phases::cost::PhaseCost;
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::symbolize::BlazeSymbolizer;
@@ -137,9 +137,9 @@ impl<'obj> Session<'obj> {
         }
     }
 
-    /// Drains the kernel maps (`everything` after detach) with the samples unwound meanwhile.
-    fn drain(&mut self, everything: bool) -> Result<RawWindow> {
-        let mut w = self.engine.drain(everything)?;
+    /// Drains the kernel maps (`Drain::Final` after detach) with the samples unwound meanwhile.
+    fn drain(&mut self, how: Drain) -> Result<RawWindow> {
+        let mut w = self.engine.drain(how)?;
         self.unwind_received();
         w.cpu
             .extend(fold_identical(std::mem::take(&mut self.unwound)));
@@ -327,7 +327,7 @@ impl<'obj> Session<'obj> {
 
     /// Drains one window of the kernel maps into the profile.
     pub fn drain_window(&mut self) -> Result<()> {
-        let w = self.drain(false)?;
+        let w = self.drain(Drain::Window)?;
         self.fold(&w);
         Ok(())
     }
@@ -354,7 +354,7 @@ impl<'obj> Session<'obj> {
     /// of them): its samples, and the kernel's cumulative phase totals and drops as the growth
     /// since the previous window.
     pub fn take_window(&mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
-        let w = self.drain(false)?;
+        let w = self.drain(Drain::Window)?;
         self.fold(&w);
         let phases = self.agg.builder_mut().profile_mut().phases.clone();
         let meta = self.agg.builder_mut().meta_mut().clone();
@@ -426,7 +426,7 @@ impl<'obj> Session<'obj> {
         // the kernel to retire the uprobes, up to a second).
         let stopped_ns = crate::engine::monotonic_ns();
         self.engine.detach();
-        let w = self.drain(true)?;
+        let w = self.drain(Drain::Final)?;
         self.fold(&w);
         let lost = self.engine.lost()?;
         let lost = self.lost_since_last_window(lost);

@@ -229,8 +229,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         serve_metrics(addr, agent_metrics.clone(), sender.metrics.clone())?;
     }
     let mut storage = MaybeUninit::uninit();
-    let mut fallback = MaybeUninit::uninit();
-    let (mut session, _) = open_session(&opts, plan, None, &mut storage, &mut fallback)?;
+    let (mut session, _) = open_session(&opts, plan, None, &mut storage)?;
     eprintln!(
         "phaseprof: agent pushing {}-s windows to {}",
         cfg.window.as_secs_f64(),

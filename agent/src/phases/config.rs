@@ -7,8 +7,9 @@ use phaseprof_model::summary::FLUSH_SYSCALLS;
 use serde::Deserialize;
 use toml::Spanned;
 
-/// Phases a config may define (ids 1..=MAX_PHASES; 0 is `(none)`).
-pub const MAX_PHASES: usize = 63;
+/// Phases a config may define (ids 1..=MAX_PHASES; 0 is `(none)`): the kernel's phase masks
+/// have MAX_PHASES bits in the shared header, bit 0 for `(none)`.
+pub const MAX_PHASES: usize = phaseprof_bpf::limits::MAX_PHASES as usize - 1;
 
 /// Globs that match the frames of copies, for the built-in `clone_bytes` cost.
 pub const CLONE_FRAMES: &[&str] = &[

@@ -1,0 +1,114 @@
+//! Recording options shared by `record`, `attach` and `soak` (flattened into each), with their
+//! defaults taken from the engine's constants, so a flag means the same everywhere.
+use anyhow::{bail, Result};
+use clap::Args;
+use phaseprof_model::units::{parse_bytes, parse_percent};
+use phaseprof_model::EventKind;
+
+use crate::engine::{EngineConfig, DEFAULT_FREQ_HZ, DEFAULT_STACK_ENTRIES};
+use crate::unwind::{parse_stack_copy, UnwindMode};
+
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// cpu-clock sampling frequency in Hz.
+    #[arg(short = 'F', long, default_value_t = DEFAULT_FREQ_HZ)]
+    pub freq: u64,
+    /// Capture a user stack for every syscall (counts are exact either way).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub syscall_stacks: bool,
+    /// How user stacks of cpu samples and page faults are walked: `fp` (frame pointers, cheap),
+    /// `dwarf` (a copy of each sample's stack unwound from the binaries' call-frame information,
+    /// for code built without frame pointers), or `auto` (per target: fp when its executable
+    /// keeps frame pointers, else dwarf).
+    #[arg(long, default_value = "auto", value_name = "auto|fp|dwarf")]
+    pub unwind: UnwindMode,
+    /// With dwarf unwinding: bytes of user stack copied per sample (at most 64KiB; deeper
+    /// stacks are cut there).
+    #[arg(long, default_value = "16KiB", value_parser = parse_stack_copy, value_name = "BYTES")]
+    pub stack_copy: u32,
+    /// Distinct stacks the kernel side can hold (preallocated, ~1 KiB each).
+    #[arg(long, default_value_t = DEFAULT_STACK_ENTRIES)]
+    pub stack_entries: u32,
+    /// With alloc: capture an allocation's stack once per this many bytes (as jemalloc's
+    /// heap profiler does; 1 = every allocation). Totals are exact either way.
+    #[arg(long, default_value = "512KiB", value_parser = parse_bytes, value_name = "BYTES")]
+    pub alloc_sample_bytes: u64,
+    /// With alloc: keep the slowdown the allocation probes cause under this share of the
+    /// target's CPU time (e.g. 1%) by attaching them for part of each second; totals are then
+    /// extrapolated, and the report says so.
+    #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
+    pub alloc_budget: Option<f64>,
+}
+
+impl EngineArgs {
+    /// The engine's configuration for recording `events` with these options.
+    pub fn config(&self, events: Vec<EventKind>) -> Result<EngineConfig> {
+        if self.freq == 0 || self.freq > 10_000 {
+            bail!("--freq must be between 1 and 10000 Hz");
+        }
+        if self.alloc_budget.is_some() && !events.contains(&EventKind::Alloc) {
+            bail!("--alloc-budget limits the allocation probes: add alloc to --events");
+        }
+        Ok(EngineConfig {
+            events,
+            freq_hz: self.freq,
+            syscall_stacks: self.syscall_stacks,
+            stack_entries: self.stack_entries,
+            alloc_sample_bytes: self.alloc_sample_bytes,
+            stack_copy_bytes: self.stack_copy,
+            ..EngineConfig::default()
+        })
+    }
+}
+
+/// Event kinds from `--events` values, each once, in the order given.
+pub fn parse_events(values: &[String]) -> Result<Vec<EventKind>> {
+    let mut events = Vec::new();
+    for e in values {
+        let k = super::parse_event(e)?;
+        if !events.contains(&k) {
+            events.push(k);
+        }
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::DEFAULT_ALLOC_SAMPLE_BYTES;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Only {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    // Checks that the flags' defaults, `EngineConfig::default()` and agent.toml's defaults agree
+    // (as inferno's default_options test does), so no front end records differently unasked.
+    #[test]
+    fn defaults_agree() {
+        let args = Only::try_parse_from(["x"]).unwrap().engine;
+        let from_flags = args.config(EngineConfig::default().events).unwrap();
+        let d = EngineConfig::default();
+        assert_eq!(
+            (
+                from_flags.freq_hz,
+                from_flags.syscall_stacks,
+                from_flags.stack_entries
+            ),
+            (d.freq_hz, d.syscall_stacks, d.stack_entries)
+        );
+        assert_eq!(
+            (from_flags.alloc_sample_bytes, from_flags.stack_copy_bytes),
+            (d.alloc_sample_bytes, d.stack_copy_bytes)
+        );
+        assert_eq!(args.unwind, UnwindMode::default());
+        assert_eq!(d.alloc_sample_bytes, DEFAULT_ALLOC_SAMPLE_BYTES);
+        let toml = "collector = \"http://127.0.0.1:1\"\ntoken = \"t\"\nspool_dir = \"/tmp/x\"\n[[target]]\nname = \"x\"\n";
+        let agent = crate::fleet::config::AgentConfig::parse("agent.toml", toml).unwrap();
+        assert_eq!(agent.unwind, args.unwind);
+        assert_eq!(agent.stack_copy_bytes, d.stack_copy_bytes);
+    }
+}

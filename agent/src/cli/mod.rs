@@ -1,0 +1,134 @@
+//! The command line: clap types, each subcommand converting into its options struct and run by
+//! its room (`record`, `live`: attach, agent, soak; `files`: report, export, diff, serve).
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand};
+use phaseprof_model::{read_profile, EventKind, Profile};
+
+mod engine_args;
+mod files;
+mod live;
+mod record;
+
+pub use engine_args::EngineArgs;
+pub use files::{DiffArgs, ExportArgs, FormatArg, ReportArgs, ServeArgs};
+pub use live::{AgentArgs, AttachArgs, SoakArgs};
+pub use record::RecordArgs;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "phaseprof",
+    version,
+    about = "eBPF profiler that attributes every cost to the phase the thread was in"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Record processes (by pid, by name, or a command started with every probe in place).
+    Record(RecordArgs),
+    /// Print a profile's tables, or its JSON summary.
+    Report(ReportArgs),
+    /// Write a profile's stacks as folded text, pprof or an SVG flamegraph.
+    Export(ExportArgs),
+    /// Memory growth of a live process: RSS and its classes sampled, slopes fitted.
+    Soak(SoakArgs),
+    /// Serve saved profiles over HTTP: flamegraphs, phase tables, diffs, a JSON API.
+    Serve(ServeArgs),
+    /// Record a live process in windows and serve them over HTTP while it runs.
+    Attach(AttachArgs),
+    /// Run continuously: find targets, record windows, push them to a phaseprof-collector.
+    Agent(AgentArgs),
+    /// Compare runs of two builds: per-phase deltas, and with several runs per side intervals
+    /// and verdicts (improved / regressed / no change / inconclusive).
+    Diff(DiffArgs),
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Record(args) => record::run_record(args),
+        Command::Soak(args) => live::run_soak(args),
+        Command::Attach(args) => live::run_attach(args),
+        Command::Agent(args) => live::run_agent(args),
+        Command::Report(args) => files::run_report(args),
+        Command::Export(args) => files::run_export(args),
+        Command::Diff(args) => files::run_diff(args),
+        Command::Serve(args) => files::run_serve(args),
+    }
+}
+
+/// A flag raised by Ctrl-C or SIGTERM, for the command's loop to stop at.
+pub(crate) fn on_interrupt() -> Result<Arc<AtomicBool>> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = interrupted.clone();
+    ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+        .context("installing the Ctrl-C/SIGTERM handler")?;
+    Ok(interrupted)
+}
+
+pub(crate) fn parse_event(s: &str) -> Result<EventKind> {
+    EventKind::parse(s.trim()).ok_or_else(|| {
+        anyhow!("unknown event kind `{s}` (known: cpu, offcpu, syscall, alloc, pagefault)")
+    })
+}
+
+pub(crate) fn load(path: &PathBuf) -> Result<Profile> {
+    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    read_profile(std::io::BufReader::new(f))
+        .with_context(|| format!("cannot read {}", path.display()))
+}
+
+pub(crate) fn phase_of(profile: &Profile, name: Option<&String>) -> Result<Option<u32>> {
+    let Some(name) = name else { return Ok(None) };
+    match profile.phase_index(name) {
+        Some(i) => Ok(Some(i)),
+        None => bail!(
+            "the profile has no phase `{name}`; its phases are: {}",
+            profile.phases.join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::targets::TargetSpec;
+
+    // Checks that record refuses zero or two targets with one clear message.
+    #[test]
+    fn exactly_one_target() {
+        let cli = Cli::try_parse_from([
+            "phaseprof",
+            "record",
+            "-o",
+            "x",
+            "--pid",
+            "1",
+            "--name",
+            "a",
+        ])
+        .unwrap();
+        let Command::Record(args) = cli.command else {
+            panic!()
+        };
+        assert!(args
+            .into_options()
+            .unwrap_err()
+            .to_string()
+            .contains("exactly one target"));
+        let cli =
+            Cli::try_parse_from(["phaseprof", "record", "-o", "x", "--", "gzip", "-c"]).unwrap();
+        let Command::Record(args) = cli.command else {
+            panic!()
+        };
+        let opts = args.into_options().unwrap();
+        assert!(matches!(opts.target, TargetSpec::Command(ref c) if c == &["gzip", "-c"]));
+    }
+}

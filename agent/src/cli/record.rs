@@ -1,0 +1,109 @@
+//! `record`: a target (pids, a name, or a command) recorded into a .phaseprof file.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use phaseprof_model::units::parse_duration;
+
+use super::engine_args::{parse_events, EngineArgs};
+use super::on_interrupt;
+use crate::record::{record, RecordOptions, StopReason};
+use crate::targets::TargetSpec;
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Process to record, with all its threads (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Record processes whose comm or command line matches, including ones that start later.
+    #[arg(long, value_name = "REGEX")]
+    pub name: Option<String>,
+    /// Stop after this long (e.g. 30s, 500ms, 2m). Default: until the command exits or Ctrl-C.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Event kinds, comma separated: cpu, offcpu, syscall, alloc, pagefault.
+    #[arg(long, default_value = "cpu,offcpu,syscall", value_delimiter = ',')]
+    pub events: Vec<String>,
+    /// Phases to attribute costs to (phases.toml: [[phase]] name + function glob, [[cost]] rules).
+    #[arg(long, value_name = "PHASES.toml")]
+    pub phases: Option<PathBuf>,
+    /// How often kernel maps are drained into the profile.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// With alloc: where allocator probes go: `auto` (an instruction the kernel emulates) or
+    /// `entry` (the first instruction, as naive tools do; for benchmarks).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "entry"])]
+    pub alloc_placement: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Output file.
+    #[arg(short, long, value_name = "OUT.phaseprof")]
+    pub output: PathBuf,
+    /// Print attach time and target changes.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Command to start and record until it exits.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl RecordArgs {
+    pub fn into_options(self) -> Result<RecordOptions> {
+        let given = [
+            !self.pids.is_empty(),
+            self.name.is_some(),
+            !self.command.is_empty(),
+        ];
+        if given.iter().filter(|&&g| g).count() != 1 {
+            bail!("name exactly one target: --pid PID (repeatable), --name REGEX, or -- CMD [ARGS...]");
+        }
+        let target = if !self.pids.is_empty() {
+            TargetSpec::Pids(self.pids)
+        } else if let Some(re) = self.name {
+            TargetSpec::Name(
+                regex::Regex::new(&re).with_context(|| format!("--name: invalid regex `{re}`"))?,
+            )
+        } else {
+            TargetSpec::Command(self.command)
+        };
+        let events = parse_events(&self.events)?;
+        Ok(RecordOptions {
+            target,
+            duration: self.duration,
+            engine: self.engine.config(events)?,
+            unwind: self.engine.unwind,
+            alloc_budget: self.engine.alloc_budget,
+            alloc_at_entry: self.alloc_placement == "entry",
+            output: self.output,
+            phases: self.phases,
+            window: self.window,
+            verbose: self.verbose,
+        })
+    }
+}
+
+/// Records, then says why it stopped and what it wrote.
+pub fn run_record(args: RecordArgs) -> Result<i32> {
+    let opts = args.into_options()?;
+    let interrupted = on_interrupt()?;
+    let rec = record(&opts, interrupted)?;
+    let p = &rec.profile;
+    let samples: u64 = p.cpu.iter().map(|s| s.count).sum();
+    let syscalls: u64 = p.syscalls.iter().map(|s| s.count).sum();
+    let offcpu: u64 = p.offcpu.iter().map(|s| s.ns).sum();
+    let why = match rec.stop {
+        StopReason::Duration => "duration reached".to_string(),
+        StopReason::Interrupted => "interrupted".to_string(),
+        StopReason::CommandExited(s) => format!("command exited with status {s}"),
+        StopReason::TargetsExited => "every target exited".to_string(),
+    };
+    eprintln!(
+        "phaseprof: {why}; wrote {}: {samples} cpu samples, {} off-cpu, {syscalls} syscalls, lost {} events / {} stacks",
+        opts.output.display(),
+        phaseprof_view::format::fmt_ns(offcpu),
+        p.lost.events,
+        p.lost.stacks
+    );
+    Ok(0)
+}

@@ -1,0 +1,221 @@
+//! Attaching: the recording programs, targets (and how their stacks are walked), phase probes
+//! and the allocator probes (per target, detached and re-attached when duty-cycling); detaching.
+use std::os::fd::IntoRawFd;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+use phaseprof_bpf::types;
+use phaseprof_model::EventKind;
+
+use super::{monotonic_ns, Engine, EngineConfig, ProbeSpec, SwitchFlavour, Uprobe};
+use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
+
+impl Engine<'_> {
+    /// Attaches every loaded program; cpu sampling gets one perf event per online CPU.
+    pub fn attach(&mut self, cfg: &EngineConfig) -> Result<()> {
+        let progs = &self.skel.progs;
+        let has = |k| cfg.events.contains(&k);
+        if has(EventKind::Cpu) {
+            let cpus = online_cpus()?;
+            self.cpus = cpus.len();
+            for cpu in cpus {
+                let fd = open_cpu_clock(cpu, cfg.freq_hz)?;
+                // The link owns the fd from here on and closes it on detach.
+                let link = progs
+                    .perf_event__sample
+                    .attach_perf_event(fd.into_raw_fd())
+                    .with_context(|| format!("attaching the cpu sampler on cpu {cpu}"))?;
+                self.links.push(link);
+            }
+        }
+        if has(EventKind::Pagefault) {
+            for cpu in online_cpus()? {
+                let fd = open_page_faults(cpu)?;
+                let link = progs
+                    .perf_event__pagefault
+                    .attach_perf_event(fd.into_raw_fd())
+                    .with_context(|| format!("attaching the page-fault counter on cpu {cpu}"))?;
+                self.links.push(link);
+            }
+        }
+        let mut attach = |prog: &libbpf_rs::ProgramMut<'_>, what: &str| -> Result<()> {
+            let link = prog.attach().with_context(|| format!("attaching {what}"))?;
+            self.links.push(link);
+            Ok(())
+        };
+        if has(EventKind::Offcpu) {
+            match self.flavour {
+                SwitchFlavour::TpBtf => attach(&progs.tp_btf__sched_switch, "tp_btf/sched_switch")?,
+                SwitchFlavour::RawTp => attach(&progs.raw_tp__sched_switch, "raw_tp/sched_switch")?,
+            }
+        }
+        if has(EventKind::Syscall) {
+            attach(&progs.raw_tp__sys_enter, "raw_tp/sys_enter")?;
+            attach(&progs.raw_tp__sys_exit, "raw_tp/sys_exit")?;
+        }
+        attach(
+            &progs.raw_tp__sched_process_fork,
+            "raw_tp/sched_process_fork",
+        )?;
+        attach(
+            &progs.raw_tp__sched_process_exec,
+            "raw_tp/sched_process_exec",
+        )?;
+        attach(
+            &progs.raw_tp__sched_process_exit,
+            "raw_tp/sched_process_exit",
+        )?;
+        Ok(())
+    }
+
+    /// Stops counting and detaches every program: the targets run exactly as before from
+    /// here on. Counting stops at once; retiring the probes can take a while longer.
+    pub fn detach(&mut self) {
+        let ptr: *mut bool = &mut self.bss().stopped;
+        // SAFETY: ptr points into the .bss mmap of the loaded object; volatile because BPF
+        // programs read it concurrently.
+        unsafe { std::ptr::write_volatile(ptr, true) };
+        self.detached_at_ns = Some(monotonic_ns());
+        self.alloc_links.clear();
+        self.links.clear();
+    }
+
+    fn set_target(&self, pid: u32, state: types::target_state) -> Result<()> {
+        self.skel
+            .maps
+            .target_pids
+            .update(&pid.to_ne_bytes(), &state.0.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("adding pid {pid} to the targets"))
+    }
+
+    /// Records `pid` (all its threads, present and future) from now on.
+    pub fn add_target(&self, pid: u32) -> Result<()> {
+        self.set_target(pid, types::target_state::TARGET_ACTIVE)
+    }
+
+    /// Registers a forked, not yet exec'd `record -- CMD` child: counting starts at its execve.
+    pub fn arm_target(&self, pid: u32) -> Result<()> {
+        self.set_target(pid, types::target_state::TARGET_ARMED)
+    }
+
+    pub fn remove_target(&self, pid: u32) {
+        let _ = self.skel.maps.target_pids.delete(&pid.to_ne_bytes());
+        let _ = self.skel.maps.unwind_pids.delete(&pid.to_ne_bytes());
+    }
+
+    /// Walks `pid`'s user stacks from a copy unwound in user space (`dwarf`) or by frame
+    /// pointers. A no-op when the engine copies no stacks (`stack_copy_bytes` 0).
+    pub fn set_unwind(&self, pid: u32, dwarf: bool) -> Result<()> {
+        let map = &self.skel.maps.unwind_pids;
+        if dwarf {
+            map.update(&pid.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("switching pid {pid} to stack copies"))
+        } else {
+            let _ = map.delete(&pid.to_ne_bytes());
+            Ok(())
+        }
+    }
+
+    /// Attaches phase probes (and the Go scheduler's), for every process mapping their files.
+    pub fn attach_phases(&mut self, probes: &[ProbeSpec]) -> Result<()> {
+        for p in probes {
+            let progs = &self.skel.progs;
+            let prog = match p.program {
+                Uprobe::PhaseEnter => &progs.uprobe__phase_enter,
+                Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
+                Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
+                Uprobe::GoPhaseReturn => &progs.uprobe__go_phase_return,
+                Uprobe::GoSched => &progs.uprobe__go_sched,
+                other => bail!("{other:?} is not a phase probe ({})", p.what),
+            };
+            let opts = libbpf_rs::UprobeOpts {
+                cookie: p.cookie,
+                retprobe: p.program.retprobe(),
+                ..Default::default()
+            };
+            let link = prog
+                .attach_uprobe_with_opts(-1, &p.path, p.offset as usize, opts)
+                .with_context(|| format!("attaching the {} in {}", p.what, p.path.display()))?;
+            self.links.push(link);
+        }
+        Ok(())
+    }
+
+    /// Attaches allocator probes for process `pid` only (a uprobe with a pid filter is
+    /// installed in that process's memory alone, so other users of the same libc never trap).
+    /// Calls already inside an allocator are not waited for after a re-attach.
+    pub fn attach_alloc(&mut self, pid: u32, probes: &[ProbeSpec]) -> Result<()> {
+        self.bump_alloc_generation();
+        let progs = &self.skel.progs;
+        // One multi-uprobe link per (program, file): its offsets and their cookies.
+        type Sites = (Vec<usize>, Vec<u64>);
+        let mut groups: std::collections::BTreeMap<(Uprobe, &std::path::Path), Sites> =
+            Default::default();
+        let mut links = Vec::new();
+        for p in probes {
+            if p.program == Uprobe::GoAllocSample {
+                let opts = libbpf_rs::UprobeOpts {
+                    cookie: p.cookie,
+                    ..Default::default()
+                };
+                let link = progs
+                    .uprobe__go_alloc_sample
+                    .attach_uprobe_with_opts(pid as i32, &p.path, p.offset as usize, opts)
+                    .with_context(|| {
+                        format!("attaching {} in {} (pid {pid})", p.what, p.path.display())
+                    })?;
+                links.push(link);
+                continue;
+            }
+            let (offsets, cookies) = groups.entry((p.program, &p.path)).or_default();
+            offsets.push(p.offset as usize);
+            cookies.push(p.cookie);
+        }
+        for ((program, path), (offsets, cookies)) in groups {
+            let prog = match program {
+                Uprobe::Free => &progs.uprobe__free,
+                Uprobe::AllocEnter => &progs.uprobe__alloc_enter,
+                Uprobe::AllocExit => &progs.uretprobe__alloc_exit,
+                other => bail!("{other:?} is not an allocator probe"),
+            };
+            let opts = libbpf_rs::UprobeMultiOpts {
+                offsets,
+                cookies,
+                retprobe: program.retprobe(),
+                ..Default::default()
+            };
+            let link = prog
+                .attach_uprobe_multi_with_opts(pid as i32, path, "", opts)
+                .with_context(|| {
+                    format!(
+                        "attaching the allocator probes in {} (pid {pid})",
+                        path.display()
+                    )
+                })?;
+            links.push(link);
+        }
+        self.alloc_links.entry(pid).or_default().extend(links);
+        Ok(())
+    }
+
+    /// Detaches the allocator probes of every target (duty cycling), keeping the rest.
+    pub fn detach_alloc(&mut self) {
+        self.alloc_links.clear();
+    }
+
+    /// Pauses (or resumes) allocation counting without detaching: duty cycling counts only
+    /// while every probe is in force.
+    pub fn pause_alloc(&mut self, paused: bool) {
+        let ptr: *mut bool = &mut self.bss().alloc_paused;
+        // SAFETY: ptr points into the .bss mmap of the loaded object; volatile because BPF
+        // programs read it concurrently.
+        unsafe { std::ptr::write_volatile(ptr, paused) };
+    }
+
+    fn bump_alloc_generation(&mut self) {
+        let ptr: *mut u32 = &mut self.bss().alloc_generation;
+        // SAFETY: ptr points into the .bss mmap of the loaded object; volatile because BPF
+        // programs read it concurrently.
+        unsafe { std::ptr::write_volatile(ptr, std::ptr::read_volatile(ptr).wrapping_add(1)) };
+    }
+}

@@ -1,0 +1,341 @@
+//! Taking windows from the kernel maps: the parity flip, counter maps read without racing their
+//! writers, stacks resolved once, the ring buffers' records (process events, Go allocation
+//! samples, stack copies) collected.
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Result;
+use libbpf_rs::{MapCore, MapFlags};
+use phaseprof_bpf::types;
+
+use super::{pod, Drain, Engine, TargetEvent};
+use crate::window::{
+    RawAlloc, RawAllocTotal, RawCpu, RawGoAlloc, RawLive, RawOffCpu, RawStackSample, RawSyscall,
+    RawWindow,
+};
+
+/// A stack captured at a return probe starts with the return address: moved back into the call
+/// instruction, its leaf symbolizes to the call (with its inlined callers), not to what follows.
+fn into_call(mut stack: Vec<u64>) -> Vec<u64> {
+    if let Some(leaf) = stack.first_mut() {
+        *leaf = leaf.saturating_sub(1);
+    }
+    stack
+}
+
+/// Removes and returns every entry of a map whose key `wanted` selects (used once probes are
+/// detached, when nothing writes any more).
+fn take_window<K: Copy, V: Copy>(
+    map: &dyn MapCore,
+    wanted: impl Fn(&K) -> bool,
+) -> Result<Vec<(K, V)>> {
+    let mut taken = Vec::new();
+    for key in map.keys().collect::<Vec<_>>() {
+        let k: K = pod(&key);
+        if wanted(&k) {
+            if let Some(v) = map.lookup_and_delete(&key)? {
+                taken.push((k, pod::<V>(&v)));
+            }
+        }
+    }
+    Ok(taken)
+}
+
+/// Drains a counters map (values made of u64 counters) without racing its writers.
+///
+/// A program that read the old window parity just before the flip may still add to an
+/// old-parity entry after the drain's grace period: a vCPU the hypervisor deschedules mid-program
+/// stalls for milliseconds. Deleting the entry then would lose that increment (it would land in
+/// a freed element). So a drain reads entries and reports their growth since the last read, and
+/// deletes an entry only after a whole parity cycle (two windows) without change.
+#[derive(Default)]
+pub(super) struct Counters {
+    seen: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+fn sub_counters(new: &[u8], old: &[u8]) -> Vec<u8> {
+    new.chunks_exact(8)
+        .zip(old.chunks_exact(8))
+        .flat_map(|(n, o)| {
+            let n = u64::from_ne_bytes(n.try_into().expect("8 bytes"));
+            let o = u64::from_ne_bytes(o.try_into().expect("8 bytes"));
+            n.wrapping_sub(o).to_ne_bytes()
+        })
+        .collect()
+}
+
+impl Counters {
+    /// Increments since the last drain of the entries `wanted` selects; `everything` (after
+    /// detach) takes and deletes every entry.
+    pub(super) fn take<K: Copy, V: Copy>(
+        &mut self,
+        map: &dyn MapCore,
+        wanted: impl Fn(&K) -> bool,
+        everything: bool,
+    ) -> Result<Vec<(K, V)>> {
+        let mut taken = Vec::new();
+        for key in map.keys().collect::<Vec<_>>() {
+            let k: K = pod(&key);
+            if !wanted(&k) {
+                continue;
+            }
+            let value = if everything {
+                map.lookup_and_delete(&key)?
+            } else {
+                map.lookup(&key, MapFlags::ANY)?
+            };
+            let Some(value) = value else { continue };
+            let delta = match self.seen.get(&key) {
+                Some(prev) => sub_counters(&value, prev),
+                None => value.clone(),
+            };
+            if everything {
+                self.seen.remove(&key);
+            } else if self.seen.get(&key) == Some(&value) {
+                // Unchanged for a whole parity cycle: no writer can still hold it.
+                map.delete(&key)?;
+                self.seen.remove(&key);
+            } else {
+                self.seen.insert(key.clone(), value);
+            }
+            if delta.iter().any(|&b| b != 0) {
+                taken.push((k, pod::<V>(&delta)));
+            }
+        }
+        Ok(taken)
+    }
+}
+
+impl Engine<'_> {
+    /// Stack copies that arrived since the last call (the ring is read by `poll_events` and
+    /// `drain`), kernel stacks resolved.
+    pub fn take_stack_samples(&mut self) -> Vec<RawStackSample> {
+        let got: Vec<(u64, RawStackSample)> = self.stack_samples.try_iter().collect();
+        got.into_iter()
+            .map(|(kernel, mut s)| {
+                s.kernel = self.stack(kernel);
+                s
+            })
+            .collect()
+    }
+
+    /// Process events that arrived since the last call, waiting at most `timeout` for the first.
+    pub fn poll_events(&self, timeout: Duration) -> Vec<TargetEvent> {
+        let _ = self.ring.poll(timeout);
+        // The stack-copy ring wakes no one per sample (see send_stack_copy): read it too.
+        let _ = self.ring.consume();
+        self.events.try_iter().collect()
+    }
+
+    /// Ends the current window: the parity the programs write flips (unless `Drain::Final`:
+    /// nothing writes any more), after a grace period for programs that read the old one.
+    /// Returns the parity of the window that ended.
+    fn end_window(&mut self, how: Drain) -> u32 {
+        let ptr: *mut u32 = &mut self.bss().window;
+        // SAFETY: ptr points into the .bss mmap of the loaded object, which lives as long as
+        // self.skel; volatile because BPF programs read it concurrently.
+        let old = unsafe { std::ptr::read_volatile(ptr) };
+        if how == Drain::Window {
+            // SAFETY: as above.
+            unsafe { std::ptr::write_volatile(ptr, old ^ 1) };
+            // A program runs for microseconds without sleeping; 2 ms covers any that read the
+            // old parity just before the flip.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        old
+    }
+
+    /// Drains one window. While attached (`Drain::Window`): flips the window parity, gives
+    /// programs that read the old parity time to finish, then takes the growth of every
+    /// old-parity key (see `Counters` for why keys are not deleted right away). After `detach`,
+    /// `Drain::Final` drains both parities.
+    pub fn drain(&mut self, how: Drain) -> Result<RawWindow> {
+        let everything = how == Drain::Final;
+        let old = self.end_window(how);
+        let take = |w: u32| everything || w == old;
+        let mut raw = RawWindow::default();
+
+        let maps = &self.skel.maps;
+        let cpu = self.cpu_counts.take::<types::cpu_key, u64>(
+            &maps.cpu_counts,
+            |k| take(k.window),
+            everything,
+        )?;
+        let offcpu = self.offcpu_counts.take::<types::offcpu_key, u64>(
+            &maps.offcpu_counts,
+            |k| take(k.window),
+            everything,
+        )?;
+        let syscalls = self
+            .syscall_counts
+            .take::<types::syscall_key, types::syscall_value>(
+                &maps.syscall_counts,
+                |k| take(k.window),
+                everything,
+            )?;
+        let alloc_totals = self
+            .alloc_totals
+            .take::<types::alloc_key, types::alloc_value>(
+                &maps.alloc_totals,
+                |k| take(k.window),
+                everything,
+            )?;
+        let alloc_stacks = self
+            .alloc_stacks
+            .take::<types::alloc_stack_key, types::alloc_stack_value>(
+                &maps.alloc_stacks,
+                |k| take(k.window),
+                everything,
+            )?;
+        let faults = self.pagefault_counts.take::<types::cpu_key, u64>(
+            &maps.pagefault_counts,
+            |k| take(k.window),
+            everything,
+        )?;
+        for (k, v) in alloc_totals {
+            raw.alloc_totals.push(RawAllocTotal {
+                pid: k.tgid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                bytes: v.bytes,
+                count: v.count,
+                frees: v.frees,
+            });
+        }
+        for (k, v) in alloc_stacks {
+            raw.allocs.push(RawAlloc {
+                pid: k.tgid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                user: self.stack(k.user_stack).map(into_call),
+                est_bytes: v.est_bytes,
+                samples: v.samples,
+                sampled_bytes: v.sampled_bytes,
+            });
+        }
+        for (k, count) in faults {
+            raw.page_faults.push(RawCpu {
+                pid: k.tgid,
+                tid: k.tid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                user: self.stack(k.user_stack),
+                kernel: None,
+                count,
+            });
+        }
+        let _ = self.ring.consume();
+        let go: Vec<(u64, RawGoAlloc)> = self.go_allocs.try_iter().collect();
+        for (stack, mut g) in go {
+            g.user = self.stack(stack);
+            raw.go_allocs.push(g);
+        }
+        for (k, count) in cpu {
+            raw.cpu.push(RawCpu {
+                pid: k.tgid,
+                tid: k.tid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                user: self.stack(k.user_stack),
+                kernel: self.stack(k.kernel_stack),
+                count,
+            });
+        }
+        for (k, ns) in offcpu {
+            raw.offcpu.push(RawOffCpu {
+                pid: k.tgid,
+                tid: k.tid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                user: self.stack(k.user_stack),
+                kernel: self.stack(k.kernel_stack),
+                ns,
+            });
+        }
+        if let (true, Some(end)) = (everything, self.detached_at_ns) {
+            let in_progress = self.offcpu_in_progress(end)?;
+            raw.offcpu.extend(in_progress);
+        }
+        for (k, v) in syscalls {
+            raw.syscalls.push(RawSyscall {
+                pid: k.tgid,
+                phase: k.phase,
+                phase_mask: k.phase_mask,
+                nr: k.nr,
+                user: self.stack(k.user_stack),
+                count: v.count,
+                total_ns: v.total_ns,
+            });
+        }
+        Ok(raw)
+    }
+
+    /// Threads still off-CPU when recording stopped (at `end`): their time up to the stop, so
+    /// off-CPU time covers the whole recording as on-CPU samples do.
+    fn offcpu_in_progress(&mut self, end: u64) -> Result<Vec<RawOffCpu>> {
+        let mut out = Vec::new();
+        let in_progress =
+            take_window::<u32, types::offcpu_start>(&self.skel.maps.offcpu_starts, |_| true)?;
+        for (tid, start) in in_progress {
+            if start.ts < end {
+                out.push(RawOffCpu {
+                    pid: start.tgid,
+                    tid,
+                    phase: start.phase,
+                    phase_mask: start.phase_mask,
+                    user: self.stack(start.user_stack),
+                    kernel: self.stack(start.kernel_stack),
+                    ns: end - start.ts,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sampled allocations not freed yet (the live heap), read without removing them.
+    pub fn live_heap(&mut self) -> Result<Vec<RawLive>> {
+        let mut out = Vec::new();
+        let map = &self.skel.maps.live_allocs;
+        let entries: Vec<(types::live_key, types::live_alloc)> = map
+            .keys()
+            .filter_map(|k| {
+                let v = map.lookup(&k, MapFlags::ANY).ok()??;
+                Some((pod(&k), pod(&v)))
+            })
+            .collect();
+        for (k, v) in entries {
+            out.push(RawLive {
+                pid: k.tgid,
+                phase: v.phase,
+                phase_mask: v.phase_mask,
+                user: self.stack(v.user_stack).map(into_call),
+                est_bytes: v.est_bytes,
+                size: v.size,
+                allocated_at_ns: v.ts,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The addresses of stack `id` (its hash), leaf first. A stack's entry never changes once
+    /// stored, so each is read from the kernel once.
+    fn stack(&mut self, id: u64) -> Option<Vec<u64>> {
+        if id == 0 {
+            return None;
+        }
+        if let Some(s) = self.stack_cache.get(&id) {
+            return Some(s.clone());
+        }
+        let bytes = self
+            .skel
+            .maps
+            .stacks
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        let st: types::stack_trace = pod(&bytes);
+        let len = (st.len as usize).min(st.ips.len());
+        let addrs = st.ips[..len].to_vec();
+        self.stack_cache.insert(id, addrs.clone());
+        Some(addrs)
+    }
+}

@@ -1,0 +1,334 @@
+//! Opening, configuring and loading the BPF object, and the ring buffers' readers.
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::sync::mpsc::{channel, Receiver};
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, OpenObject, RingBufferBuilder};
+use phaseprof_bpf::{limits, types};
+use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkelBuilder};
+use phaseprof_model::EventKind;
+
+use super::drain::Counters;
+use super::{
+    pod, Engine, EngineConfig, SwitchFlavour, TargetEvent, MAX_STACK_COPY, MAX_SYSCALL_COSTS,
+};
+use crate::perf_events::online_cpus;
+use crate::window::{RawGoAlloc, RawStackSample};
+
+/// The kernel's header before each ring buffer record (BPF_RINGBUF_HDR_SZ in its uapi).
+const RINGBUF_HDR: u64 = 8;
+
+/// Bytes around a stack copy in its ring record: struct stack_sample, the copy's slack (for the
+/// verifier), and the ring buffer's own header.
+const STACK_RECORD_OVERHEAD: u64 =
+    std::mem::size_of::<types::stack_sample>() as u64 + limits::STACK_COPY_SLACK + RINGBUF_HDR;
+
+/// The stack-copy ring's size: a full second of samples of every CPU at the sampling rate
+/// (user space reads it every 20 ms; a second covers a slow symbolization pass), four times that
+/// when page faults send copies too (their rate is the target's), a power of two as the kernel
+/// wants it.
+fn stack_ring_bytes(cfg: &EngineConfig, cpus: usize) -> u32 {
+    if cfg.stack_copy_bytes == 0 {
+        return 4096;
+    }
+    let record = cfg.stack_copy_bytes as u64 + STACK_RECORD_OVERHEAD;
+    let mut second = record * cfg.freq_hz * cpus.max(1) as u64;
+    if cfg.events.contains(&EventKind::Pagefault) {
+        second *= 4;
+    }
+    second.clamp(256 << 10, 256 << 20).next_power_of_two() as u32
+}
+
+/// Puts back into a stack copy (taken from `sp` up) the return addresses that pending
+/// uretprobes replaced with their trampoline's: `slots[i]` held `addrs[i]` (slot 0: none).
+fn restore_return_addresses(stack: &mut [u8], sp: u64, slots: &[u64], addrs: &[u64]) {
+    for (&slot, &addr) in slots.iter().zip(addrs) {
+        let Some(off) = slot.checked_sub(sp) else {
+            continue;
+        };
+        let off = off as usize;
+        if slot != 0 && off + 8 <= stack.len() {
+            stack[off..off + 8].copy_from_slice(&addr.to_ne_bytes());
+        }
+    }
+}
+
+/// Reads the records of ring buffer `map`: each starts with a `T` of the shared header (the rest
+/// is its payload); `decode` turns it into what the returned channel carries. Shorter records
+/// are skipped.
+fn ring_records<'slf, T: Copy, X: Send + 'static>(
+    builder: &mut RingBufferBuilder<'slf, 'static>,
+    map: &'slf dyn MapCore,
+    decode: impl Fn(T, &[u8]) -> X + 'static,
+) -> Result<Receiver<X>> {
+    let (tx, rx) = channel();
+    builder.add(map, move |data: &[u8]| {
+        let n = std::mem::size_of::<T>();
+        if data.len() >= n {
+            let _ = tx.send(decode(pod(&data[..n]), &data[n..]));
+        }
+        0
+    })?;
+    Ok(rx)
+}
+
+/// The sched_switch flavour this kernel takes: tp_btf (typed arguments, cheaper) when it can
+/// load a tracing program on `btf_trace_sched_switch`, else raw_tp. Probed with a two-instruction
+/// program before the real object is opened (as libbpf-tools' `probe_tp_btf`), so that object
+/// is loaded once.
+fn switch_flavour() -> SwitchFlavour {
+    let name = c"sched_switch";
+    // SAFETY: name is a NUL-terminated string; libbpf only reads it.
+    let btf_id = unsafe {
+        libbpf_sys::libbpf_find_vmlinux_btf_id(name.as_ptr(), libbpf_sys::BPF_TRACE_RAW_TP)
+    };
+    if btf_id <= 0 {
+        return SwitchFlavour::RawTp;
+    }
+    // `r0 = 0; exit`.
+    let insn = |code: u8| libbpf_sys::bpf_insn {
+        code,
+        // SAFETY: bpf_insn is plain integers (registers in a bitfield): all zeros is valid.
+        ..unsafe { std::mem::zeroed() }
+    };
+    let insns = [insn(0xb7), insn(0x95)];
+    let mut opts = libbpf_sys::bpf_prog_load_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
+        expected_attach_type: libbpf_sys::BPF_TRACE_RAW_TP,
+        attach_btf_id: btf_id as u32,
+        ..Default::default()
+    };
+    // SAFETY: insns and opts outlive the call; the license is NUL-terminated; the returned fd
+    // is ours to close.
+    let fd = unsafe {
+        libbpf_sys::bpf_prog_load(
+            libbpf_sys::BPF_PROG_TYPE_TRACING,
+            std::ptr::null(),
+            c"GPL".as_ptr(),
+            insns.as_ptr(),
+            insns.len() as _,
+            &mut opts,
+        )
+    };
+    if fd < 0 {
+        return SwitchFlavour::RawTp;
+    }
+    // SAFETY: fd is a descriptor bpf_prog_load just returned to us.
+    unsafe { libc::close(fd) };
+    SwitchFlavour::TpBtf
+}
+
+fn open_skel<'obj>(
+    cfg: &EngineConfig,
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    flavour: SwitchFlavour,
+) -> Result<OpenPhaseprofSkel<'obj>> {
+    let mut open = PhaseprofSkelBuilder::default()
+        .open(storage)
+        .context("opening the BPF object")?;
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("BPF object has no rodata")?;
+    rodata.syscall_stacks = cfg.syscall_stacks;
+    rodata.follow_children = cfg.follow_children;
+    rodata.notify_exec = cfg.notify_exec;
+    rodata.phases_enabled = cfg.phases_enabled;
+    rodata.alloc_sample_bytes = cfg.alloc_sample_bytes.max(1);
+    rodata.alloc_live = cfg.alloc_live;
+    rodata.stack_copy_bytes = cfg.stack_copy_bytes.min(MAX_STACK_COPY);
+    open.maps
+        .stack_samples
+        .set_max_entries(stack_ring_bytes(cfg, online_cpus()?.len()))?;
+    for (i, nrs) in cfg.syscall_costs.iter().enumerate().take(MAX_SYSCALL_COSTS) {
+        for &nr in nrs {
+            if let Some(bits) = rodata.syscall_cost_bits.get_mut(nr as usize) {
+                *bits |= 1 << i;
+            }
+        }
+    }
+    open.maps.stacks.set_max_entries(cfg.stack_entries)?;
+    for map in [
+        &mut open.maps.cpu_counts,
+        &mut open.maps.offcpu_counts,
+        &mut open.maps.syscall_counts,
+        &mut open.maps.alloc_stacks,
+        &mut open.maps.pagefault_counts,
+    ] {
+        map.set_max_entries(cfg.key_entries)?;
+    }
+    let has = |k| cfg.events.contains(&k);
+    open.progs
+        .perf_event__sample
+        .set_autoload(has(EventKind::Cpu));
+    open.progs
+        .tp_btf__sched_switch
+        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::TpBtf);
+    open.progs
+        .raw_tp__sched_switch
+        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::RawTp);
+    // sys_enter also starts counting for `record -- CMD` at its execve, so it loads whenever
+    // syscalls are recorded; sched_process_exec covers the other case.
+    open.progs
+        .raw_tp__sys_enter
+        .set_autoload(has(EventKind::Syscall));
+    open.progs
+        .raw_tp__sys_exit
+        .set_autoload(has(EventKind::Syscall));
+    for prog in [
+        &mut open.progs.uprobe__alloc_enter,
+        &mut open.progs.uretprobe__alloc_exit,
+        &mut open.progs.uprobe__free,
+        &mut open.progs.uprobe__go_alloc_sample,
+    ] {
+        prog.set_autoload(has(EventKind::Alloc));
+    }
+    open.progs
+        .perf_event__pagefault
+        .set_autoload(has(EventKind::Pagefault));
+    Ok(open)
+}
+
+impl<'obj> Engine<'obj> {
+    /// Chooses the sched_switch flavour, then opens, configures and loads the programs once.
+    pub fn load(
+        cfg: &EngineConfig,
+        storage: &'obj mut MaybeUninit<OpenObject>,
+    ) -> Result<Engine<'obj>> {
+        let flavour = switch_flavour();
+        let skel = open_skel(cfg, storage, flavour)?
+            .load()
+            .with_context(|| format!("loading the BPF programs ({flavour:?} sched_switch)"))?;
+        let mut builder = RingBufferBuilder::new();
+        let rx = ring_records(
+            &mut builder,
+            &skel.maps.target_events,
+            |e: types::target_event, _| {
+                let comm: Vec<u8> = e
+                    .comm
+                    .iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as u8)
+                    .collect();
+                match types::target_event_kind(e.kind) {
+                    types::target_event_kind::TEV_EXEC => TargetEvent::Exec {
+                        pid: e.pid,
+                        comm: String::from_utf8_lossy(&comm).into_owned(),
+                    },
+                    types::target_event_kind::TEV_EXIT => TargetEvent::Exit { pid: e.pid },
+                    types::target_event_kind::TEV_FORK => TargetEvent::Fork {
+                        pid: e.pid,
+                        parent: e.ppid,
+                    },
+                    _ => TargetEvent::MapsChanged { pid: e.pid },
+                }
+            },
+        )?;
+        let go_rx = ring_records(
+            &mut builder,
+            &skel.maps.alloc_samples,
+            |s: types::go_alloc_sample, _| {
+                let sample = RawGoAlloc {
+                    pid: s.tgid,
+                    phase: s.phase,
+                    phase_mask: s.phase_mask,
+                    user: None,
+                    size: s.size,
+                    rate: s.rate,
+                };
+                (s.user_stack, sample)
+            },
+        )?;
+        let stack_rx = ring_records(
+            &mut builder,
+            &skel.maps.stack_samples,
+            |h: types::stack_sample, rest: &[u8]| {
+                let len = (h.len as usize).min(rest.len());
+                let mut stack = rest[..len].to_vec();
+                restore_return_addresses(&mut stack, h.sp, &h.ret_slots, &h.ret_addrs);
+                let sample = RawStackSample {
+                    page_fault: h.kind == types::stack_sample_kind::STACK_PAGEFAULT.0,
+                    pid: h.tgid,
+                    tid: h.tid,
+                    phase: h.phase,
+                    phase_mask: h.phase_mask,
+                    kernel: None,
+                    ip: h.ip,
+                    sp: h.sp,
+                    bp: h.bp,
+                    stack,
+                };
+                (h.kernel_stack, sample)
+            },
+        )?;
+        let ring = builder.build()?;
+        Ok(Engine {
+            skel,
+            links: Vec::new(),
+            alloc_links: HashMap::new(),
+            ring,
+            events: rx,
+            go_allocs: go_rx,
+            stack_samples: stack_rx,
+            stack_cache: HashMap::new(),
+            cpu_counts: Counters::default(),
+            offcpu_counts: Counters::default(),
+            syscall_counts: Counters::default(),
+            alloc_totals: Counters::default(),
+            alloc_stacks: Counters::default(),
+            pagefault_counts: Counters::default(),
+            detached_at_ns: None,
+            flavour,
+            cpus: 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::DEFAULT_STACK_COPY;
+
+    // Checks the model's copy of the wall histogram's layout (the model is built without the
+    // BPF side) against the shared header, and the stack ring's sizing: a second of records of
+    // the copy size with their overhead, rounded to a power of two; a page when nothing is
+    // copied.
+    #[test]
+    fn boundary_agrees_with_the_header() {
+        assert_eq!(phaseprof_model::WALL_SUB_BUCKETS, limits::WALL_SUB_BUCKETS);
+        let cfg = EngineConfig {
+            events: vec![EventKind::Cpu],
+            freq_hz: 99,
+            ..EngineConfig::default()
+        };
+        let record = DEFAULT_STACK_COPY as u64 + STACK_RECORD_OVERHEAD;
+        assert_eq!(
+            stack_ring_bytes(&cfg, 2) as u64,
+            (record * 99 * 2).next_power_of_two()
+        );
+        let none = EngineConfig {
+            stack_copy_bytes: 0,
+            ..cfg
+        };
+        assert_eq!(stack_ring_bytes(&none, 2), 4096);
+    }
+
+    // Checks that a stack copy gets back the return addresses pending uretprobes replaced:
+    // slots inside the copy are rewritten, slots outside it (or none) leave it alone.
+    #[test]
+    fn return_addresses_are_restored_in_the_copy() {
+        let sp = 0x7fff_0000u64;
+        let trampoline = 0x7fff_ffff_e000u64.to_ne_bytes();
+        let mut stack = [trampoline, trampoline, [7; 8]].concat();
+        let slots = [sp + 8, sp + 64, sp - 8, 0];
+        let addrs = [0x5555_1234, 0x5555_9999, 0x5555_8888, 0x5555_7777];
+        restore_return_addresses(&mut stack, sp, &slots, &addrs);
+        let word = |i: usize| u64::from_ne_bytes(stack[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!(word(0), 0x7fff_ffff_e000);
+        assert_eq!(word(1), 0x5555_1234);
+        assert_eq!(stack[16..], [7; 8]);
+    }
+}

@@ -1,0 +1,200 @@
+//! The BPF lifecycle, one room per stage: `load` (choose the sched_switch flavour, open,
+//! configure, load once), `attach` (programs, targets, phase and allocator probes), `drain`
+//! (windows taken from the kernel maps, the ring buffers read), `stats` (exact phase totals,
+//! probe hits, what the kernel side dropped); then detach.
+use std::collections::HashMap;
+use std::sync::mpsc::Receiver;
+
+use libbpf_rs::{Link, RingBuffer};
+use phaseprof_bpf::{limits, types, PhaseprofSkel};
+use phaseprof_model::EventKind;
+
+use crate::window::{RawGoAlloc, RawStackSample};
+use drain::Counters;
+
+mod attach;
+mod drain;
+mod load;
+mod stats;
+
+/// How to configure the programs before loading them.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub events: Vec<EventKind>,
+    pub freq_hz: u64,
+    pub syscall_stacks: bool,
+    /// Make children forked by a target targets too (`record -- CMD`, like `strace -f`).
+    pub follow_children: bool,
+    /// Report every exec on the host (needed to find processes by name).
+    pub notify_exec: bool,
+    pub stack_entries: u32,
+    pub key_entries: u32,
+    /// Phase probes will be attached: every event looks up its thread's phases.
+    pub phases_enabled: bool,
+    /// Syscall cost rules counted per phase in the kernel: rule i counts these syscall numbers
+    /// (at most MAX_SYSCALL_COSTS rules).
+    pub syscall_costs: Vec<Vec<u32>>,
+    /// Allocation stacks are sampled once per this many bytes (1: every allocation).
+    pub alloc_sample_bytes: u64,
+    /// Track sampled allocations until freed (the live heap).
+    pub alloc_live: bool,
+    /// Bytes of user stack copied per sample for targets switched to stack copies one by one
+    /// (`Engine::set_unwind`); 0: every user stack is the kernel's frame-pointer walk.
+    pub stack_copy_bytes: u32,
+}
+
+/// Defaults of the recording options (the CLI's flags and agent.toml take theirs from here).
+pub const DEFAULT_FREQ_HZ: u64 = 99;
+/// Distinct stacks the kernel side holds (preallocated, ~1 KiB each).
+pub const DEFAULT_STACK_ENTRIES: u32 = 16384;
+/// Allocation stacks are sampled once per this many bytes (jemalloc's heap profiler's period).
+pub const DEFAULT_ALLOC_SAMPLE_BYTES: u64 = 512 * 1024;
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            events: vec![EventKind::Cpu, EventKind::Offcpu, EventKind::Syscall],
+            freq_hz: DEFAULT_FREQ_HZ,
+            syscall_stacks: true,
+            follow_children: false,
+            notify_exec: false,
+            stack_entries: DEFAULT_STACK_ENTRIES,
+            key_entries: 65536,
+            phases_enabled: false,
+            syscall_costs: Vec::new(),
+            alloc_sample_bytes: DEFAULT_ALLOC_SAMPLE_BYTES,
+            alloc_live: true,
+            stack_copy_bytes: DEFAULT_STACK_COPY,
+        }
+    }
+}
+
+/// A process event from the kernel (decoded `struct target_event`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetEvent {
+    Exec { pid: u32, comm: String },
+    Exit { pid: u32 },
+    Fork { pid: u32, parent: u32 },
+    MapsChanged { pid: u32 },
+}
+
+/// Which sched_switch program the load probe picked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SwitchFlavour {
+    TpBtf,
+    RawTp,
+}
+
+/// What a drain takes: one window while attached (the parity flips, programs still write), or
+/// everything left once the programs are detached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drain {
+    Window,
+    Final,
+}
+
+pub struct Engine<'obj> {
+    skel: PhaseprofSkel<'obj>,
+    links: Vec<Link>,
+    /// Allocator probes, by target: detached and re-attached when duty-cycling.
+    alloc_links: HashMap<u32, Vec<Link>>,
+    ring: RingBuffer<'static>,
+    events: Receiver<TargetEvent>,
+    /// Go samples with the hash of their stack, which the drain resolves.
+    go_allocs: Receiver<(u64, RawGoAlloc)>,
+    /// Stack copies with the hash of their kernel stack, which `take_stack_samples` resolves.
+    stack_samples: Receiver<(u64, RawStackSample)>,
+    stack_cache: HashMap<u64, Vec<u64>>,
+    cpu_counts: Counters,
+    offcpu_counts: Counters,
+    syscall_counts: Counters,
+    alloc_totals: Counters,
+    alloc_stacks: Counters,
+    pagefault_counts: Counters,
+    /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
+    detached_at_ns: Option<u64>,
+    pub flavour: SwitchFlavour,
+    pub cpus: usize,
+}
+
+impl Engine<'_> {
+    /// The object's `.bss`: the globals the programs read (window parity, stop flag, allocator
+    /// pause and generation). Write them with `write_volatile`: programs read them concurrently.
+    fn bss(&mut self) -> &mut types::bss {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("BPF object has a .bss")
+    }
+}
+
+/// Default user-stack copy per sample: enough for the deepest stacks of the workloads we know
+/// (a frame-pointer-less Rust thread rarely uses more than a few KiB between leaf and entry).
+pub const DEFAULT_STACK_COPY: u32 = 16 << 10;
+
+/// Largest copy the programs can carry.
+pub const MAX_STACK_COPY: u32 = limits::MAX_STACK_COPY as u32;
+
+/// Syscall cost rules the kernel counts per phase.
+pub const MAX_SYSCALL_COSTS: usize = limits::MAX_SYSCALL_COSTS as usize;
+
+/// Buckets of the kernel's wall-time histogram.
+const WALL_BUCKETS: usize = limits::WALL_BUCKETS as usize;
+
+/// The BPF program a uprobe runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Uprobe {
+    /// A phase function's entry, and its exit (a uretprobe).
+    PhaseEnter,
+    PhaseExit,
+    /// A Go phase function's entry, and each of its return instructions (per goroutine).
+    GoPhaseEnter,
+    GoPhaseReturn,
+    /// A switch point of Go's scheduler (the cookie says which).
+    GoSched,
+    /// An allocator's entry and its exit (a uretprobe), `free`, Go's allocation sampler.
+    AllocEnter,
+    AllocExit,
+    Free,
+    GoAllocSample,
+}
+
+impl Uprobe {
+    fn retprobe(self) -> bool {
+        matches!(self, Uprobe::PhaseExit | Uprobe::AllocExit)
+    }
+}
+
+/// One uprobe to attach: the program, at a file offset of an object, with a cookie the program
+/// reads (a phase id, a scheduler point, an allocator kind). `what` names it in errors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeSpec {
+    pub program: Uprobe,
+    pub path: std::path::PathBuf,
+    pub offset: u64,
+    pub cookie: u64,
+    pub what: String,
+}
+
+/// Reads a plain-old-data record of the shared header from map bytes.
+fn pod<T: Copy>(bytes: &[u8]) -> T {
+    assert_eq!(
+        bytes.len(),
+        std::mem::size_of::<T>(),
+        "map record size differs from the header"
+    );
+    // SAFETY: the size matches and T is a `#[repr(C)]` integer-only record generated from the
+    // BPF object's BTF, for which every bit pattern is valid; read_unaligned needs no alignment.
+    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
+}
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,147 @@
+//! What the kernel counted besides samples: exact per-phase totals, probe hits (the probes'
+//! cost estimates), and every drop by reason.
+use anyhow::Result;
+use libbpf_rs::{MapCore, MapFlags};
+use phaseprof_bpf::types;
+use phaseprof_model::{Lost, PhaseStats};
+
+use super::{pod, Engine, MAX_SYSCALL_COSTS, WALL_BUCKETS};
+
+impl Engine<'_> {
+    /// Allocator probe hits so far, summed over CPUs: (entries + returns + frees + Go samples).
+    pub fn alloc_probe_hits(&self) -> Result<u64> {
+        use types::probe_counter as c;
+        let mut total = 0;
+        for counter in [
+            c::HITS_ALLOC_ENTRY,
+            c::HITS_ALLOC_EXIT,
+            c::HITS_FREE,
+            c::HITS_GO_SAMPLE,
+        ] {
+            total += self.probe_hits(counter)?;
+        }
+        Ok(total)
+    }
+
+    /// Hits of the Go scheduler's switch points (goroutine phases) so far.
+    pub fn go_switch_hits(&self) -> Result<u64> {
+        self.probe_hits(types::probe_counter::HITS_GO_SCHED)
+    }
+
+    fn probe_hits(&self, counter: types::probe_counter) -> Result<u64> {
+        let per_cpu = self
+            .skel
+            .maps
+            .probe_hits
+            .lookup_percpu(&counter.0.to_ne_bytes(), MapFlags::ANY)?;
+        Ok(per_cpu
+            .unwrap_or_default()
+            .iter()
+            .map(|v| pod::<u64>(v))
+            .sum())
+    }
+
+    /// Exact per-phase totals so far, by phase id (0 = `(none)`), summed over CPUs; syscall cost
+    /// rule i is reported under `cost_names[i]`.
+    pub fn phase_stats(&self, phases: usize, cost_names: &[String]) -> Result<Vec<PhaseStats>> {
+        let mut out = Vec::with_capacity(phases);
+        for id in 0..phases as u32 {
+            let per_cpu = self
+                .skel
+                .maps
+                .phase_stats
+                .lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY)?;
+            let mut total = PhaseStats::default();
+            let mut costs = [0u64; MAX_SYSCALL_COSTS];
+            let mut hist = vec![0u64; WALL_BUCKETS];
+            for bytes in per_cpu.unwrap_or_default() {
+                let st: types::phase_stats = pod(&bytes);
+                total.calls += st.calls;
+                total.wall_ns += st.wall_ns;
+                total.wall_max_ns = total.wall_max_ns.max(st.wall_max_ns);
+                total.cpu_ns += st.cpu_ns;
+                total.offcpu_ns += st.offcpu_ns;
+                total.gowait_ns += st.gowait_ns;
+                total.syscalls += st.syscalls;
+                total.syscall_ns += st.syscall_ns;
+                total.alloc_bytes += st.alloc_bytes;
+                total.allocs += st.allocs;
+                total.frees += st.frees;
+                total.page_faults += st.page_faults;
+                for (t, c) in costs.iter_mut().zip(st.costs) {
+                    *t += c;
+                }
+                for (h, c) in hist.iter_mut().zip(st.wall_hist) {
+                    *h += c;
+                }
+            }
+            total.wall_hist = hist
+                .into_iter()
+                .enumerate()
+                .filter(|(_, c)| *c > 0)
+                .map(|(i, c)| (i as u32, c))
+                .collect();
+            total.costs = cost_names.iter().cloned().zip(costs).collect();
+            out.push(total);
+        }
+        Ok(out)
+    }
+
+    /// Everything the kernel side dropped so far, summed over CPUs.
+    pub fn lost(&self) -> Result<Lost> {
+        let mut lost = Lost::default();
+        for i in 0..types::drop_reason::DROP_MAX.0 {
+            let per_cpu = self
+                .skel
+                .maps
+                .drops
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?;
+            let n: u64 = per_cpu
+                .unwrap_or_default()
+                .iter()
+                .map(|v| pod::<u64>(v))
+                .sum();
+            let reason = types::drop_reason(i);
+            let name = match reason {
+                types::drop_reason::DROP_USER_STACK => "user_stack",
+                types::drop_reason::DROP_KERNEL_STACK => "kernel_stack",
+                types::drop_reason::DROP_CPU_KEY => "cpu_counts_full",
+                types::drop_reason::DROP_OFFCPU_KEY => "offcpu_counts_full",
+                types::drop_reason::DROP_OFFCPU_START => "offcpu_starts_full",
+                types::drop_reason::DROP_SYSCALL_KEY => "syscall_counts_full",
+                types::drop_reason::DROP_SYSCALL_START => "syscall_starts_full",
+                types::drop_reason::DROP_TARGET_FULL => "target_pids_full",
+                types::drop_reason::DROP_EVENT_RINGBUF => "event_ringbuf_full",
+                types::drop_reason::DROP_PHASE_DEPTH => "phase_depth_exceeded",
+                types::drop_reason::DROP_PHASE_THREAD => "thread_phases_full",
+                types::drop_reason::DROP_PHASE_MISMATCH => "phase_exit_mismatch",
+                types::drop_reason::DROP_ALLOC_KEY => "alloc_totals_full",
+                types::drop_reason::DROP_ALLOC_STACK_KEY => "alloc_stacks_full",
+                types::drop_reason::DROP_LIVE_FULL => "live_allocs_full",
+                types::drop_reason::DROP_ALLOC_THREAD => "alloc_thread_state",
+                types::drop_reason::DROP_ALLOC_RINGBUF => "alloc_samples_ringbuf_full",
+                types::drop_reason::DROP_PAGEFAULT_KEY => "pagefault_counts_full",
+                types::drop_reason::DROP_STACK_COPY => "stack_copy_ringbuf_full",
+                types::drop_reason::DROP_GOROUTINE_FULL => "goroutine_phases_full",
+                types::drop_reason::DROP_PHASE_UNFINISHED => "phase_unfinished_goroutine_exit",
+                types::drop_reason::INFO_PHASE_EXIT_UNMATCHED => {
+                    lost.phase_exits_before_start = n;
+                    continue;
+                }
+                types::drop_reason::INFO_SYSCALL_EXIT_UNMATCHED => {
+                    lost.syscalls_in_flight_at_start = n;
+                    continue;
+                }
+                _ => "unknown",
+            };
+            match reason {
+                types::drop_reason::DROP_USER_STACK
+                | types::drop_reason::DROP_KERNEL_STACK
+                | types::drop_reason::DROP_STACK_COPY => lost.stacks += n,
+                _ => lost.events += n,
+            }
+            lost.by_reason.insert(name.to_string(), n);
+        }
+        Ok(lost)
+    }
+}

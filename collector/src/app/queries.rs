@@ -1,0 +1,170 @@
+//! Queries over stored windows (read token, or loopback Host without one): window lists,
+//! merged views and downloads, diffs of two selections, label values.
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use phaseprof_model::summary::Summary;
+use phaseprof_model::Profile;
+use phaseprof_view::web::{auth, WebError};
+use serde::Deserialize;
+
+use super::AppState;
+use crate::merged::{digest_bodies, merge_bodies};
+use crate::store::Selector;
+
+#[derive(Deserialize, Default)]
+pub(super) struct SelectorQuery {
+    /// `host=a,service=relay`
+    #[serde(default)]
+    sel: String,
+    #[serde(default)]
+    from: u64,
+    #[serde(default)]
+    to: u64,
+}
+
+/// Queries need the read token; without one (a loopback collector), a request must name a
+/// loopback host, as the pages require (DNS rebinding).
+fn check_read(s: &AppState, headers: &HeaderMap) -> Result<(), WebError> {
+    let loopback = auth::is_loopback_host(headers.get(header::HOST));
+    auth::authorize(s.read_token.as_deref(), headers, loopback, None).map(|_| ())
+}
+
+fn selector(q: &SelectorQuery) -> Result<Selector, WebError> {
+    Ok(Selector {
+        labels: Selector::parse_labels(&q.sel)
+            .map_err(|e| WebError::new(StatusCode::BAD_REQUEST, e))?,
+        from_ns: q.from,
+        to_ns: q.to,
+    })
+}
+
+pub(super) async fn windows(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<SelectorQuery>,
+) -> Result<Response, WebError> {
+    check_read(&s, &headers)?;
+    Ok(Json(s.store.windows(&selector(&q)?)?).into_response())
+}
+
+/// The bodies of the windows `q` selects (404 when none matches).
+fn selected_bodies(s: &AppState, q: &SelectorQuery) -> Result<Vec<Vec<u8>>, WebError> {
+    let bodies = s.store.bodies(&selector(q)?)?;
+    if bodies.is_empty() {
+        return Err(WebError::new(
+            StatusCode::NOT_FOUND,
+            format!("no windows match `{}`", q.sel),
+        ));
+    }
+    Ok(bodies)
+}
+
+/// Every selected window merged into one profile.
+fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<Profile, WebError> {
+    Ok(merge_bodies(&selected_bodies(s, q)?)?)
+}
+
+/// Runs a query's store and merge work off the async workers, as many at once as
+/// `AppState::queries` allows (each merge already uses every core; more at once would only
+/// multiply the memory).
+async fn blocking<T: Send + 'static>(
+    s: &AppState,
+    f: impl FnOnce() -> Result<T, WebError> + Send + 'static,
+) -> Result<T, WebError> {
+    let internal = |e: String| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
+    let _turn = s
+        .queries
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| internal(e.to_string()))?;
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| internal(e.to_string()))?
+}
+
+pub(super) async fn merged(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<SelectorQuery>,
+) -> Result<Response, WebError> {
+    check_read(&s, &headers)?;
+    let p = blocking(&s.clone(), move || merge_selected(&s, &q)).await?;
+    let mut json = serde_json::to_value(Summary::of(&p))
+        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    json["labels"] = serde_json::to_value(&p.meta.labels).unwrap_or_default();
+    Ok(Json(json).into_response())
+}
+
+pub(super) async fn merged_download(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<SelectorQuery>,
+) -> Result<Response, WebError> {
+    check_read(&s, &headers)?;
+    let p = blocking(&s.clone(), move || merge_selected(&s, &q)).await?;
+    let mut body = Vec::new();
+    phaseprof_model::write_profile(&p, &mut body)
+        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
+}
+
+#[derive(Deserialize, Default)]
+pub(super) struct DiffQuery {
+    /// Baseline selector, e.g. `version=1.4`.
+    a: String,
+    /// Compared selector, e.g. `version=1.5`.
+    b: String,
+    #[serde(default)]
+    from: u64,
+    #[serde(default)]
+    to: u64,
+}
+
+/// Two selections compared with each stored (host, window) as a replicate: the verdicts of
+/// `phaseprof diff` across the fleet. Windows are decoded one at a time per core and only
+/// their digests kept.
+pub(super) async fn diff(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<DiffQuery>,
+) -> Result<Response, WebError> {
+    check_read(&s, &headers)?;
+    let report = blocking(&s.clone(), move || {
+        let side = |sel: &str| {
+            let query = SelectorQuery {
+                sel: sel.to_string(),
+                from: q.from,
+                to: q.to,
+            };
+            Ok::<_, WebError>(digest_bodies(&selected_bodies(&s, &query)?)?)
+        };
+        let (a, b) = (side(&q.a)?, side(&q.b)?);
+        Ok(phaseprof_model::diff::diff_digests(
+            &a,
+            &b,
+            &phaseprof_model::diff::DiffOptions::default(),
+        ))
+    })
+    .await?;
+    Ok(Json(report).into_response())
+}
+
+/// Every label key with the values seen (the pages' label pickers).
+pub(super) async fn labels(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, WebError> {
+    check_read(&s, &headers)?;
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for w in s.store.windows(&Selector::default())? {
+        for (k, v) in w.labels {
+            out.entry(k).or_default().insert(v);
+        }
+    }
+    Ok(Json(out).into_response())
+}
