@@ -2,6 +2,7 @@
 //! samples that share a key, so windows drained one after another fold into one profile.
 use std::collections::HashMap;
 
+use crate::lost::Lost;
 use crate::profile::*;
 
 /// The phase an event happened in: the innermost phase and every phase on the stack.

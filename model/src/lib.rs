@@ -8,6 +8,7 @@ pub mod build;
 pub mod diff;
 pub mod format;
 pub mod frames;
+pub mod lost;
 pub mod merge;
 pub mod profile;
 pub mod split;
@@ -22,6 +23,7 @@ pub use format::{
     FORMAT_VERSION,
 };
 pub use frames::{display_name, folded_frame_name, is_allocator_frame};
+pub use lost::Lost;
 pub use profile::*;
 pub use summary::Summary;
 

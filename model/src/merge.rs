@@ -77,6 +77,30 @@ pub fn merge(profiles: &[&Profile]) -> Profile {
     m.finish()
 }
 
+/// A window's metadata folded into the merge's: the span covers both, pids, events and threads
+/// unite, unwind counts add (the first window's are already there).
+fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
+    meta.start_unix_ns = meta.start_unix_ns.min(p.start_unix_ns);
+    meta.end_unix_ns = meta.end_unix_ns.max(p.end_unix_ns);
+    for pid in &p.pids {
+        if !meta.pids.contains(pid) {
+            meta.pids.push(*pid);
+        }
+    }
+    for k in &p.events {
+        if !meta.events.contains(k) {
+            meta.events.push(*k);
+        }
+    }
+    meta.threads
+        .extend(p.threads.iter().map(|(t, n)| (*t, n.clone())));
+    if !first {
+        if let (Some(into), Some(u)) = (&mut meta.unwind, &p.unwind) {
+            into.absorb(u);
+        }
+    }
+}
+
 /// Merges profiles one at a time, so that thousands of stored windows can be folded in as they
 /// are decoded instead of all being held at once.
 #[derive(Default)]
@@ -96,26 +120,7 @@ impl Merger {
             .b
             .get_or_insert_with(|| ProfileBuilder::new(p.meta.clone(), p.phases.clone()));
         let merged = b.profile_mut();
-        let meta = &mut merged.meta;
-        meta.start_unix_ns = meta.start_unix_ns.min(p.meta.start_unix_ns);
-        meta.end_unix_ns = meta.end_unix_ns.max(p.meta.end_unix_ns);
-        for pid in &p.meta.pids {
-            if !meta.pids.contains(pid) {
-                meta.pids.push(*pid);
-            }
-        }
-        for k in &p.meta.events {
-            if !meta.events.contains(k) {
-                meta.events.push(*k);
-            }
-        }
-        meta.threads
-            .extend(p.meta.threads.iter().map(|(t, n)| (*t, n.clone())));
-        if !first {
-            if let (Some(into), Some(u)) = (&mut meta.unwind, &p.meta.unwind) {
-                into.absorb(u);
-            }
-        }
+        merge_meta(&mut merged.meta, &p.meta, first);
         // Phases new to the merge are appended; indices are remapped below.
         if self.phase_index.len() != merged.phases.len() {
             // The first profile's phases came in with the builder.
@@ -148,19 +153,7 @@ impl Merger {
                 add_stats(into, s);
             }
         }
-        let lost = &mut merged.lost;
-        lost.events = lost.events.saturating_add(p.lost.events);
-        lost.stacks = lost.stacks.saturating_add(p.lost.stacks);
-        lost.syscalls_in_flight_at_start = lost
-            .syscalls_in_flight_at_start
-            .saturating_add(p.lost.syscalls_in_flight_at_start);
-        lost.phase_exits_before_start = lost
-            .phase_exits_before_start
-            .saturating_add(p.lost.phase_exits_before_start);
-        for (k, v) in &p.lost.by_reason {
-            let e = lost.by_reason.entry(k.clone()).or_default();
-            *e = e.saturating_add(*v);
-        }
+        merged.lost.absorb(&p.lost);
         for (k, v) in &p.costs {
             let e = merged.costs.entry(k.clone()).or_default();
             *e = e.saturating_add(*v);

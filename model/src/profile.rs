@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::frames::display_name;
+use crate::lost::Lost;
 
 /// Phase index 0: events on a thread that was in no probed phase.
 pub const PHASE_NONE: u32 = 0;
@@ -248,89 +249,6 @@ pub struct SyscallSample {
     pub stack: Option<u32>,
     pub count: u64,
     pub total_ns: u64,
-}
-
-/// What the kernel side had to drop, by reason, plus informational counters that are not losses.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct Lost {
-    /// Events that were not recorded at all (a counter map full, a ring buffer full …).
-    pub events: u64,
-    /// Events recorded without (part of) their stack.
-    pub stacks: u64,
-    /// Every drop counter by its name, zero ones included.
-    pub by_reason: BTreeMap<String, u64>,
-    /// Syscalls already in flight when recording started: their exits are seen, their entries
-    /// are not, so they are not counted. Not a loss.
-    #[serde(default)]
-    pub syscalls_in_flight_at_start: u64,
-    /// Returns from phase functions entered before recording started. Not a loss.
-    #[serde(default)]
-    pub phase_exits_before_start: u64,
-}
-
-/// Drop counters after which phase numbers are missing calls or charge events to the wrong
-/// phase, with what each means.
-const PHASE_DROPS: &[(&str, &str)] = &[
-    (
-        "phase_depth_exceeded",
-        "entries deeper than the 8 nested phases tracked, not counted",
-    ),
-    (
-        "phase_exit_mismatch",
-        "returns that were not of the innermost phase (its frame was unwound without returning)",
-    ),
-    (
-        "thread_phases_full",
-        "threads whose phases could not be tracked",
-    ),
-    (
-        "goroutine_phases_full",
-        "goroutine phase entries that could not be tracked",
-    ),
-    (
-        "phase_unfinished_goroutine_exit",
-        "goroutines that ended inside a phase (runtime.Goexit)",
-    ),
-];
-
-impl Lost {
-    pub fn is_empty(&self) -> bool {
-        self.events == 0 && self.stacks == 0
-    }
-
-    /// Why phase numbers are incomplete, one phrase per cause with its count; empty when every
-    /// phase entry was matched with its return. Calls in flight when recording began count
-    /// too: their returns were seen without their entries.
-    pub fn phase_issues(&self) -> Vec<(String, u64, &'static str)> {
-        let mut out: Vec<(String, u64, &'static str)> = PHASE_DROPS
-            .iter()
-            .filter_map(|(name, what)| {
-                let n = self.by_reason.get(*name).copied().unwrap_or(0);
-                (n > 0).then(|| (name.to_string(), n, *what))
-            })
-            .collect();
-        if self.phase_exits_before_start > 0 {
-            out.push((
-                "phase_exits_before_start".into(),
-                self.phase_exits_before_start,
-                "calls already running when recording began, not counted",
-            ));
-        }
-        out
-    }
-
-    /// One line saying whether phase numbers are complete, and if not by how much and why.
-    pub fn describe_phases(&self) -> String {
-        let issues = self.phase_issues();
-        if issues.is_empty() {
-            return "complete (every phase entry matched its return)".into();
-        }
-        let causes: Vec<String> = issues
-            .iter()
-            .map(|(name, n, what)| format!("{n} {what} [{name}]"))
-            .collect();
-        format!("INCOMPLETE: {}", causes.join("; "))
-    }
 }
 
 /// A recorded profile. See the crate docs and `FORMAT.md`.
@@ -734,28 +652,5 @@ mod tests {
         assert!(err.contains("at most 64"), "{err}");
         p.phases.truncate(MAX_WINDOW_PHASES);
         assert!(p.validate().is_ok());
-    }
-
-    // Checks that phase numbers are called complete only without any phase drop, and that the
-    // sentence names each cause with its count; drops of other kinds do not make phases
-    // incomplete.
-    #[test]
-    fn phases_are_complete_only_without_phase_drops() {
-        let mut lost = Lost::default();
-        lost.by_reason.insert("phase_depth_exceeded".into(), 0);
-        lost.by_reason.insert("user_stack".into(), 5);
-        assert!(lost.phase_issues().is_empty());
-        assert!(lost.describe_phases().starts_with("complete"));
-        lost.by_reason.insert("phase_depth_exceeded".into(), 12);
-        lost.phase_exits_before_start = 3;
-        let issues = lost.phase_issues();
-        assert_eq!(issues.len(), 2);
-        let text = lost.describe_phases();
-        assert!(text.starts_with("INCOMPLETE: 12 entries deeper"), "{text}");
-        assert!(text.contains("[phase_depth_exceeded]"), "{text}");
-        assert!(
-            text.contains("3 calls already running when recording began"),
-            "{text}"
-        );
     }
 }

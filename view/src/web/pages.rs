@@ -167,25 +167,10 @@ struct ProfilePage {
     syscalls: Vec<SyscallRow>,
 }
 
-pub async fn profile(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(v): Query<View>,
-) -> Result<Html<String>, WebError> {
-    let p = load(&state, &id)?;
-    let phase = phase_of(&p, v.phase.as_deref())?;
-    let phase_name = phase
-        .map(|i| p.phase_name(i).to_string())
-        .unwrap_or_default();
-    let q = query_escape(&phase_name);
-    let m = &p.meta;
-    let cost_names: Vec<String> = p
-        .phase_stats
-        .first()
-        .map(|s| s.costs.keys().cloned().collect())
-        .unwrap_or_default();
+/// The phase table's rows: each phase's cells and its cost columns, `(none)` last.
+fn phase_rows(p: &phaseprof_model::Profile, cost_names: &[String]) -> Vec<PhaseRow> {
     let order = (1..p.phase_stats.len()).chain(std::iter::once(0));
-    let phases = order
+    order
         .filter_map(|i| p.phase_stats.get(i).map(|st| (i as u32, st)))
         .map(|(i, st)| {
             let name = p.phase_name(i).to_string();
@@ -201,8 +186,12 @@ pub async fn profile(
                 cells,
             }
         })
-        .collect();
-    let kinds = EventKind::ALL
+        .collect()
+}
+
+/// One tab per recorded event kind: its total and its `top` functions.
+fn kind_tabs(p: &phaseprof_model::Profile, phase: Option<u32>, top: usize) -> Vec<KindTab> {
+    EventKind::ALL
         .into_iter()
         .filter(|k| p.recorded(*k))
         .map(|kind| {
@@ -221,7 +210,7 @@ pub async fn profile(
                 empty: total == 0,
                 top: funcs
                     .iter()
-                    .take(v.n.unwrap_or(25))
+                    .take(top)
                     .map(|f| TopRow {
                         name: f.name.clone(),
                         self_pct: format!("{:.2}", pct(f.self_value, total)),
@@ -232,7 +221,28 @@ pub async fn profile(
                     .collect(),
             }
         })
-        .collect();
+        .collect()
+}
+
+pub async fn profile(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(v): Query<View>,
+) -> Result<Html<String>, WebError> {
+    let p = load(&state, &id)?;
+    let phase = phase_of(&p, v.phase.as_deref())?;
+    let phase_name = phase
+        .map(|i| p.phase_name(i).to_string())
+        .unwrap_or_default();
+    let q = query_escape(&phase_name);
+    let m = &p.meta;
+    let cost_names: Vec<String> = p
+        .phase_stats
+        .first()
+        .map(|s| s.costs.keys().cloned().collect())
+        .unwrap_or_default();
+    let phases = phase_rows(&p, &cost_names);
+    let kinds = kind_tabs(&p, phase, v.n.unwrap_or(25));
     let syscalls = if p.recorded(EventKind::Syscall) {
         syscall_rows(&p, phase)
             .into_iter()
