@@ -34,6 +34,8 @@ fn main() {
             .unwrap_or_else(|e| panic!("building {src}: {e:#}"));
         println!("cargo:rerun-if-changed={src}");
     }
+    // The object's parts (one concern each), included by the .bpf.c files.
+    println!("cargo:rerun-if-changed=src");
     let limits = limits_from_header(Path::new("include/phaseprof.h"));
     std::fs::write(out.join("limits.rs"), limits).expect("writing limits.rs");
     println!("cargo:rerun-if-changed=include/phaseprof.h");

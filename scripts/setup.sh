@@ -3,7 +3,7 @@
 # Quick when everything is present already.
 set -euo pipefail
 
-packages=(clang llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux
+packages=(clang clang-format llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux
           chromium                                        # the web UI's browser test
           clickhouse-server clickhouse-client)            # the collector's ClickHouse store test
 command -v go >/dev/null 2>&1 || packages+=(golang-go)   # `go tool pprof` reads our exports
@@ -33,6 +33,13 @@ command -v cargo >/dev/null 2>&1 || {
   echo "setup: cargo (Rust >= 1.88, via rustup) is required and was not found" >&2
   exit 1
 }
+
+# The lint and format gates of scripts/test.sh.
+if command -v rustup >/dev/null 2>&1; then
+  for c in clippy rustfmt; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" >/dev/null
+  done
+fi
 
 # playwright-core (no bundled browser: it drives Debian's chromium) for tests/browser.
 if [ ! -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ]; then

@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# The test command: set up, build everything, run every test (root tests included; as root
-# they load real BPF programs).
+# The test command: set up, check the habits CI enforces (formatting, lints, structure), build
+# everything, run every test, check the deploy manifests, and fuzz briefly. As root the root
+# tests (#[ignore = "needs root…"]) run too and load real BPF programs; without root they are
+# reported as ignored.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
+cargo fmt --all --check
+clang-format --dry-run --Werror bpf/src/*.bpf.c bpf/src/*.bpf.h bpf/include/*.h
+bash scripts/check-structure.sh
 cargo build --release --workspace
-cargo test --release --workspace
+cargo clippy --release --workspace --all-targets -- -D warnings
+if [ "$(id -u)" = 0 ]; then
+  cargo test --release --workspace -- --include-ignored
+else
+  cargo test --release --workspace
+fi
 bash scripts/check-deploy.sh
+bash scripts/fuzz.sh 15

@@ -35,8 +35,11 @@ pub struct LiveWindows {
     heading: String,
     refresh_s: u32,
     capacity: usize,
-    ring: Mutex<(u64, VecDeque<(ProfileEntry, Arc<Profile>)>)>,
+    ring: Mutex<Ring>,
 }
+
+/// Windows taken so far, and the ones kept (each with its entry in the page's list).
+type Ring = (u64, VecDeque<(ProfileEntry, Arc<Profile>)>);
 
 impl LiveWindows {
     pub fn new(heading: String, window: Duration, keep: Duration) -> Self {

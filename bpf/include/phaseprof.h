@@ -38,33 +38,33 @@ enum target_state {
  * record is counted here and surfaced as `lost` in reports.
  */
 enum drop_reason {
-	DROP_USER_STACK = 0,      /* user stack not stored (stack map full or hash collision) */
-	DROP_KERNEL_STACK,        /* kernel stack not stored */
-	DROP_CPU_KEY,             /* cpu sample counts map full */
-	DROP_OFFCPU_KEY,          /* off-CPU counts map full */
-	DROP_OFFCPU_START,        /* could not remember a switch-out (map full) */
-	DROP_SYSCALL_KEY,         /* syscall counts map full */
-	DROP_SYSCALL_START,       /* could not remember a syscall entry (map full) */
-	DROP_TARGET_FULL,         /* a followed child could not be added to target_pids */
-	DROP_EVENT_RINGBUF,       /* a process event could not be sent to user space */
-	DROP_PHASE_DEPTH,         /* a phase entered deeper than MAX_PHASE_DEPTH: not attributed */
-	DROP_PHASE_THREAD,        /* no phase state (task storage) for a thread: its phases are lost */
-	DROP_PHASE_MISMATCH,      /* a phase exit that is not the innermost entry (unwinding) */
+	DROP_USER_STACK = 0, /* user stack not stored (stack map full or hash collision) */
+	DROP_KERNEL_STACK,   /* kernel stack not stored */
+	DROP_CPU_KEY,	     /* cpu sample counts map full */
+	DROP_OFFCPU_KEY,     /* off-CPU counts map full */
+	DROP_OFFCPU_START,   /* could not remember a switch-out (map full) */
+	DROP_SYSCALL_KEY,    /* syscall counts map full */
+	DROP_SYSCALL_START,  /* could not remember a syscall entry (map full) */
+	DROP_TARGET_FULL,    /* a followed child could not be added to target_pids */
+	DROP_EVENT_RINGBUF,  /* a process event could not be sent to user space */
+	DROP_PHASE_DEPTH,    /* a phase entered deeper than MAX_PHASE_DEPTH: not attributed */
+	DROP_PHASE_THREAD,   /* no phase state (task storage) for a thread: its phases are lost */
+	DROP_PHASE_MISMATCH, /* a phase exit that is not the innermost entry (unwinding) */
 	/* Not drops: syscalls already in flight when recording began. Counted so
 	 * that they are visible, but never reported as lost. */
 	INFO_SYSCALL_EXIT_UNMATCHED,
 	/* Not drops: returns from phase functions entered before recording began. */
 	INFO_PHASE_EXIT_UNMATCHED,
-	DROP_ALLOC_KEY,           /* allocation totals map full */
-	DROP_ALLOC_STACK_KEY,     /* sampled allocation stacks map full */
-	DROP_LIVE_FULL,           /* a sampled allocation not tracked as live (map full) */
-	DROP_ALLOC_THREAD,        /* no task storage for a thread's allocator state */
-	DROP_ALLOC_RINGBUF,       /* a Go allocation sample could not be sent to user space */
-	DROP_PAGEFAULT_KEY,       /* page fault counts map full */
-	DROP_STACK_COPY,          /* a user-stack copy could not be sent (ring buffer full): the
+	DROP_ALLOC_KEY,	      /* allocation totals map full */
+	DROP_ALLOC_STACK_KEY, /* sampled allocation stacks map full */
+	DROP_LIVE_FULL,	      /* a sampled allocation not tracked as live (map full) */
+	DROP_ALLOC_THREAD,    /* no task storage for a thread's allocator state */
+	DROP_ALLOC_RINGBUF,   /* a Go allocation sample could not be sent to user space */
+	DROP_PAGEFAULT_KEY,   /* page fault counts map full */
+	DROP_STACK_COPY,      /* a user-stack copy could not be sent (ring buffer full): the
 				   * sample is counted without its user stack */
-	DROP_GOROUTINE_FULL,      /* no room in goroutine_phases: a goroutine's phase entry is lost */
-	DROP_PHASE_UNFINISHED,    /* a goroutine ended inside a phase (Goexit): its calls never return */
+	DROP_GOROUTINE_FULL,  /* no room in goroutine_phases: a goroutine's phase entry is lost */
+	DROP_PHASE_UNFINISHED, /* a goroutine ended inside a phase (Goexit): its calls never return */
 	DROP_MAX,
 };
 
@@ -78,9 +78,9 @@ struct cpu_key {
 	__u32 tid;
 	__u32 phase;
 	__u32 window;
-	__u64 user_stack;      /* stack hash (key of `stacks`); 0: none */
+	__u64 user_stack; /* stack hash (key of `stacks`); 0: none */
 	__u64 kernel_stack;
-	__u64 phase_mask;      /* every phase on the thread's stack; `phase` is the innermost */
+	__u64 phase_mask; /* every phase on the thread's stack; `phase` is the innermost */
 };
 
 struct offcpu_key {
@@ -108,7 +108,7 @@ struct syscall_key {
 	__u32 phase;
 	__u32 nr;
 	__u32 window;
-	__u64 user_stack;      /* 0 when stack capture is off */
+	__u64 user_stack; /* 0 when stack capture is off */
 	__u64 phase_mask;
 };
 
@@ -123,7 +123,7 @@ struct syscall_start {
 	__u32 nr;
 	__u32 phase;
 	__u64 user_stack;
-	__u32 maps_exec;       /* an mmap/mprotect with PROT_EXEC: VMAs change */
+	__u32 maps_exec; /* an mmap/mprotect with PROT_EXEC: VMAs change */
 	__u32 pad;
 	__u64 phase_mask;
 };
@@ -131,15 +131,15 @@ struct syscall_start {
 /* One entry of a phase stack. */
 struct phase_frame {
 	__u32 phase;
-	__u32 recursion;       /* direct re-entries of the same phase, counted once */
+	__u32 recursion; /* direct re-entries of the same phase, counted once */
 	__u64 entry_ts;
 };
 
 /* The phases a thread of execution is inside: an OS thread's (native code) or a goroutine's. */
 struct phase_stack {
-	__u32 depth;           /* entries, including overflowed ones beyond MAX_PHASE_DEPTH */
-	__u32 top;             /* innermost stored phase, PHASE_NONE when empty */
-	__u64 mask;            /* phases on the stack; 1 (bit 0) when empty */
+	__u32 depth; /* entries, including overflowed ones beyond MAX_PHASE_DEPTH */
+	__u32 top;   /* innermost stored phase, PHASE_NONE when empty */
+	__u64 mask;  /* phases on the stack; 1 (bit 0) when empty */
 	struct phase_frame frames[MAX_PHASE_DEPTH];
 };
 
@@ -152,17 +152,17 @@ struct thread_phase {
 	__u32 top;
 	__u32 pad;
 	__u64 mask;
-	__u64 cur_g;           /* Go: the goroutine (its g) whose phases `mask` shows; 0: none */
-	__u64 oncpu_since;     /* start of the current on-CPU segment (0: off-CPU or unknown) */
+	__u64 cur_g;	   /* Go: the goroutine (its g) whose phases `mask` shows; 0: none */
+	__u64 oncpu_since; /* start of the current on-CPU segment (0: off-CPU or unknown) */
 	/*
 	 * On-CPU time is charged per scheduler slice: segments between phase boundaries add wall
 	 * time to `pending`, and at switch-out the slice's wall time is rescaled to the task's
 	 * own runtime (se.sum_exec_runtime), which leaves out time the hypervisor stole (and IRQ
 	 * time where the kernel accounts it), so per-phase CPU matches the thread's CPU time.
 	 */
-	__u64 slice_start;     /* ktime at switch-in (0: unknown) */
-	__u64 runtime_in;      /* se.sum_exec_runtime at switch-in */
-	__u64 pending_mask;    /* phases with pending wall time this slice */
+	__u64 slice_start;	/* ktime at switch-in (0: unknown) */
+	__u64 runtime_in;	/* se.sum_exec_runtime at switch-in */
+	__u64 pending_mask;	/* phases with pending wall time this slice */
 	struct phase_stack own; /* native code: the thread's own phases */
 	__u64 pending[MAX_PHASES];
 };
@@ -180,15 +180,15 @@ struct goroutine_key {
 
 struct goroutine_phase {
 	struct phase_stack stack;
-	__u64 parked_since;    /* when it last stopped running inside a phase (0: running) */
+	__u64 parked_since; /* when it last stopped running inside a phase (0: running) */
 };
 
 /* Go scheduler points probed for goroutine phases: the low byte of their attach cookie. */
 enum go_sched_point {
-	GO_EXECUTE = 0,        /* runtime.execute(gp): gp starts running on this thread */
-	GO_STOP = 1,           /* gp stops running: mcall (every park, yield, preemption, syscall
+	GO_EXECUTE = 0, /* runtime.execute(gp): gp starts running on this thread */
+	GO_STOP = 1,	/* gp stops running: mcall (every park, yield, preemption, syscall
 				* exit without a P, goexit), goschedImpl and preemptPark (newstack) */
-	GO_EXIT = 2,           /* goexit0(gp): gp ends */
+	GO_EXIT = 2,	/* goexit0(gp): gp ends */
 };
 /* Cookie bit: the goroutine is the running one (R14: mcall), not the first argument (RAX). An
  * enum, so the skeleton's generated types carry it to user space. */
@@ -203,11 +203,11 @@ struct phase_stats {
 	__u64 wall_max_ns;
 	__u64 cpu_ns;
 	__u64 offcpu_ns;
-	__u64 gowait_ns;       /* Go: time its goroutines spent descheduled inside the phase */
+	__u64 gowait_ns; /* Go: time its goroutines spent descheduled inside the phase */
 	__u64 syscalls;
 	__u64 syscall_ns;
 	__u64 costs[MAX_SYSCALL_COSTS];
-	__u64 alloc_bytes;     /* exact (native allocators); Go: sampled estimates, in go_allocs */
+	__u64 alloc_bytes; /* exact (native allocators); Go: sampled estimates, in go_allocs */
 	__u64 allocs;
 	__u64 frees;
 	__u64 page_faults;
@@ -219,12 +219,12 @@ struct phase_stats {
  * counted at the function's return (uretprobe), where the result is known.
  */
 enum alloc_fn {
-	AF_MALLOC = 0,         /* size = arg0 (malloc, mallocx, mi_malloc, mi_zalloc, ...) */
-	AF_CALLOC,             /* size = arg0 * arg1 */
-	AF_REALLOC,            /* old = arg0, size = arg1; size 0 frees */
-	AF_POSIX_MEMALIGN,     /* *arg0 = result, size = arg2; returns 0 on success */
-	AF_ALIGNED_ALLOC,      /* size = arg1 (aligned_alloc, memalign) */
-	AF_FREE,               /* ptr = arg0 (free, sdallocx, dallocx, mi_free) */
+	AF_MALLOC = 0,	   /* size = arg0 (malloc, mallocx, mi_malloc, mi_zalloc, ...) */
+	AF_CALLOC,	   /* size = arg0 * arg1 */
+	AF_REALLOC,	   /* old = arg0, size = arg1; size 0 frees */
+	AF_POSIX_MEMALIGN, /* *arg0 = result, size = arg2; returns 0 on success */
+	AF_ALIGNED_ALLOC,  /* size = arg1 (aligned_alloc, memalign) */
+	AF_FREE,	   /* ptr = arg0 (free, sdallocx, dallocx, mi_free) */
 	/* Go's sampled allocation hook (runtime.mProf_Malloc): cookie bits 8..15 are the Go
 	 * register-ABI index of its size argument, bits 16.. the address of runtime.MemProfileRate
 	 * (0: unknown). */
@@ -233,12 +233,12 @@ enum alloc_fn {
 
 /* Per-thread allocator state (task-local storage). */
 struct alloc_thread {
-	__u64 size;            /* pending call: requested bytes */
-	__u64 arg;             /* pending realloc: old pointer; posix_memalign: result slot */
-	__u64 sp;              /* pending call: stack pointer at entry (0: none pending) */
-	__u32 kind;            /* pending call: enum alloc_fn */
-	__u32 generation;      /* pending call: attach generation (see alloc_generation) */
-	__u64 until_sample;    /* bytes left before the next sampled allocation */
+	__u64 size;	    /* pending call: requested bytes */
+	__u64 arg;	    /* pending realloc: old pointer; posix_memalign: result slot */
+	__u64 sp;	    /* pending call: stack pointer at entry (0: none pending) */
+	__u32 kind;	    /* pending call: enum alloc_fn */
+	__u32 generation;   /* pending call: attach generation (see alloc_generation) */
+	__u64 until_sample; /* bytes left before the next sampled allocation */
 };
 
 /* Exact allocation totals of one (process, phase). */
@@ -267,9 +267,9 @@ struct alloc_stack_key {
 };
 
 struct alloc_stack_value {
-	__u64 est_bytes;       /* unbiased estimate: each sample point stands for the sampling period */
-	__u64 samples;         /* sampled allocations */
-	__u64 sampled_bytes;   /* their actual sizes */
+	__u64 est_bytes; /* unbiased estimate: each sample point stands for the sampling period */
+	__u64 samples;	 /* sampled allocations */
+	__u64 sampled_bytes; /* their actual sizes */
 };
 
 /* A sampled allocation not freed yet, keyed by (tgid, address). */
@@ -280,7 +280,7 @@ struct live_key {
 };
 
 struct live_alloc {
-	__u64 ts;              /* bpf_ktime_get_ns at allocation */
+	__u64 ts; /* bpf_ktime_get_ns at allocation */
 	__u64 est_bytes;
 	__u64 size;
 	__u64 user_stack;
@@ -295,7 +295,7 @@ struct go_alloc_sample {
 	__u32 phase;
 	__u64 phase_mask;
 	__u64 size;
-	__s64 rate;            /* runtime.MemProfileRate when sampled; 0: unknown */
+	__s64 rate; /* runtime.MemProfileRate when sampled; 0: unknown */
 	__u64 user_stack;
 };
 
@@ -305,7 +305,7 @@ enum probe_counter {
 	HITS_ALLOC_EXIT,
 	HITS_FREE,
 	HITS_GO_SAMPLE,
-	HITS_GO_SCHED,         /* Go scheduler switch points (goroutine phases), not allocator hits */
+	HITS_GO_SCHED, /* Go scheduler switch points (goroutine phases), not allocator hits */
 	HITS_MAX,
 };
 
@@ -315,7 +315,7 @@ enum probe_counter {
  * stacks in 16k buckets a collision is likely, and every one would be a lost stack.)
  */
 struct stack_trace {
-	__u32 len;             /* frames in ips */
+	__u32 len; /* frames in ips */
 	__u32 pad;
 	__u64 ips[MAX_STACK_DEPTH];
 };
@@ -351,15 +351,15 @@ enum stack_sample_kind {
 #define MAX_RET_FIXUPS 8
 
 struct stack_sample {
-	__u32 kind;            /* enum stack_sample_kind */
+	__u32 kind; /* enum stack_sample_kind */
 	__u32 pad;
 	__u32 tgid;
 	__u32 tid;
 	__u32 phase;
-	__u32 len;             /* bytes of stack copied */
+	__u32 len; /* bytes of stack copied */
 	__u64 phase_mask;
-	__u64 kernel_stack;    /* key of `stacks`; 0: none */
-	__u64 ip;              /* user registers at the sample (the syscall entry's if in kernel) */
+	__u64 kernel_stack; /* key of `stacks`; 0: none */
+	__u64 ip;	    /* user registers at the sample (the syscall entry's if in kernel) */
 	__u64 sp;
 	__u64 bp;
 	/* The thread's pending uretprobes, innermost first: the stack slot holding the trampoline
@@ -369,10 +369,10 @@ struct stack_sample {
 };
 
 enum target_event_kind {
-	TEV_EXEC = 1,   /* a process exec'd: user space may want to add it (--name) */
-	TEV_EXIT = 2,   /* a target process exited */
-	TEV_FORK = 3,   /* a target forked a child that is now a target too */
-	TEV_MMAP = 4,   /* a target mapped executable memory: refresh its VMAs */
+	TEV_EXEC = 1, /* a process exec'd: user space may want to add it (--name) */
+	TEV_EXIT = 2, /* a target process exited */
+	TEV_FORK = 3, /* a target forked a child that is now a target too */
+	TEV_MMAP = 4, /* a target mapped executable memory: refresh its VMAs */
 };
 
 struct target_event {

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use crate::lost::Lost;
+use crate::phase_stats::PhaseStats;
 use crate::profile::*;
 
 /// The phase an event happened in: the innermost phase and every phase on the stack.

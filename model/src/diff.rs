@@ -322,7 +322,8 @@ fn stack_changes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Meta, PhaseStats};
+    use crate::phase_stats::PhaseStats;
+    use crate::profile::Meta;
 
     fn run(flushes_per_call: u64, wall: u64) -> Profile {
         let mut p = Profile {

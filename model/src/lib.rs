@@ -10,6 +10,7 @@ pub mod format;
 pub mod frames;
 pub mod lost;
 pub mod merge;
+pub mod phase_stats;
 pub mod profile;
 pub mod split;
 pub mod stats;
@@ -24,6 +25,7 @@ pub use format::{
 };
 pub use frames::{display_name, folded_frame_name, is_allocator_frame};
 pub use lost::Lost;
+pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use profile::*;
 pub use summary::Summary;
 

@@ -1,6 +1,7 @@
 //! Several profiles as one: windows of a live attach saved as a range, runs summed. Frames and
 //! stacks are re-interned; samples with equal keys are summed; phase totals are added.
 use crate::build::{PhaseAt, ProfileBuilder};
+use crate::phase_stats::PhaseStats;
 use crate::profile::*;
 
 /// `later` minus `earlier` for cumulative phase totals (the kernel's never reset): what happened

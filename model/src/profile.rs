@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::frames::display_name;
 use crate::lost::Lost;
+use crate::phase_stats::PhaseStats;
 
 /// Phase index 0: events on a thread that was in no probed phase.
 pub const PHASE_NONE: u32 = 0;
@@ -330,77 +331,6 @@ pub struct LiveSample {
 /// Page faults of one (thread, phase, user stack).
 pub type PageFaultSample = CpuSample;
 
-/// Exact totals of one phase, kept in the kernel. Values include nested phases.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct PhaseStats {
-    /// Completed calls (a direct recursion counts once).
-    pub calls: u64,
-    pub wall_ns: u64,
-    pub wall_max_ns: u64,
-    /// Wall-time histogram as (bucket index, calls) pairs; see [`wall_bucket_bounds`].
-    pub wall_hist: Vec<(u32, u64)>,
-    pub cpu_ns: u64,
-    pub offcpu_ns: u64,
-    /// Go: time the phase's goroutines spent descheduled inside it (blocked on a channel, a
-    /// lock or the network poller, or waiting for a thread), apart from thread off-CPU time.
-    #[serde(default)]
-    pub gowait_ns: u64,
-    pub syscalls: u64,
-    pub syscall_ns: u64,
-    /// Named costs of this phase (syscall rules counted in the kernel, alloc rules from stacks).
-    pub costs: BTreeMap<String, u64>,
-    /// Allocated bytes and allocations (exact for native allocators), frees.
-    #[serde(default)]
-    pub alloc_bytes: u64,
-    #[serde(default)]
-    pub allocs: u64,
-    #[serde(default)]
-    pub frees: u64,
-    #[serde(default)]
-    pub page_faults: u64,
-}
-
-/// Buckets below this are one nanosecond wide; above, 16 per power of two (as in the kernel).
-pub const WALL_SUB_BUCKETS: u64 = 16;
-
-/// The half-open range of durations (ns) that wall-time bucket `idx` holds.
-pub fn wall_bucket_bounds(idx: u32) -> (u64, u64) {
-    let idx = idx as u64;
-    if idx < WALL_SUB_BUCKETS {
-        return (idx, idx + 1);
-    }
-    let msb = idx / WALL_SUB_BUCKETS + 3;
-    let sub = idx % WALL_SUB_BUCKETS;
-    let shift = msb - 4;
-    (
-        (WALL_SUB_BUCKETS + sub) << shift,
-        (WALL_SUB_BUCKETS + sub + 1) << shift,
-    )
-}
-
-impl PhaseStats {
-    /// The `q` quantile (0..=1) of wall time: the midpoint of the bucket holding it, capped by
-    /// the exact maximum.
-    pub fn wall_quantile(&self, q: f64) -> u64 {
-        let total: u64 = self.wall_hist.iter().map(|(_, n)| n).sum();
-        if total == 0 {
-            return 0;
-        }
-        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
-        let mut seen = 0;
-        let mut hist = self.wall_hist.clone();
-        hist.sort();
-        for (idx, n) in hist {
-            seen += n;
-            if seen >= rank {
-                let (lo, hi) = wall_bucket_bounds(idx);
-                return ((lo + hi - 1) / 2).min(self.wall_max_ns.max(lo));
-            }
-        }
-        self.wall_max_ns
-    }
-}
-
 /// A stack with a value, for one event kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Weighted {
@@ -646,8 +576,10 @@ mod tests {
     // made every merge quadratic) is refused; 64 are fine.
     #[test]
     fn windows_have_at_most_64_phases() {
-        let mut p = Profile::default();
-        p.phases = (0..100_000).map(|i| format!("p{i}")).collect();
+        let mut p = Profile {
+            phases: (0..100_000).map(|i| format!("p{i}")).collect(),
+            ..Profile::default()
+        };
         let err = p.validate().unwrap_err();
         assert!(err.contains("at most 64"), "{err}");
         p.phases.truncate(MAX_WINDOW_PHASES);

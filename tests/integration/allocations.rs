@@ -13,6 +13,7 @@ fn alloc_events(report: &serde_json::Value) -> &serde_json::Value {
 // count, clone_bytes per phase exact, and the free probe placed past free's NULL test on an
 // instruction the kernel emulates.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn validator_sim_allocations_are_exact() {
     require_root!();
     let _g = bpf_lock();
@@ -84,6 +85,7 @@ fn validator_sim_allocations_are_exact() {
 // Checks that totals stay exact when stacks are sampled (the default 512 KiB period) and that
 // the sampled clone bytes estimate the truth.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn sampled_stacks_keep_exact_totals() {
     require_root!();
     let _g = bpf_lock();
@@ -115,6 +117,7 @@ fn sampled_stacks_keep_exact_totals() {
 // Checks Go: relay-sim's bytes.Clone bytes attributed to `verify` through Go's own heap samples
 // (enabled by phaseprof for the recording), within four standard errors of Go's sampling.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn relay_sim_clone_bytes_in_verify() {
     require_root!();
     let Some(relay) = go_workload("relay-sim") else {
@@ -164,6 +167,7 @@ fn relay_sim_clone_bytes_in_verify() {
 // Checks the live heap: a workload leaking through `validator_sim::work::leak` has that stack
 // on top of `report --live`, holding the leaked bytes (every allocation sampled).
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn live_heap_names_the_leak() {
     require_root!();
     let _g = bpf_lock();
@@ -206,6 +210,7 @@ fn live_heap_names_the_leak() {
 // fault per leaked page, and most faults have replay on their stack (the leaf itself may be
 // memset, which keeps no frame of its own).
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn page_faults_by_phase() {
     require_root!();
     let _g = bpf_lock();

@@ -28,6 +28,7 @@ fn record(name: &str, flushes: &str) -> std::path::PathBuf {
 // table, and the diff page of 100 vs 25 flushes reads `improved`-side numbers for
 // finalize/flush_syscalls (one run per side: a delta).
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn profile_page_and_diff_in_chromium() {
     require_root!();
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());

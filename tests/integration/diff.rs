@@ -62,6 +62,7 @@ fn metric<'a>(r: &'a serde_json::Value, phase: &str, name: &str) -> &'a serde_js
 // the other, a drifting machine made `duration_ns` look "improved" once: a real difference
 // between the batches, which is why runs alternate.)
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn replicated_diff_verdicts() {
     require_root!();
     let _g = bpf_lock();
@@ -99,6 +100,7 @@ fn replicated_diff_verdicts() {
 
 // Checks `diff -o` writes a differential flamegraph and an HTML page with the verdict table.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn diff_writes_svg_and_html() {
     require_root!();
     let _g = bpf_lock();

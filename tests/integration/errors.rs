@@ -18,6 +18,7 @@ fn fails_with(args: &[&str], needle: &str) {
 
 // Checks that a pid with no process is refused by number.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn unknown_pid() {
     require_root!();
     fails_with(
@@ -28,6 +29,7 @@ fn unknown_pid() {
 
 // Checks that a missing command is refused before anything starts.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn command_not_found() {
     require_root!();
     fails_with(
@@ -44,6 +46,7 @@ fn command_not_found() {
 
 // Checks that an unwritable output path is refused before recording.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn output_not_writable() {
     require_root!();
     fails_with(
@@ -54,6 +57,7 @@ fn output_not_writable() {
 
 // Checks that a regex that never matches fails after --duration and says so.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn name_matching_nothing() {
     require_root!();
     let _g = bpf_lock();
@@ -81,6 +85,7 @@ fn name_matching_nothing() {
 
 // Checks that an unprivileged user gets told to use root, not a libbpf errno.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn not_root() {
     require_root!();
     let o = Command::new("setpriv")
@@ -105,6 +110,7 @@ fn not_root() {
 // Checks that Ctrl-C (SIGINT) stops an attach early and still writes a readable profile with
 // what was recorded.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn interrupt_still_writes_the_file() {
     require_root!();
     let _g = bpf_lock();
@@ -157,6 +163,7 @@ fn interrupt_still_writes_the_file() {
 // Checks that a recording killed with SIGKILL leaves the file it was to replace as it was:
 // the profile is written under a temporary name and renamed only when complete.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn killed_recording_keeps_the_old_file() {
     require_root!();
     let _g = bpf_lock();

@@ -22,6 +22,7 @@ fn assert_nothing_lost(report: &serde_json::Value) {
 // Checks `record -- CMD`: write(2) count exactly equal to the truth, off-CPU within 2% of the
 // slept time, and nothing lost.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn command_writes_exact_and_offcpu_matches_sleep() {
     require_root!();
     let _g = bpf_lock();
@@ -68,6 +69,7 @@ fn command_writes_exact_and_offcpu_matches_sleep() {
 // exactly, the syscall in flight at attach is reported (not lost), and the profile is valid
 // although the target exits mid-recording.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn attach_by_pid_counts_writes_exactly() {
     require_root!();
     let _g = bpf_lock();
@@ -113,6 +115,7 @@ fn attach_by_pid_counts_writes_exactly() {
 // Checks cpu sampling: with burning as the only work, at least 90% of samples have the burn
 // function on their stack.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn cpu_samples_land_in_the_burn_function() {
     require_root!();
     let _g = bpf_lock();
@@ -157,6 +160,7 @@ fn fixed_file(path: &std::path::Path) {
 // Checks that per-syscall counts of a deterministic program (gzip of a fixed file) equal
 // `strace -f -c`. strace cannot count exit_group (it never returns); phaseprof counts it once.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn syscall_counts_equal_strace() {
     require_root!();
     let _g = bpf_lock();
@@ -216,6 +220,7 @@ fn syscall_counts_equal_strace() {
 // Checks `--name`: a process that starts after recording began is found by its command line,
 // its writes are counted exactly, and `--phases` resolves in it once it is found.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn name_finds_processes_started_later() {
     require_root!();
     let _g = bpf_lock();
@@ -277,6 +282,7 @@ fn name_finds_processes_started_later() {
 // Checks that each event kind can be recorded alone with `-- CMD` (the command becomes a target
 // at its exec even without the syscall probes) and that only recorded kinds are reported.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn event_kinds_can_be_recorded_alone() {
     require_root!();
     let _g = bpf_lock();
@@ -322,6 +328,7 @@ fn event_kinds_can_be_recorded_alone() {
 // Checks that a sleep still in progress when recording stops counts up to the stop: a thread
 // that sleeps through a 1 s recording shows (almost) 1 s off-CPU.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn offcpu_in_progress_at_stop_is_counted() {
     require_root!();
     let _g = bpf_lock();

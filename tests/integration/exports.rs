@@ -18,6 +18,7 @@ fn record_burn(name: &str) -> (std::path::PathBuf, serde_json::Value) {
 
 // Checks that `go tool pprof -top` reads the exported pprof and lists the burn function first.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn go_pprof_lists_the_burn_function_first() {
     require_root!();
     let Some(go) = go_binary() else {
@@ -66,6 +67,7 @@ fn go_pprof_lists_the_burn_function_first() {
 // Checks the SVG flamegraph names kind, unit and target in its title and holds the burn frame;
 // and that folded output sums to the sample count of the report.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn svg_and_folded_agree_with_the_report() {
     require_root!();
     let _g = bpf_lock();

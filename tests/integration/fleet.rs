@@ -116,6 +116,7 @@ fn by_name(m: &serde_json::Value, name: &str) -> u64 {
 // agents spool and deliver afterwards, dropping nothing; each target has its own phases file and
 // the calls per phase are exact too. Embedded SQLite store.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn two_agents_and_a_collector_outage() {
     require_root!();
     let dir = scratch("fleet");
@@ -127,6 +128,7 @@ fn two_agents_and_a_collector_outage() {
 // 127.0.0.1: the collector restarted after the outage finds everything stored before it. Agents
 // push over HTTPS here (the collector's rustls listener, a private CA in the agents' ca_file).
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn two_agents_and_a_collector_outage_clickhouse() {
     require_root!();
     let Some(ch) = ClickHouse::start("fleet-clickhouse-server") else {

@@ -17,7 +17,9 @@ mod soak;
 mod symbols;
 mod unwind;
 
-/// Returns early (skipping, loudly) from a test that needs root when not root.
+/// Root tests are `#[ignore = "needs root…"]`: a non-root `cargo test` reports them ignored, and
+/// root runs them with `--include-ignored`. This returns early (skipping, loudly) should one run
+/// without root anyway.
 #[macro_export]
 macro_rules! require_root {
     () => {

@@ -8,6 +8,7 @@ use crate::require_root;
 // off-CPU within 2% of the slept time, propose's CPU within 5% of the burned CPU, propose's
 // wall p50 within 5% of its known 20 ms.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn phases_match_ground_truth() {
     require_root!();
     let _g = bpf_lock();
@@ -88,6 +89,7 @@ fn phases_match_ground_truth() {
 // Checks nesting: `block` encloses propose and finalize, so its totals include theirs
 // (inclusive), its calls are exact, and `--phase block` stacks include the nested burn function.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn nested_phases_are_inclusive() {
     require_root!();
     let _g = bpf_lock();
@@ -147,6 +149,7 @@ fn nested_phases_are_inclusive() {
 // Checks that a function glob matching nothing fails before recording, naming file, line and
 // the closest function names, and that a function that exists only inlined is called so.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn unknown_phase_function_suggests_near_names() {
     require_root!();
     let sim = rust_workload("validator-sim");
@@ -208,6 +211,7 @@ fn unknown_phase_function_suggests_near_names() {
 // crashing, its loop free to migrate between OS threads, with exact calls and flush_syscalls per
 // phase and phases reported complete.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn go_relay_phases_are_exact() {
     require_root!();
     let Some(bin) = go_workload("relay-sim") else {
@@ -259,6 +263,7 @@ fn go_relay_phases_are_exact() {
 // goroutine wait (blocked in a channel receive) is within 2% of the time the program measured
 // around the receive, while its thread off-CPU time stays apart.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn go_goroutine_phases_are_exact() {
     require_root!();
     let Some(bin) = go_workload("goroutines-sim") else {
@@ -326,6 +331,7 @@ fn go_goroutine_phases_are_exact() {
 // `uretprobe`, no `syscall_335`), and each phase's syscalls are exact: 700 getppid per call in
 // ask_parent and in work (which encloses it), none in the pure computation digest.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn phase_probes_add_no_syscalls() {
     require_root!();
     let _g = bpf_lock();
@@ -377,6 +383,7 @@ fn phase_probes_add_no_syscalls() {
 // the probes went in are seen without their entries, and the report, its JSON and the web page
 // say the phases are INCOMPLETE, by how much and why.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn attaching_mid_phase_says_phases_are_incomplete() {
     require_root!();
     let Some(bin) = go_workload("goroutines-sim") else {

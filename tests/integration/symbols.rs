@@ -7,6 +7,7 @@ use crate::require_root;
 // Checks that a Go binary with symbols resolves to Go names: the burn function, under the Go
 // runtime's entry frames, takes ≥90% of the samples of the main goroutine's path.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn go_frames_have_go_names() {
     require_root!();
     let Some(bin) = go_workload("go-spin") else {

@@ -48,6 +48,7 @@ fn how_walked(file: &Path, nth: usize) -> String {
 // samples; and that `auto` picks each build's way from its binary. Samples at 499 Hz for
 // ~3 s × 2 threads, so the share compares ~3,000 samples a side (one standard error ≈ 1 point).
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn dwarf_unwinds_a_build_without_frame_pointers() {
     require_root!();
     let fp = rust_workload("validator-sim");
@@ -145,6 +146,7 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
 // samples still unwind to the thread's entry, and phase calls stay exact. The frame-pointer
 // build walked with `--unwind fp` and phases reaches the entry as often.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn dwarf_stacks_are_unchanged_by_phases() {
     require_root!();
     let nofp = rust_workload_without_frame_pointers("validator-sim");
@@ -206,6 +208,7 @@ fn dwarf_stacks_are_unchanged_by_phases() {
 // caller, compress_block, and on to main. The frame-pointer walk of the same run loses the
 // caller for most of them (printed for comparison, asserted below half).
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn dwarf_unwinds_through_a_library_into_its_caller() {
     require_root!();
     let bin = c_workload("zlib-sim", "", &["-lz"]);
@@ -241,6 +244,7 @@ fn dwarf_unwinds_through_a_library_into_its_caller() {
 // every module the unwinder knows; it re-reads the mappings, adds libz, and those samples unwind
 // back into compress_block as with a linked libz.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn dwarf_follows_a_library_loaded_later() {
     require_root!();
     let bin = c_workload("zlib-sim", "-dlopen", &["-DLOAD_ZLIB_LATE", "-ldl"]);
@@ -267,6 +271,7 @@ fn dwarf_follows_a_library_loaded_later() {
 // stacks unwind to the thread's entry, and the faults under `leak` cover every leaked page (the
 // count is exact either way: one event per fault).
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn dwarf_unwinds_page_faults() {
     require_root!();
     let nofp = rust_workload_without_frame_pointers("validator-sim");
@@ -302,6 +307,7 @@ fn dwarf_unwinds_page_faults() {
 // Checks `auto` on a Go binary: Go keeps frame pointers (after its stack-bound check, which the
 // census must look past), so its stacks are walked by frame pointers.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn auto_keeps_frame_pointers_for_go() {
     require_root!();
     let Some(bin) = go_workload("go-spin") else {
@@ -321,6 +327,7 @@ fn auto_keeps_frame_pointers_for_go() {
 // pointers; under `dwarf` the build without them is unwound with the new program's modules (the
 // shell's are forgotten at the exec), and its samples reach the entry.
 #[test]
+#[ignore = "needs root: run as root with --include-ignored"]
 fn exec_switches_programs() {
     require_root!();
     let fp = rust_workload("validator-sim");

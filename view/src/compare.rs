@@ -76,13 +76,12 @@ pub fn diff_svg(
 pub fn write_text(r: &DiffReport, mut out: impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "A: {} run(s), B: {} run(s). Intervals: {:.0}% for all {} metrics together (Bonferroni), {}; \
+        "A: {} run(s), B: {} run(s). Intervals: {:.0}% for all {} metrics together (Bonferroni), Welch's t, bootstrap where a side is skewed; \
          changes under {:.1}% are noise. Phase metrics are per call.",
         r.a_runs,
         r.b_runs,
         r.confidence * 100.0,
         r.compared,
-        "Welch's t, bootstrap where a side is skewed",
         r.threshold * 100.0
     )?;
     writeln!(

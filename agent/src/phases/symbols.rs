@@ -113,6 +113,8 @@ fn mentioned_without_symbol(
 
 /// Every function of `objects` that `spec.function` matches, or an error that lists the closest
 /// names.
+// The error is large (near matches, the inlined name) and rare: a config error, reported once.
+#[allow(clippy::result_large_err)]
 pub fn resolve(
     spec: &PhaseSpec,
     file: &str,

@@ -195,7 +195,7 @@ fn kind_tabs(p: &phaseprof_model::Profile, phase: Option<u32>, top: usize) -> Ve
         .into_iter()
         .filter(|k| p.recorded(*k))
         .map(|kind| {
-            let (funcs, total) = top_functions(&p, kind, phase);
+            let (funcs, total) = top_functions(p, kind, phase);
             KindTab {
                 kind: kind.name().to_string(),
                 total: format!(

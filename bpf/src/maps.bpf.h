@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Load-time configuration (rodata), the globals user space flips (.bss), and every map. Part of phaseprof.bpf.c (one object). */
+#ifndef PHASEPROF_MAPS_BPF_H
+#define PHASEPROF_MAPS_BPF_H
+
+#define EFAULT 14
+#define EEXIST 17
+#define PROT_EXEC 0x4
+#define NR_MMAP 9
+#define NR_MPROTECT 10
+#define NR_CLONE 56
+#define NR_FORK 57
+#define NR_VFORK 58
+#define NR_CLONE3 435
+#define NR_EXECVE 59
+#define NR_EXIT 60
+#define NR_EXIT_GROUP 231
+#define NR_EXECVEAT 322
+/* The uprobe machinery's own syscalls (x86-64): the return trampoline enters the kernel through
+ * `uretprobe` since Linux 6.11, optimized uprobes through `uprobe` since 6.18. They are the
+ * profiler's work, never the target's. */
+#define NR_URETPROBE 335
+#define NR_UPROBE 336
+#define TASK_DEAD 0x80
+
+/* Set by user space between open and load. */
+const volatile bool syscall_stacks = true;
+const volatile bool follow_children = false;
+const volatile bool notify_exec = false;
+/* Phase probes are attached: look up thread phases in every event. */
+const volatile bool phases_enabled = false;
+/* Allocation stacks are sampled once per this many bytes (1: every allocation). */
+const volatile __u64 alloc_sample_bytes = 512 * 1024;
+/* Track sampled allocations until they are freed (the live heap). */
+const volatile bool alloc_live = true;
+/* Bytes of user stack copied per cpu sample or page fault of a target in `unwind_pids` (0: no
+ * copies). */
+const volatile __u32 stack_copy_bytes = 0;
+/* Bit i set: syscall cost rule i counts this syscall number. */
+const volatile __u8 syscall_cost_bits[MAX_SYSCALL_NR] = {};
+
+/* Flipped by user space at every drain; see struct cpu_key. */
+__u32 window = 0;
+/* Bumped by user space whenever allocator probes are (re)attached: a call entered under an
+ * older generation may have lost its return probe to the detach and is not waited for. */
+__u32 alloc_generation = 0;
+/* Set by user space when the recording stops: from then on nothing is counted, even while
+ * detaching the programs takes its time (retiring uprobes waits for RCU grace periods). */
+bool stopped = false;
+/* Duty cycling: set while allocator probes are being attached or detached, so allocations are
+ * counted exactly over the window in which every probe is in force (totals are extrapolated
+ * from that window's length). */
+bool alloc_paused = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u32); /* enum target_state */
+} target_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	/* Preallocated: stacks are stored from the cpu-clock interrupt, where an allocating
+	 * (BPF_F_NO_PREALLOC) map can fail with -ENOMEM and lose the stack. */
+	__type(key, __u64); /* hash of the addresses */
+	__type(value, struct stack_trace);
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLOT_MAX);
+	__type(key, __u32);
+	__type(value, struct stack_trace);
+} stack_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct cpu_key);
+	__type(value, __u64); /* samples */
+} cpu_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct offcpu_key);
+	__type(value, __u64); /* ns */
+} offcpu_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32); /* tid */
+	__type(value, struct offcpu_start);
+} offcpu_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct syscall_key);
+	__type(value, struct syscall_value);
+} syscall_counts SEC(".maps");
+
+/* Per-thread syscall entry, in task-local storage: cheaper than a hash keyed by tid on
+ * the hottest path, and freed by the kernel when the thread exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct syscall_start);
+} syscall_starts SEC(".maps");
+
+/* Per-thread phase state, in task-local storage: every phase probe and every event looks it up,
+ * and a task's own storage is a pointer away where a hash lookup costs ~0.1-0.2 us here. Created
+ * for targets' threads only, freed by the kernel when the thread exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_phase);
+} thread_phases SEC(".maps");
+
+/* The target thread that last switched in on this CPU, until its own next event reads it (task
+ * storage of `next` cannot be reached from the raw_tp flavour of sched_switch, and a thread's
+ * slice only matters once it does something on this CPU, where it stays until it switches out). */
+struct switch_in {
+	__u32 tid;
+	__u32 pad;
+	__u64 ts;
+	__u64 runtime; /* its se.sum_exec_runtime then */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct switch_in);
+} switch_ins SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct goroutine_key);
+	__type(value, struct goroutine_phase);
+} goroutine_phases SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_PHASES);
+	__type(key, __u32); /* phase id */
+	__type(value, struct phase_stats);
+} phase_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} target_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct alloc_thread);
+} alloc_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct alloc_key);
+	__type(value, struct alloc_value);
+} alloc_totals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct alloc_stack_key);
+	__type(value, struct alloc_stack_value);
+} alloc_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct live_key);
+	__type(value, struct live_alloc);
+} live_allocs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} alloc_samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HITS_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} probe_hits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct cpu_key);
+	__type(value, __u64); /* faults */
+} pagefault_counts SEC(".maps");
+
+/* Targets whose user stacks are unwound in user space from a copy (no frame pointers). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u32); /* 1 */
+} unwind_pids SEC(".maps");
+
+/* struct stack_sample records; sized by user space for the sampling rate and copy size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} stack_samples SEC(".maps");
+
+#endif /* PHASEPROF_MAPS_BPF_H */

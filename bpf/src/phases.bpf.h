@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Phase probes: native entry/exit, Go entry/return instructions, Go scheduler switches. Part of phaseprof.bpf.c (one object). */
+#ifndef PHASEPROF_PHASES_BPF_H
+#define PHASEPROF_PHASES_BPF_H
+
+/* ---- phases ------------------------------------------------------------ */
+
+static __always_inline void count_hit(enum probe_counter c)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
+	if (v)
+		*v += 1;
+}
+
+/* Pushes an entry of `phase`. Direct recursion counts one call, at the outermost entry;
+ * entries beyond MAX_PHASE_DEPTH are counted as drops (and popped again by their returns). */
+static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u64 now)
+{
+	__u32 d = ps->depth;
+	if (d >= 1 && d <= MAX_PHASE_DEPTH &&
+	    ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].phase == phase) {
+		ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].recursion++;
+		return;
+	}
+	if (d >= MAX_PHASE_DEPTH) {
+		count_drop(DROP_PHASE_DEPTH);
+		ps->depth = d + 1;
+		return;
+	}
+	struct phase_frame *f = &ps->frames[d & (MAX_PHASE_DEPTH - 1)];
+	f->phase = phase;
+	f->recursion = 0;
+	f->entry_ts = now;
+	ps->depth = d + 1;
+	phase_stack_changed(ps);
+}
+
+/* Counts a completed call of `phase` that took `wall` ns. */
+static __always_inline void phase_call_done(__u32 phase, __u64 wall)
+{
+	struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &phase);
+	if (!st)
+		return;
+	st->calls += 1;
+	st->wall_ns += wall;
+	if (wall > st->wall_max_ns)
+		st->wall_max_ns = wall;
+	__u32 b = wall_bucket(wall);
+	if (b < WALL_BUCKETS)
+		st->wall_hist[b] += 1;
+}
+
+/* Pops the innermost entry for a return of `phase` (a non-empty stack) and counts the call. */
+static __always_inline void phase_pop(struct phase_stack *ps, __u32 phase, __u64 now)
+{
+	__u32 d = ps->depth;
+	if (d > MAX_PHASE_DEPTH) {
+		ps->depth = d - 1; /* an overflowed entry */
+		return;
+	}
+	struct phase_frame *f = &ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)];
+	if (f->phase != phase) {
+		/* Not the innermost phase: a frame was unwound without returning. Pop it anyway
+		 * so the stack stays bounded. */
+		count_drop(DROP_PHASE_MISMATCH);
+	} else if (f->recursion) {
+		f->recursion--;
+		return;
+	}
+	__u64 wall = now - f->entry_ts;
+	__u32 popped = f->phase & (MAX_PHASES - 1);
+	ps->depth = d - 1;
+	phase_stack_changed(ps);
+	phase_call_done(popped, wall);
+}
+
+/* Entry of a phase function (native code); the attach cookie is the phase id. */
+SEC("uprobe")
+int uprobe__phase_enter(struct pt_regs *ctx)
+{
+	struct thread_phase *tp = target_thread_phase();
+	if (!tp)
+		return 0;
+	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
+	__u64 now = bpf_ktime_get_ns();
+	/* Time on-CPU until now belongs to the enclosing phases. */
+	charge_cpu(tp, now);
+	phase_push(&tp->own, phase, now);
+	thread_view(tp, &tp->own);
+	return 0;
+}
+
+/* Return of a phase function (native code): a uretprobe. */
+SEC("uretprobe")
+int uretprobe__phase_exit(struct pt_regs *ctx)
+{
+	struct thread_phase *tp = stopped ? NULL : thread_phase_current(false);
+	if (!tp || tp->own.depth == 0) {
+		/* Entered before we attached. */
+		if (is_active(bpf_get_current_pid_tgid() >> 32))
+			count_drop(INFO_PHASE_EXIT_UNMATCHED);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	charge_cpu(tp, now);
+	phase_pop(&tp->own, bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1), now);
+	thread_view(tp, &tp->own);
+	return 0;
+}
+
+/* Go's register ABI keeps the running goroutine's g in R14. */
+static __always_inline __u64 go_current_g(struct pt_regs *ctx)
+{
+	return ctx->r14;
+}
+
+/* Entry of a Go phase function: the phase goes on the stack of the goroutine, wherever it runs
+ * later. */
+SEC("uprobe")
+int uprobe__go_phase_enter(struct pt_regs *ctx)
+{
+	struct thread_phase *tp = target_thread_phase();
+	if (!tp)
+		return 0;
+	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
+	__u64 now = bpf_ktime_get_ns();
+	struct goroutine_key key = {.tgid = bpf_get_current_pid_tgid() >> 32,
+				    .g = go_current_g(ctx)};
+	struct goroutine_phase zero = {};
+	struct goroutine_phase *gp =
+		lookup_or_init(&goroutine_phases, &key, &zero, DROP_GOROUTINE_FULL);
+	if (!gp)
+		return 0;
+	charge_cpu(tp, now);
+	phase_push(&gp->stack, phase, now);
+	thread_view(tp, &gp->stack);
+	tp->cur_g = key.g;
+	return 0;
+}
+
+/* A return instruction of a Go phase function (never a uretprobe, which would corrupt moving
+ * goroutine stacks). */
+SEC("uprobe")
+int uprobe__go_phase_return(struct pt_regs *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct goroutine_key key = {.tgid = tgid, .g = go_current_g(ctx)};
+	struct goroutine_phase *gp = bpf_map_lookup_elem(&goroutine_phases, &key);
+	if (!gp || gp->stack.depth == 0) {
+		if (is_active(tgid))
+			count_drop(INFO_PHASE_EXIT_UNMATCHED);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	struct thread_phase *tp = target_thread_phase();
+	if (tp)
+		charge_cpu(tp, now);
+	phase_pop(&gp->stack, bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1), now);
+	if (tp) {
+		thread_view(tp, &gp->stack);
+		tp->cur_g = key.g;
+	}
+	/* Outside every phase the goroutine needs no state (and its g may be reused). */
+	if (gp->stack.depth == 0)
+		bpf_map_delete_elem(&goroutine_phases, &key);
+	return 0;
+}
+
+/*
+ * The Go scheduler's switch points, which change the goroutine an OS thread runs without a
+ * kernel context switch. Each takes the goroutine as its first argument (RAX), but mcall, which
+ * runs on the stopping goroutine (R14). At GO_EXECUTE
+ * the thread starts charging its events to gp's phases, and the time gp spent descheduled inside
+ * a phase since its last GO_STOP is its goroutine wait; at GO_STOP and GO_EXIT the thread runs
+ * scheduler code that belongs to no phase.
+ */
+SEC("uprobe")
+int uprobe__go_sched(struct pt_regs *ctx)
+{
+	struct thread_phase *tp = target_thread_phase();
+	if (!tp)
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	count_hit(HITS_GO_SCHED);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 point = cookie & 0xff;
+	__u64 now = bpf_ktime_get_ns();
+	/* Both registers are read as they are: the verifier refuses a context read at an offset
+	 * the compiler would otherwise select. */
+	__u64 running = go_current_g(ctx), arg = ctx->ax;
+	barrier_var(running);
+	barrier_var(arg);
+	struct goroutine_key key = {
+		.tgid = tgid,
+		.g = cookie & GO_SCHED_CURRENT_G ? running : arg,
+	};
+	struct goroutine_phase *gp = bpf_map_lookup_elem(&goroutine_phases, &key);
+	charge_cpu(tp, now);
+	if (point == GO_EXECUTE && gp) {
+		thread_view(tp, &gp->stack);
+		tp->cur_g = key.g;
+	} else {
+		thread_view(tp, NULL);
+		tp->cur_g = point == GO_EXECUTE ? key.g : 0;
+	}
+	if (!gp)
+		return 0;
+	if (point == GO_EXECUTE) {
+		if (gp->parked_since && now > gp->parked_since)
+			phases_add_time(gp->stack.mask, PF_GOWAIT, now - gp->parked_since);
+		gp->parked_since = 0;
+	} else if (point == GO_STOP) {
+		/* The first of the stop points a switch passes (mcall, then the function it calls). */
+		if (!gp->parked_since)
+			gp->parked_since = now;
+	} else {
+		/* Ended inside a phase (runtime.Goexit): those calls never return. */
+		count_drop(DROP_PHASE_UNFINISHED);
+		bpf_map_delete_elem(&goroutine_phases, &key);
+	}
+	return 0;
+}
+
+#endif /* PHASEPROF_PHASES_BPF_H */

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Off-CPU time at sched_switch (tp_btf, or raw_tp on kernels without it). Part of phaseprof.bpf.c (one object). */
+#ifndef PHASEPROF_SCHED_BPF_H
+#define PHASEPROF_SCHED_BPF_H
+
+/* ---- off-CPU ----------------------------------------------------------- */
+
+/* Older kernels name the task state `state`, newer ones `__state`. */
+struct task_struct___o {
+	volatile long int state;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u64 task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___o *)t, state);
+}
+
+static __always_inline void on_switch(void *ctx, struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
+	/* A dying thread's last switch-out is never followed by a switch-in. */
+	if (is_active(prev_tgid) && !(task_state(prev) & TASK_DEAD)) {
+		__u32 prev_tid = BPF_CORE_READ(prev, pid);
+		__u64 mask = 1;
+		__u32 phase = PHASE_NONE;
+		if (phases_enabled) {
+			/* prev is the current task. */
+			struct thread_phase *tp = thread_phase_current(false);
+			if (tp) {
+				end_slice(tp, now, BPF_CORE_READ(prev, se.sum_exec_runtime));
+				mask = tp->mask;
+				phase = tp->top;
+			}
+		}
+		/* prev is current here, so the stacks are prev's. */
+		struct offcpu_start start = {
+			.ts = now,
+			.tgid = prev_tgid,
+			.phase = phase,
+			.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SWITCH, DROP_USER_STACK),
+			.kernel_stack = stack_id(ctx, 0, SLOT_SWITCH, DROP_KERNEL_STACK),
+			.phase_mask = mask,
+		};
+		if (bpf_map_update_elem(&offcpu_starts, &prev_tid, &start, BPF_ANY))
+			count_drop(DROP_OFFCPU_START);
+	}
+
+	__u32 next_tid = BPF_CORE_READ(next, pid);
+	if (phases_enabled && is_active(BPF_CORE_READ(next, tgid))) {
+		__u32 zero = 0;
+		struct switch_in *si = bpf_map_lookup_elem(&switch_ins, &zero);
+		if (si) {
+			si->tid = next_tid;
+			si->ts = now;
+			si->runtime = BPF_CORE_READ(next, se.sum_exec_runtime);
+		}
+	}
+	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &next_tid);
+	if (!start)
+		return;
+	struct offcpu_key key = {
+		.tgid = start->tgid,
+		.tid = next_tid,
+		.phase = start->phase,
+		.window = window,
+		.user_stack = start->user_stack,
+		.kernel_stack = start->kernel_stack,
+		.phase_mask = start->phase_mask,
+	};
+	__u64 delta = now - start->ts;
+	bpf_map_delete_elem(&offcpu_starts, &next_tid);
+	add_u64(&offcpu_counts, &key, delta, DROP_OFFCPU_KEY);
+	if (phases_enabled)
+		phases_add_time(key.phase_mask, PF_OFFCPU, delta);
+}
+
+/* Twins: tp_btf where BTF-typed tracepoints load, raw_tp otherwise. User space
+ * picks one with a load probe and disables the other. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(tp_btf__sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(ctx, prev, next);
+	return 0;
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(raw_tp__sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(ctx, prev, next);
+	return 0;
+}
+
+#endif /* PHASEPROF_SCHED_BPF_H */

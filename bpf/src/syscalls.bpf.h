@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Syscall counts, latency and stacks (raw_tp sys_enter/sys_exit). Part of phaseprof.bpf.c (one object). */
+#ifndef PHASEPROF_SYSCALLS_BPF_H
+#define PHASEPROF_SYSCALLS_BPF_H
+
+/* ---- syscalls ---------------------------------------------------------- */
+
+SEC("raw_tp/sys_enter")
+int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 nr = ctx->args[1];
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	/* Entries are created for targets' threads only (below), so a thread that has one is a
+	 * target's: its syscalls skip the target_pids lookup. */
+	if (stopped || nr == NR_URETPROBE || nr == NR_UPROBE)
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, task, 0, 0);
+	if (!start) {
+		__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
+		if (!state)
+			return 0;
+		if (*state != TARGET_ACTIVE) {
+			/* `record -- CMD`: counting starts with the command's own execve. */
+			if (nr != NR_EXECVE && nr != NR_EXECVEAT)
+				return 0;
+			*state = TARGET_ACTIVE;
+		}
+		start = bpf_task_storage_get(&syscall_starts, task, 0,
+					     BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!start) {
+			count_drop(DROP_SYSCALL_START);
+			return 0;
+		}
+	}
+
+	__u64 mask;
+	__u32 phase = thread_phase_of(&mask);
+	struct syscall_key key = {
+		.tgid = tgid,
+		.phase = phase,
+		.phase_mask = mask,
+		.nr = nr,
+		.window = window,
+		.user_stack = syscall_stacks ? stack_id(ctx, BPF_F_USER_STACK, SLOT_SYSCALL,
+							DROP_USER_STACK)
+					     : 0,
+	};
+	/* These never return: count them now, with no latency. */
+	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
+		add_syscall(&key, 1, 0);
+		if (phases_enabled)
+			phases_add_syscall(mask, nr, 0);
+		return 0;
+	}
+	start->nr = nr;
+	start->phase = key.phase;
+	start->user_stack = key.user_stack;
+	start->phase_mask = mask;
+	start->maps_exec = 0;
+	if (nr == NR_MMAP || nr == NR_MPROTECT) {
+		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+		start->maps_exec = (BPF_CORE_READ(regs, dx) & PROT_EXEC) != 0;
+	}
+	start->ts = bpf_ktime_get_ns(); /* last: ts != 0 marks the entry valid */
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	/* Only targets' threads have an entry: a target's exit skips the target_pids lookup. */
+	if (stopped)
+		return 0;
+	struct syscall_start *start =
+		bpf_task_storage_get(&syscall_starts, bpf_get_current_task_btf(), 0, 0);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!start || !start->ts) {
+		if (!is_active(tgid))
+			return 0;
+		/* A new thread's first event is its own return from clone (the parent's clone is
+		 * counted); anything else began before we attached. */
+		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+		long nr = BPF_CORE_READ(regs, orig_ax);
+		if (nr == NR_URETPROBE || nr == NR_UPROBE)
+			return 0;
+		if (!((nr == NR_CLONE || nr == NR_CLONE3 || nr == NR_FORK || nr == NR_VFORK) &&
+		      ctx->args[1] == 0))
+			count_drop(INFO_SYSCALL_EXIT_UNMATCHED);
+		return 0;
+	}
+	struct syscall_key key = {
+		.tgid = tgid,
+		.phase = start->phase,
+		.nr = start->nr,
+		.window = window,
+		.user_stack = start->user_stack,
+		.phase_mask = start->phase_mask,
+	};
+	__u64 delta = bpf_ktime_get_ns() - start->ts;
+	bool maps_exec = start->maps_exec && (long)ctx->args[1] >= 0;
+	start->ts = 0;
+	add_syscall(&key, 1, delta);
+	if (phases_enabled)
+		phases_add_syscall(key.phase_mask, key.nr, delta);
+	if (maps_exec)
+		emit(TEV_MMAP, tgid, 0);
+	return 0;
+}
+
+#endif /* PHASEPROF_SYSCALLS_BPF_H */

@@ -1,0 +1,187 @@
+//! HTTP for tests: base URLs printed by servers, plain requests, free ports, a private CA.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::*;
+
+/// Reads a `serve`/`attach` process's stderr up to its "serving on http://…/" line and returns
+/// that base URL without the trailing slash.
+pub fn served_url(stderr: &mut impl std::io::BufRead) -> String {
+    let line = read_until(stderr, "serving on");
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in `{line}`"))
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// One HTTP/1.0 request to `http://host:port/path`, with extra header lines and a body:
+/// (status, body), or the I/O error (a server still starting).
+pub fn try_http_request(
+    method: &str,
+    url: &str,
+    headers: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let mut s = std::net::TcpStream::connect(host)?;
+    // One write, no Nagle: a request sent in pieces waits out the peer's delayed ACK (40 ms).
+    s.set_nodelay(true)?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {host}\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    s.write_all(&req)?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn http_request(method: &str, url: &str, headers: &str, body: &[u8]) -> (u16, String) {
+    try_http_request(method, url, headers, body).unwrap_or_else(|e| panic!("{method} {url}: {e}"))
+}
+
+/// A plain HTTP/1.0 GET of `http://host:port/path`: (status, body).
+pub fn http_get(url: &str) -> (u16, String) {
+    http_request("GET", url, "", &[])
+}
+
+/// A plain HTTP/1.0 POST of `body` with a bearer token: (status, body).
+pub fn http_post(url: &str, token: &str, body: &[u8]) -> (u16, String) {
+    let headers =
+        format!("Authorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\n");
+    http_request("POST", url, &headers, body)
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released: good enough for a test's own servers).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A private CA and a certificate it signed for 127.0.0.1, made with openssl in `dir`:
+/// (CA certificate, server certificate, server key), PEM files.
+pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let (ca_key, ca, key, csr, cert) = (
+        dir.join("ca.key"),
+        dir.join("ca.pem"),
+        dir.join("server.key"),
+        dir.join("server.csr"),
+        dir.join("server.pem"),
+    );
+    let ext = dir.join("san.ext");
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let s = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("running openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // A P-256 key made with the request, unencrypted.
+    let new_key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let (ca_key, ca_pem, key_pem, csr_pem) = (s(&ca_key), s(&ca), s(&key), s(&csr));
+    openssl(
+        &[
+            &[
+                "req",
+                "-x509",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=phaseprof test CA",
+            ][..],
+            &["-keyout", &ca_key, "-out", &ca_pem],
+            &new_key,
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &[
+                "req",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                &key_pem,
+                "-out",
+                &csr_pem,
+            ][..],
+            &new_key,
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "2",
+        "-in",
+        &csr_pem,
+        "-CA",
+        &ca_pem,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &s(&cert),
+        "-extfile",
+        &s(&ext),
+    ]);
+    (ca, cert, key)
+}
+
+/// GET over HTTPS trusting only the CA certificate `ca`: (status, body).
+pub fn https_get(url: &str, ca: &Path) -> (u16, String) {
+    let pem = std::fs::read(ca).unwrap();
+    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+        .filter_map(|i| match i.unwrap() {
+            ureq::tls::PemItem::Certificate(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs)))
+                .build(),
+        )
+        .build()
+        .into();
+    let mut resp = agent.get(url).call().expect("HTTPS request");
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}
