@@ -1,4 +1,5 @@
-//! The `report --json` object, exactly as PRODUCT.md specifies it.
+//! The `report --json` object; its contract is documented in `model/FORMAT.md` ("The JSON
+//! summary").
 use std::collections::BTreeMap;
 
 use serde::Serialize;

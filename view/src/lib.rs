@@ -9,3 +9,8 @@ pub mod format;
 pub mod pprof;
 pub mod report;
 pub mod web;
+
+#[cfg(test)]
+mod fixture;
+#[cfg(test)]
+mod golden;
