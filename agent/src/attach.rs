@@ -9,13 +9,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use phaseprof_model::{write_profile, Profile};
 
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::record::{open_session, RecordOptions};
+use crate::session::Turn;
 use crate::targets::{self, TargetSpec};
 use phaseprof_view::web::{AppState, ProfileEntry, ProfileSource};
 
@@ -157,24 +158,20 @@ pub fn attach(
         window.as_secs_f64(),
         opts.keep.as_secs_f64()
     );
-    let mut start = SystemTime::now();
-    let mut next = Instant::now() + window;
-    let mut target_gone = false;
-    while !interrupted.load(Ordering::SeqCst) && !server.is_finished() {
-        session.handle_events(Duration::from_millis(20), None)?;
-        session.tick()?;
-        if !target_gone && session.prune_exited() == 0 {
-            target_gone = true;
-            eprintln!("phaseprof: pid {pid} exited; detaching and serving the windows recorded (Ctrl-C to stop)");
-            break;
-        }
-        if Instant::now() >= next {
-            let end = SystemTime::now();
+    let (target_gone, start) = session.run_until(window, None, |session, turn| {
+        if let Turn::Window { start, end } = turn {
             windows.push(session.take_window(start, end)?);
-            start = end;
-            next += window;
+            return Ok(None);
         }
-    }
+        if interrupted.load(Ordering::SeqCst) || server.is_finished() {
+            return Ok(Some(false));
+        }
+        if session.prune_exited() == 0 {
+            eprintln!("phaseprof: pid {pid} exited; detaching and serving the windows recorded (Ctrl-C to stop)");
+            return Ok(Some(true));
+        }
+        Ok(None)
+    })?;
     // The last, partial window, then detach: the target runs exactly as before.
     let last = session.finish(start, SystemTime::now())?;
     windows.push(last);

@@ -14,7 +14,7 @@ use phaseprof_model::{write_profile, EventKind, Meta, Profile};
 use crate::alloc::recorder::AllocRecorder;
 use crate::engine::{Engine, EngineConfig};
 use crate::phases::{PhaseConfig, PhasePlan};
-use crate::session::Session;
+use crate::session::{Session, Turn};
 use crate::targets::{self, HeldChild, TargetSpec};
 use crate::unwind::UnwindMode;
 
@@ -273,32 +273,26 @@ fn record_into(
         _ => None,
     };
     let deadline = opts.duration.map(|d| Instant::now() + d);
-    let mut next_drain = Instant::now() + opts.window;
-    let stop = loop {
-        let wait = session
-            .next_deadline()
-            .map(|d| d.saturating_duration_since(Instant::now()))
-            .unwrap_or(Duration::MAX)
-            .min(Duration::from_millis(20));
-        session.handle_events(wait, name)?;
-        if let Some(status) = child.and_then(targets::child_exited) {
-            break StopReason::CommandExited(status);
-        }
-        if interrupted.load(Ordering::SeqCst) {
-            break StopReason::Interrupted;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break StopReason::Duration;
-        }
-        if matches!(opts.target, TargetSpec::Pids(_)) && session.prune_exited() == 0 {
-            break StopReason::TargetsExited;
-        }
-        session.tick()?;
-        if Instant::now() >= next_drain {
+    let by_pid = matches!(opts.target, TargetSpec::Pids(_));
+    let (stop, _) = session.run_until(opts.window, name, |session, turn| {
+        if let Turn::Window { .. } = turn {
             session.drain_window()?;
-            next_drain += opts.window;
+            return Ok(None);
         }
-    };
+        Ok(
+            if let Some(status) = child.and_then(targets::child_exited) {
+                Some(StopReason::CommandExited(status))
+            } else if interrupted.load(Ordering::SeqCst) {
+                Some(StopReason::Interrupted)
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                Some(StopReason::Duration)
+            } else if by_pid && session.prune_exited() == 0 {
+                Some(StopReason::TargetsExited)
+            } else {
+                None
+            },
+        )
+    })?;
     let profile = session.finish(start, SystemTime::now())?;
     if profile.meta.pids.is_empty() {
         if let Some(re) = name {

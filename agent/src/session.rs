@@ -2,7 +2,7 @@
 //! windows fold into. `record` drives one to a file; `attach` and the fleet agent
 //! drive the same windows.
 use std::collections::{BTreeSet, HashSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
 use phaseprof_model::{Meta, Profile};
@@ -18,6 +18,18 @@ use crate::targets;
 use crate::unwind::samples::UnwindStats;
 use crate::unwind::{SampleUnwinder, UnwindMode, UnwindPolicy};
 use crate::window::{fold_identical, RawCpu, RawWindow};
+
+/// How long a session turn waits for process events at most: the latency of noticing a stop,
+/// a deadline or a window's end.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What a turn of `Session::run_until` reports to its caller.
+pub enum Turn {
+    /// Events handled; the caller checks its own stop conditions.
+    Polled,
+    /// A window of `start..end` is due: drain or take it.
+    Window { start: SystemTime, end: SystemTime },
+}
 
 pub struct Session<'obj> {
     engine: Engine<'obj>,
@@ -323,6 +335,42 @@ impl<'obj> Session<'obj> {
             }
         }
         Ok(())
+    }
+
+    /// The session loop of `record`, `attach` and the agent. Each turn handles process events
+    /// for up to POLL (sooner when periodic work is due; with `name`, matching processes that
+    /// start are added) and calls `on(Turn::Polled)`; then does the periodic work, and every
+    /// `every` calls `on(Turn::Window { start, end })`. Stops at the first `Some` `on` returns,
+    /// with it and the start of the window in progress.
+    pub fn run_until<T>(
+        &mut self,
+        every: Duration,
+        name: Option<&Regex>,
+        mut on: impl FnMut(&mut Self, Turn) -> Result<Option<T>>,
+    ) -> Result<(T, SystemTime)> {
+        let mut start = SystemTime::now();
+        let mut next = Instant::now() + every;
+        loop {
+            let wait = self
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()))
+                .unwrap_or(POLL)
+                .min(POLL);
+            self.handle_events(wait, name)?;
+            if let Some(v) = on(self, Turn::Polled)? {
+                return Ok((v, start));
+            }
+            self.tick()?;
+            if Instant::now() >= next {
+                let end = SystemTime::now();
+                let done = on(self, Turn::Window { start, end })?;
+                start = end;
+                next += every;
+                if let Some(v) = done {
+                    return Ok((v, start));
+                }
+            }
+        }
     }
 
     /// Drains one window of the kernel maps into the profile.

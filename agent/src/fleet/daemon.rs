@@ -18,6 +18,7 @@ use super::push::{PushMetrics, Sender};
 use crate::engine::EngineConfig;
 use crate::phases::PhasePlan;
 use crate::record::{open_session, RecordOptions};
+use crate::session::Turn;
 use crate::targets::TargetSpec;
 
 /// How often /proc is scanned for new targets.
@@ -239,8 +240,6 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     // Targets and their CPU time at the start of the window (for the overhead estimate).
     let mut known: BTreeMap<u32, u64> = BTreeMap::new();
     let mut next_scan = Instant::now();
-    let mut start = SystemTime::now();
-    let mut next_window = Instant::now() + cfg.window;
     let submit = |p: &mut Profile, sender: &mut Sender, known: &mut BTreeMap<u32, u64>| {
         let mut cpu_ns = 0;
         for (&pid, mark) in known.iter_mut() {
@@ -263,7 +262,15 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
             .fetch_add(p.lost.events, Ordering::Relaxed);
         sender.submit(body)
     };
-    while !stop.load(Ordering::SeqCst) {
+    let ((), start) = session.run_until(cfg.window, None, |session, turn| {
+        if let Turn::Window { start, end } = turn {
+            let mut p = session.take_window(start, end)?;
+            submit(&mut p, &mut sender, &mut known)?;
+            return Ok(None);
+        }
+        if stop.load(Ordering::SeqCst) {
+            return Ok(Some(()));
+        }
         if Instant::now() >= next_scan {
             next_scan += SCAN_EVERY;
             session.prune_exited();
@@ -298,16 +305,8 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
                 .store(known.len() as u64, Ordering::Relaxed);
             sender.flush_spool(false);
         }
-        session.handle_events(Duration::from_millis(20), None)?;
-        session.tick()?;
-        if Instant::now() >= next_window {
-            let end = SystemTime::now();
-            let mut p = session.take_window(start, end)?;
-            submit(&mut p, &mut sender, &mut known)?;
-            start = end;
-            next_window += cfg.window;
-        }
-    }
+        Ok(None)
+    })?;
     // SIGTERM: the current window is recorded and delivered (or spooled) before exiting.
     let mut last = session.finish(start, SystemTime::now())?;
     submit(&mut last, &mut sender, &mut known)?;
