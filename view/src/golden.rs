@@ -8,23 +8,10 @@ use crate::compare::{compare, CompareOptions, CompareOutput};
 use crate::fixture::two_phases;
 use crate::report::{write_report, ReportOptions};
 
-/// Compares `got` with `view/tests/data/<name>`, or writes it when PHASEPROF_BLESS is set.
+/// Compares `got` with `view/tests/data/<name>` (PHASEPROF_BLESS=1 rewrites it).
 fn golden(name: &str, got: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name);
-    if std::env::var_os("PHASEPROF_BLESS").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, got).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (PHASEPROF_BLESS=1 writes it)", path.display()));
-    assert!(
-        want == got,
-        "{} differs (PHASEPROF_BLESS=1 rewrites it); got:\n{got}",
-        path.display()
-    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    phaseprof_flamegraphs::golden::check(&dir.join(name), got);
 }
 
 fn report(json: bool) -> String {
