@@ -43,7 +43,8 @@ pub struct EngineConfig {
     pub stack_copy_bytes: u32,
 }
 
-/// Defaults of the recording options (the CLI's flags and agent.toml take theirs from here).
+/// Defaults of the recording options: the CLI flags take theirs from here, and a test
+/// (`cli::engine_args`) checks that agent.toml's and `EngineConfig::default()` agree with them.
 pub const DEFAULT_FREQ_HZ: u64 = 99;
 /// Distinct stacks the kernel side holds (preallocated, ~1 KiB each).
 pub const DEFAULT_STACK_ENTRIES: u32 = 16384;
