@@ -2,7 +2,7 @@
 //! windows) and sums samples with equal keys.
 use std::collections::{HashMap, HashSet};
 
-use phaseprof_model::{Frame, LiveSample, Meta, PhaseAt, Profile, ProfileBuilder};
+use phaseprof_model::{Frame, FrameKind, LiveSample, Meta, PhaseAt, Profile, ProfileBuilder};
 
 use crate::window::{RawLive, RawWindow};
 
@@ -21,14 +21,34 @@ fn at(phase: u32, mask: u64) -> PhaseAt {
     PhaseAt { phase, mask }
 }
 
-/// Kernel frames that belong to phaseprof's probe, not to the target.
+/// Kernel frames of phaseprof's own machinery, not the target's: the BPF programs, the helpers
+/// they call (stack walks, ring buffers, user memory reads), the tracepoint glue that runs them
+/// (`__traceiter_*`, `bpf_trace_run*`) and the uprobe machinery that traps into them.
 fn is_probe_frame(f: &Frame) -> bool {
+    const PREFIXES: &[&str] = &[
+        "bpf_prog_",
+        "bpf_trace_run",
+        "__bpf_trace_",
+        "__traceiter_",
+        "bpf_get_stack",
+        "__bpf_get_stack",
+        "get_perf_callchain",
+        "perf_callchain",
+        "bpf_ringbuf_",
+        "bpf_probe_read",
+        "__uprobe_",
+        "uprobe_",
+        "uretprobe_",
+        "handle_swbp",
+        "arch_uprobe_",
+    ];
     f.kind == phaseprof_model::FrameKind::Kernel
-        && (f.function.starts_with("bpf_prog_")
-            || f.function.starts_with("bpf_trace_run")
-            || f.function.starts_with("__bpf_trace_")
-            || f.function.starts_with("bpf_get_stack"))
+        && PREFIXES.iter().any(|p| f.function.starts_with(p))
 }
+
+/// The stack every cpu sample taken inside phaseprof's own probes is counted under: the
+/// profiler's cost in the target's threads, as a tower of its own, never inside the target's.
+pub const OWN_COST_FRAME: &str = "[phaseprof probes]";
 
 /// Accumulates windows into one profile.
 pub struct Aggregator {
@@ -91,7 +111,7 @@ impl Aggregator {
     pub fn add_window(&mut self, w: &RawWindow, sym: &mut dyn Symbolize) {
         self.symbolize_new(w, sym);
         for s in &w.cpu {
-            let stack = self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref());
+            let stack = self.cpu_stack(s.pid, s.user.as_deref(), s.kernel.as_deref());
             self.builder
                 .add_cpu(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.count);
         }
@@ -275,8 +295,33 @@ impl Aggregator {
         }
     }
 
+    /// The stack of a cpu sample: the combined stack, or, when the sample interrupted one of
+    /// phaseprof's probes (a probe frame anywhere in its kernel stack), [`OWN_COST_FRAME`].
+    fn cpu_stack(&mut self, pid: u32, user: Option<&[u64]>, kernel: Option<&[u64]>) -> u32 {
+        let in_probe = kernel
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .any(|(i, &a)| {
+                self.kernel_frames[&lookup_addr(i, a)]
+                    .iter()
+                    .any(|&f| self.builder.frame(f).is_some_and(is_probe_frame))
+            });
+        if !in_probe {
+            return self.stack(pid, user, kernel);
+        }
+        let own = self.builder.intern_frame(Frame {
+            function: OWN_COST_FRAME.into(),
+            module: "phaseprof".into(),
+            kind: FrameKind::Synthetic,
+            inlined: false,
+        });
+        self.builder.intern_stack(vec![own])
+    }
+
     /// Interns the combined stack, leaf first: kernel frames, then user frames. The probe's own
-    /// frames (the BPF program and the tracepoint glue that ran it) are left out.
+    /// frames at the leaf (the program that took the stack and the glue that ran it, such as
+    /// `__traceiter_sched_switch` at a switch-out) are left out.
     fn stack(&mut self, pid: u32, user: Option<&[u64]>, kernel: Option<&[u64]>) -> u32 {
         let mut frames = Vec::new();
         let profile_frames = &self.builder;
@@ -353,6 +398,11 @@ mod tests {
                 .iter()
                 .map(|&a| match a {
                     0xbf00 => vec![frame("bpf_prog_123_x".into(), FrameKind::Kernel, false)],
+                    0x76ff => vec![frame(
+                        "__traceiter_sched_switch".into(),
+                        FrameKind::Kernel,
+                        false,
+                    )],
                     _ => vec![frame(format!("k{a:x}"), FrameKind::Kernel, false)],
                 })
                 .collect()
@@ -367,10 +417,18 @@ mod tests {
                 phase: 0,
                 phase_mask: 1,
                 user: Some(vec![0x1000, 0x2001, 0x3001]),
-                kernel: Some(vec![0xbf00, 0xff00]),
+                kernel: Some(vec![0xff00]),
                 count: 3,
             }],
-            offcpu: vec![],
+            offcpu: vec![RawOffCpu {
+                pid: 1,
+                tid: 1,
+                phase: 0,
+                phase_mask: 1,
+                user: Some(vec![0x1000]),
+                kernel: Some(vec![0xbf00, 0x7700, 0xfe00]),
+                ns: 50,
+            }],
             syscalls: vec![RawSyscall {
                 pid: 1,
                 phase: 0,
@@ -382,6 +440,49 @@ mod tests {
             }],
             ..RawWindow::default()
         }
+    }
+
+    // Checks that cpu samples taken inside phaseprof's own probes (a BPF program, a helper's
+    // stack walk, a tracepoint iterator anywhere in the kernel stack) are counted, all of them,
+    // under the one own-cost frame, apart from the target's stacks.
+    #[test]
+    fn samples_in_our_probes_are_our_own_line() {
+        let meta = Meta {
+            events: vec![EventKind::Cpu],
+            ..Meta::default()
+        };
+        let mut agg = Aggregator::new(meta, vec![]);
+        let mut sym = FakeSymbolizer::default();
+        let sample = |kernel: Vec<u64>, count| RawCpu {
+            pid: 1,
+            tid: 1,
+            phase: 0,
+            phase_mask: 1,
+            user: Some(vec![0x1000]),
+            kernel: Some(kernel),
+            count,
+        };
+        let w = RawWindow {
+            cpu: vec![
+                sample(vec![0xbf00, 0xff00], 2),
+                sample(vec![0xff00, 0x7700], 3),
+                sample(vec![0xff00], 5),
+            ],
+            ..RawWindow::default()
+        };
+        agg.add_window(&w, &mut sym);
+        let p = agg.finish();
+        let by_leaf: HashMap<&str, u64> = p
+            .cpu
+            .iter()
+            .map(|s| {
+                let leaf = p.stacks[s.stack as usize].frames[0];
+                (p.frames[leaf as usize].function.as_str(), s.count)
+            })
+            .collect();
+        assert_eq!(by_leaf[OWN_COST_FRAME], 5);
+        assert_eq!(by_leaf["kff00"], 5);
+        assert_eq!(p.cpu.iter().map(|s| s.count).sum::<u64>(), 10);
     }
 
     // Checks Go sample weights: a sample of size s at rate r stands for s / (1 - e^(-s/r))
@@ -459,7 +560,8 @@ mod tests {
     }
 
     // Checks stack assembly from a recorded-style window: kernel frames before user frames,
-    // return addresses adjusted, inlined frames expanded, probe frames dropped, and no address
+    // return addresses adjusted, inlined frames expanded, the probe's own frames at the leaf of
+    // an off-CPU stack dropped (its program and `__traceiter_sched_switch`), and no address
     // symbolized twice.
     #[test]
     fn windows_fold_into_one_profile_with_cached_symbols() {
@@ -483,7 +585,14 @@ mod tests {
             .iter()
             .map(|&f| p.frames[f as usize].function.as_str())
             .collect();
-        assert_eq!(names, vec!["kfeff", "u1000", "inner", "outer", "u3000"]);
+        assert_eq!(names, vec!["kff00", "u1000", "inner", "outer", "u3000"]);
+        let names: Vec<&str> = p.stacks[p.offcpu[0].stack as usize]
+            .frames
+            .iter()
+            .map(|&f| p.frames[f as usize].function.as_str())
+            .collect();
+        assert_eq!(names, vec!["kfdff", "u1000"]);
+        assert_eq!(p.offcpu[0].ns, 100);
         assert_eq!(p.syscalls[0].count, 4);
         assert_eq!(p.syscalls[0].total_ns, 40);
     }

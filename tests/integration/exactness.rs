@@ -20,7 +20,8 @@ fn assert_nothing_lost(report: &serde_json::Value) {
 }
 
 // Checks `record -- CMD`: write(2) count exactly equal to the truth, off-CPU within 2% of the
-// slept time, and nothing lost.
+// slept time, nothing lost, and no frame of the profiler's own machinery (BPF programs, the
+// tracepoint iterators that run them, perf callchain walks) in any cpu, off-CPU or syscall stack.
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn command_writes_exact_and_offcpu_matches_sleep() {
@@ -63,6 +64,14 @@ fn command_writes_exact_and_offcpu_matches_sleep() {
     );
     assert_eq!(report["target"]["pids"][0], truth["pid"]);
     assert_nothing_lost(&report);
+    for event in ["cpu", "offcpu", "syscall"] {
+        let (total, ours) = tracer_frames_in(&out, event);
+        assert!(total > 0, "no {event} samples");
+        assert_eq!(
+            ours, 0,
+            "{ours} of {total} {event} samples show the tracer's frames"
+        );
+    }
 }
 
 // Checks `record --pid` on a process waiting on stdin: every write after attach is counted

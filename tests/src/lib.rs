@@ -218,6 +218,32 @@ pub fn folded_cpu_share(file: &Path, pick: impl Fn(&str) -> bool) -> (u64, u64) 
     folded_event_share(file, "cpu", pick)
 }
 
+/// Kernel frames of a tracer's own machinery (BPF programs and helpers, tracepoint iterators,
+/// perf callchain walks, uprobe handling): none may appear in a profile of the target.
+pub fn is_tracer_frame(frame: &str) -> bool {
+    let Some(name) = frame.strip_suffix("_[k]") else {
+        return false;
+    };
+    [
+        "bpf_",
+        "__bpf_",
+        "__traceiter_",
+        "perf_callchain",
+        "get_perf_callchain",
+        "uprobe_",
+        "__uprobe_",
+        "uretprobe_",
+        "handle_swbp",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
+/// (samples, samples whose stack has a tracer frame) of `event` in `file`.
+pub fn tracer_frames_in(file: &Path, event: &str) -> (u64, u64) {
+    folded_event_share(file, event, |stack| stack.split(';').any(is_tracer_frame))
+}
+
 /// The same for the stacks of event kind `event` (`pagefault`, `offcpu` …).
 pub fn folded_event_share(file: &Path, event: &str, pick: impl Fn(&str) -> bool) -> (u64, u64) {
     let path = file.to_str().expect("UTF-8 path");
