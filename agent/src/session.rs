@@ -63,6 +63,9 @@ pub struct Session<'obj> {
     window_unwind: UnwindStats,
     /// The phase probes' estimated cost, printed while recording.
     phase_cost: PhaseCost,
+    /// Each target's CPU time (ns, its threads' schedstat) when it was added: with the time at
+    /// the end, how many cpu samples the recording should hold.
+    cpu_at_add: std::collections::BTreeMap<u32, u64>,
     verbose: bool,
 }
 
@@ -97,6 +100,7 @@ impl<'obj> Session<'obj> {
             window_lost: phaseprof_model::Lost::default(),
             unwind_policy: None,
             unwinder: SampleUnwinder::default(),
+            cpu_at_add: Default::default(),
             unwound: Vec::new(),
             unwound_faults: Vec::new(),
             window_unwind: UnwindStats::default(),
@@ -255,6 +259,8 @@ impl<'obj> Session<'obj> {
         }
         self.choose_unwind(pid, &targets::exe_link(pid))?;
         self.engine.add_target(pid)?;
+        self.cpu_at_add
+            .insert(pid, targets::cpu_ns(std::iter::once(pid)));
         self.sym.track(pid);
         let meta = self.agg.builder_mut().meta_mut();
         if meta.pids.is_empty() {
@@ -280,6 +286,7 @@ impl<'obj> Session<'obj> {
         }
         self.choose_unwind(pid, exe)?;
         self.engine.arm_target(pid)?;
+        self.cpu_at_add.insert(pid, 0);
         let meta = self.agg.builder_mut().meta_mut();
         meta.pids.push(pid);
         self.live.insert(pid);
@@ -373,6 +380,19 @@ impl<'obj> Session<'obj> {
         }
     }
 
+    /// The CPU time the targets used while recorded, when every target is still there to be
+    /// asked (an exited process's time is gone with it).
+    fn targets_cpu_ns(&self) -> Option<u64> {
+        let mut total = 0u64;
+        for (&pid, &at_add) in &self.cpu_at_add {
+            if !targets::process_alive(pid) {
+                return None;
+            }
+            total += targets::cpu_ns(std::iter::once(pid)).saturating_sub(at_add);
+        }
+        (!self.cpu_at_add.is_empty()).then_some(total)
+    }
+
     /// Drains one window of the kernel maps into the profile.
     pub fn drain_window(&mut self) -> Result<()> {
         let w = self.drain(Drain::Window)?;
@@ -410,6 +430,13 @@ impl<'obj> Session<'obj> {
         let mut p = done.finish();
         p.meta.start_unix_ns = unix_ns(start);
         p.meta.end_unix_ns = unix_ns(end);
+        // The targets' CPU time in this window; the next one counts from here.
+        if let Some(ns) = self.targets_cpu_ns() {
+            p.meta.notes.insert("targets_cpu_ns".into(), ns.to_string());
+        }
+        for (&pid, at) in self.cpu_at_add.iter_mut() {
+            *at = targets::cpu_ns(std::iter::once(pid));
+        }
         self.unwind_since_last_window(&mut p.meta);
         if !self.phase_names.is_empty() {
             let now = self
@@ -470,6 +497,11 @@ impl<'obj> Session<'obj> {
             }
             None => None,
         };
+        if let Some(ns) = self.targets_cpu_ns() {
+            self.meta_mut()
+                .notes
+                .insert("targets_cpu_ns".into(), ns.to_string());
+        }
         // Ages of live allocations are taken at the stop, not after the detach (which waits for
         // the kernel to retire the uprobes, up to a second).
         let stopped_ns = crate::engine::monotonic_ns();

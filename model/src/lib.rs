@@ -5,6 +5,7 @@
 //! an export or a diff shows is derived from it; see `FORMAT.md` for the on-disk layout.
 
 pub mod build;
+mod coverage;
 pub mod diff;
 pub mod format;
 pub mod frames;

@@ -96,6 +96,17 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
     meta.threads
         .extend(p.threads.iter().map(|(t, n)| (*t, n.clone())));
     if !first {
+        // The targets' CPU time adds up over windows, known only if known in every one.
+        let cpu = |m: &Meta| m.notes.get("targets_cpu_ns")?.parse::<u64>().ok();
+        match (cpu(meta), cpu(p)) {
+            (Some(a), Some(b)) => {
+                let sum = a.saturating_add(b).to_string();
+                meta.notes.insert("targets_cpu_ns".into(), sum);
+            }
+            _ => {
+                meta.notes.remove("targets_cpu_ns");
+            }
+        }
         if let (Some(into), Some(u)) = (&mut meta.unwind, &p.unwind) {
             into.absorb(u);
         }

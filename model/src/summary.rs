@@ -76,6 +76,9 @@ impl Summary {
                 serde_json::json!({
                     "samples": samples,
                     "frequency_hz": m.frequency_hz,
+                    // From the targets' CPU time; null when it could not be read at the end.
+                    "expected_samples": profile.expected_cpu_samples(),
+                    "shortfall": profile.cpu_sample_shortfall(),
                     "unwind": m.unwind,
                 }),
             );

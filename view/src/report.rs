@@ -240,7 +240,12 @@ pub fn write_report(
         let (funcs, grand) = top_functions(profile, kind, opts.phase);
         writeln!(out)?;
         match kind {
-            EventKind::Cpu => writeln!(out, "== cpu: {grand} samples at {} Hz ==", m.frequency_hz)?,
+            EventKind::Cpu => {
+                writeln!(out, "== cpu: {grand} samples at {} Hz ==", m.frequency_hz)?;
+                if let Some(why) = profile.cpu_sample_shortfall() {
+                    writeln!(out, "{why}")?;
+                }
+            }
             EventKind::Offcpu => writeln!(out, "== off-cpu: {} ==", fmt_ns(grand))?,
             EventKind::Syscall => writeln!(out, "== syscalls: {grand} calls ==")?,
             EventKind::Alloc => write_alloc_header(profile, &mut out)?,
