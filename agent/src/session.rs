@@ -63,8 +63,8 @@ pub struct Session<'obj> {
     window_unwind: UnwindStats,
     /// The phase probes' estimated cost, printed while recording.
     phase_cost: PhaseCost,
-    /// Each target's CPU time (ns, its threads' schedstat) when it was added: with the time at
-    /// the end, how many cpu samples the recording should hold.
+    /// Each target's CPU time (ns, its threads' schedstat) when it was added or at the last
+    /// window: with the time at the end, how many cpu samples the recording should hold.
     cpu_at_add: std::collections::BTreeMap<u32, u64>,
     verbose: bool,
 }
@@ -380,17 +380,21 @@ impl<'obj> Session<'obj> {
         }
     }
 
-    /// The CPU time the targets used while recorded, when every target is still there to be
-    /// asked (an exited process's time is gone with it).
-    fn targets_cpu_ns(&self) -> Option<u64> {
-        let mut total = 0u64;
-        for (&pid, &at_add) in &self.cpu_at_add {
+    /// The CPU time the targets used since their last mark (when added, or the last window),
+    /// when every target is still there to be asked (an exited process's time is gone with
+    /// it); each target's schedstat is read once, and becomes its new mark.
+    fn targets_cpu_since_mark(&mut self) -> Option<u64> {
+        let mut total = Some(0u64);
+        for (&pid, mark) in self.cpu_at_add.iter_mut() {
             if !targets::process_alive(pid) {
-                return None;
+                total = None;
+                continue;
             }
-            total += targets::cpu_ns(std::iter::once(pid)).saturating_sub(at_add);
+            let now = targets::cpu_ns(std::iter::once(pid));
+            total = total.map(|t| t + now.saturating_sub(*mark));
+            *mark = now;
         }
-        (!self.cpu_at_add.is_empty()).then_some(total)
+        total.filter(|_| !self.cpu_at_add.is_empty())
     }
 
     /// Drains one window of the kernel maps into the profile.
@@ -431,11 +435,8 @@ impl<'obj> Session<'obj> {
         p.meta.start_unix_ns = unix_ns(start);
         p.meta.end_unix_ns = unix_ns(end);
         // The targets' CPU time in this window; the next one counts from here.
-        if let Some(ns) = self.targets_cpu_ns() {
+        if let Some(ns) = self.targets_cpu_since_mark() {
             p.meta.notes.insert("targets_cpu_ns".into(), ns.to_string());
-        }
-        for (&pid, at) in self.cpu_at_add.iter_mut() {
-            *at = targets::cpu_ns(std::iter::once(pid));
         }
         self.unwind_since_last_window(&mut p.meta);
         if !self.phase_names.is_empty() {
@@ -497,7 +498,7 @@ impl<'obj> Session<'obj> {
             }
             None => None,
         };
-        if let Some(ns) = self.targets_cpu_ns() {
+        if let Some(ns) = self.targets_cpu_since_mark() {
             self.meta_mut()
                 .notes
                 .insert("targets_cpu_ns".into(), ns.to_string());

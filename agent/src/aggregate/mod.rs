@@ -46,9 +46,17 @@ fn is_probe_frame(f: &Frame) -> bool {
         && PREFIXES.iter().any(|p| f.function.starts_with(p))
 }
 
-/// The stack every cpu sample taken inside phaseprof's own probes is counted under: the
-/// profiler's cost in the target's threads, as a tower of its own, never inside the target's.
+/// The stack every sample taken inside phaseprof's own probes is counted under: the profiler's
+/// cost in the target's threads, as a tower of its own, never inside the target's.
 pub const OWN_COST_FRAME: &str = "[phaseprof probes]";
+
+/// Who took a kernel stack: our program (its leaf frames are ours, left out), or a sample that
+/// interrupted the thread wherever it was (a probe frame anywhere means it was in a probe).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    ByProbe,
+    ByInterrupt,
+}
 
 /// Accumulates windows into one profile.
 pub struct Aggregator {
@@ -111,17 +119,30 @@ impl Aggregator {
     pub fn add_window(&mut self, w: &RawWindow, sym: &mut dyn Symbolize) {
         self.symbolize_new(w, sym);
         for s in &w.cpu {
-            let stack = self.cpu_stack(s.pid, s.user.as_deref(), s.kernel.as_deref());
+            let stack = self.stack(
+                s.pid,
+                s.user.as_deref(),
+                s.kernel.as_deref(),
+                Taken::ByInterrupt,
+            );
             self.builder
                 .add_cpu(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.count);
         }
         for s in &w.offcpu {
-            let stack = self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref());
+            let stack = self.stack(
+                s.pid,
+                s.user.as_deref(),
+                s.kernel.as_deref(),
+                Taken::ByProbe,
+            );
             self.builder
                 .add_offcpu(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.ns);
         }
         for s in &w.syscalls {
-            let stack = s.user.as_deref().map(|u| self.stack(s.pid, Some(u), None));
+            let stack = s
+                .user
+                .as_deref()
+                .map(|u| self.stack(s.pid, Some(u), None, Taken::ByProbe));
             self.builder.add_syscall(
                 s.pid,
                 at(s.phase, s.phase_mask),
@@ -141,7 +162,7 @@ impl Aggregator {
             );
         }
         for s in &w.allocs {
-            let stack = self.stack(s.pid, s.user.as_deref(), None);
+            let stack = self.stack(s.pid, s.user.as_deref(), None, Taken::ByProbe);
             // Ratio estimate of the allocations: samples scaled as their bytes were.
             let count = if s.sampled_bytes == 0 {
                 s.samples as f64
@@ -158,7 +179,7 @@ impl Aggregator {
             );
         }
         for g in &w.go_allocs {
-            let stack = self.stack(g.pid, g.user.as_deref(), None);
+            let stack = self.stack(g.pid, g.user.as_deref(), None, Taken::ByProbe);
             let (bytes, count) = go_sample_weight(g.size, g.rate);
             let at = at(g.phase, g.phase_mask);
             self.builder
@@ -175,7 +196,7 @@ impl Aggregator {
             }
         }
         for s in &w.page_faults {
-            let stack = self.stack(s.pid, s.user.as_deref(), None);
+            let stack = self.stack(s.pid, s.user.as_deref(), None, Taken::ByProbe);
             self.builder
                 .add_page_faults(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.count);
         }
@@ -201,7 +222,7 @@ impl Aggregator {
         self.symbolize_new(&as_window, sym);
         let mut by_key: HashMap<(u32, u32, u64, u32), LiveSample> = HashMap::new();
         for l in live {
-            let stack = self.stack(l.pid, l.user.as_deref(), None);
+            let stack = self.stack(l.pid, l.user.as_deref(), None, Taken::ByProbe);
             let age = now_ns.saturating_sub(l.allocated_at_ns);
             let e = by_key
                 .entry((l.pid, l.phase, l.phase_mask, stack))
@@ -295,46 +316,40 @@ impl Aggregator {
         }
     }
 
-    /// The stack of a cpu sample: the combined stack, or, when the sample interrupted one of
-    /// phaseprof's probes (a probe frame anywhere in its kernel stack), [`OWN_COST_FRAME`].
-    fn cpu_stack(&mut self, pid: u32, user: Option<&[u64]>, kernel: Option<&[u64]>) -> u32 {
-        let in_probe = kernel
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-            .any(|(i, &a)| {
-                self.kernel_frames[&lookup_addr(i, a)]
-                    .iter()
-                    .any(|&f| self.builder.frame(f).is_some_and(is_probe_frame))
-            });
-        if !in_probe {
-            return self.stack(pid, user, kernel);
-        }
-        let own = self.builder.intern_frame(Frame {
-            function: OWN_COST_FRAME.into(),
-            module: "phaseprof".into(),
-            kind: FrameKind::Synthetic,
-            inlined: false,
-        });
-        self.builder.intern_stack(vec![own])
-    }
-
-    /// Interns the combined stack, leaf first: kernel frames, then user frames. The probe's own
-    /// frames at the leaf (the program that took the stack and the glue that ran it, such as
-    /// `__traceiter_sched_switch` at a switch-out) are left out.
-    fn stack(&mut self, pid: u32, user: Option<&[u64]>, kernel: Option<&[u64]>) -> u32 {
+    /// Interns the combined stack, leaf first: kernel frames, then user frames. With
+    /// `Taken::ByProbe` (our program took it, as at a switch-out) the probe's own frames at the
+    /// leaf, the program and the glue that ran it, are left out. A probe frame in the rest of the
+    /// kernel stack means the thread was in phaseprof's machinery (a cpu sample that interrupted
+    /// a probe; a thread waiting inside a uprobe trap): the stack is then [`OWN_COST_FRAME`], a
+    /// tower of its own, never the target's code.
+    fn stack(
+        &mut self,
+        pid: u32,
+        user: Option<&[u64]>,
+        kernel: Option<&[u64]>,
+        taken: Taken,
+    ) -> u32 {
         let mut frames = Vec::new();
-        let profile_frames = &self.builder;
+        let mut ours = false;
         for (i, &a) in kernel.unwrap_or_default().iter().enumerate() {
             let ids = &self.kernel_frames[&lookup_addr(i, a)];
-            if frames.is_empty()
-                && ids
-                    .iter()
-                    .all(|&f| profile_frames.frame(f).is_some_and(is_probe_frame))
-            {
+            let probe = ids
+                .iter()
+                .any(|&f| self.builder.frame(f).is_some_and(is_probe_frame));
+            if probe && frames.is_empty() && taken == Taken::ByProbe {
                 continue;
             }
+            ours |= probe;
             frames.extend_from_slice(ids);
+        }
+        if ours {
+            let own = self.builder.intern_frame(Frame {
+                function: OWN_COST_FRAME.into(),
+                module: "phaseprof".into(),
+                kind: FrameKind::Synthetic,
+                inlined: false,
+            });
+            return self.builder.intern_stack(vec![own]);
         }
         for (i, &a) in user.unwrap_or_default().iter().enumerate() {
             frames.extend_from_slice(&self.user_frames[&(pid, lookup_addr(i, a))]);
@@ -352,248 +367,4 @@ impl Aggregator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::window::*;
-    use phaseprof_model::{EventKind, FrameKind};
-
-    /// Names each address after itself, and counts how often it was asked.
-    #[derive(Default)]
-    struct FakeSymbolizer {
-        user_calls: usize,
-        asked: Vec<u64>,
-    }
-
-    fn frame(name: String, kind: FrameKind, inlined: bool) -> Frame {
-        Frame {
-            function: name,
-            module: "fake".into(),
-            kind,
-            inlined,
-        }
-    }
-
-    impl Symbolize for FakeSymbolizer {
-        fn user(&mut self, _pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>> {
-            self.user_calls += 1;
-            self.asked.extend_from_slice(addrs);
-            addrs
-                .iter()
-                .map(|a| {
-                    if *a == 0x2000 {
-                        // 0x2000 is `inner` inlined into `outer`.
-                        vec![
-                            frame("inner".into(), FrameKind::User, true),
-                            frame("outer".into(), FrameKind::User, false),
-                        ]
-                    } else {
-                        vec![frame(format!("u{a:x}"), FrameKind::User, false)]
-                    }
-                })
-                .collect()
-        }
-        fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>> {
-            // 0xbf00 is the probe's own BPF program, which must not show in stacks.
-            addrs
-                .iter()
-                .map(|&a| match a {
-                    0xbf00 => vec![frame("bpf_prog_123_x".into(), FrameKind::Kernel, false)],
-                    0x76ff => vec![frame(
-                        "__traceiter_sched_switch".into(),
-                        FrameKind::Kernel,
-                        false,
-                    )],
-                    _ => vec![frame(format!("k{a:x}"), FrameKind::Kernel, false)],
-                })
-                .collect()
-        }
-    }
-
-    fn window() -> RawWindow {
-        RawWindow {
-            cpu: vec![RawCpu {
-                pid: 1,
-                tid: 1,
-                phase: 0,
-                phase_mask: 1,
-                user: Some(vec![0x1000, 0x2001, 0x3001]),
-                kernel: Some(vec![0xff00]),
-                count: 3,
-            }],
-            offcpu: vec![RawOffCpu {
-                pid: 1,
-                tid: 1,
-                phase: 0,
-                phase_mask: 1,
-                user: Some(vec![0x1000]),
-                kernel: Some(vec![0xbf00, 0x7700, 0xfe00]),
-                ns: 50,
-            }],
-            syscalls: vec![RawSyscall {
-                pid: 1,
-                phase: 0,
-                phase_mask: 1,
-                nr: 1,
-                user: Some(vec![0x1000]),
-                count: 2,
-                total_ns: 20,
-            }],
-            ..RawWindow::default()
-        }
-    }
-
-    // Checks that cpu samples taken inside phaseprof's own probes (a BPF program, a helper's
-    // stack walk, a tracepoint iterator anywhere in the kernel stack) are counted, all of them,
-    // under the one own-cost frame, apart from the target's stacks.
-    #[test]
-    fn samples_in_our_probes_are_our_own_line() {
-        let meta = Meta {
-            events: vec![EventKind::Cpu],
-            ..Meta::default()
-        };
-        let mut agg = Aggregator::new(meta, vec![]);
-        let mut sym = FakeSymbolizer::default();
-        let sample = |kernel: Vec<u64>, count| RawCpu {
-            pid: 1,
-            tid: 1,
-            phase: 0,
-            phase_mask: 1,
-            user: Some(vec![0x1000]),
-            kernel: Some(kernel),
-            count,
-        };
-        let w = RawWindow {
-            cpu: vec![
-                sample(vec![0xbf00, 0xff00], 2),
-                sample(vec![0xff00, 0x7700], 3),
-                sample(vec![0xff00], 5),
-            ],
-            ..RawWindow::default()
-        };
-        agg.add_window(&w, &mut sym);
-        let p = agg.finish();
-        let by_leaf: HashMap<&str, u64> = p
-            .cpu
-            .iter()
-            .map(|s| {
-                let leaf = p.stacks[s.stack as usize].frames[0];
-                (p.frames[leaf as usize].function.as_str(), s.count)
-            })
-            .collect();
-        assert_eq!(by_leaf[OWN_COST_FRAME], 5);
-        assert_eq!(by_leaf["kff00"], 5);
-        assert_eq!(p.cpu.iter().map(|s| s.count).sum::<u64>(), 10);
-    }
-
-    // Checks Go sample weights: a sample of size s at rate r stands for s / (1 - e^(-s/r))
-    // bytes; rate 1 (every allocation) and unknown rates (Go's default) are handled.
-    #[test]
-    fn go_sample_weights() {
-        let (b, n) = go_sample_weight(512 * 1024, 512 * 1024);
-        let p = 1.0 - (-1.0f64).exp();
-        assert!((b - 512.0 * 1024.0 / p).abs() < 1e-6);
-        assert!((n - 1.0 / p).abs() < 1e-9);
-        assert_eq!(go_sample_weight(100, 1), (100.0, 1.0));
-        assert_eq!(go_sample_weight(64, 0), go_sample_weight(64, 512 * 1024));
-        // Huge objects are always sampled: weight -> size.
-        let (b, _) = go_sample_weight(1 << 30, 512 * 1024);
-        assert!((b - (1u64 << 30) as f64).abs() < 1.0);
-    }
-
-    // Checks that allocation samples fold with ratio-estimated counts, Go samples add to the
-    // per-phase estimates inclusively, and the live heap aggregates by stack with ages.
-    #[test]
-    fn allocations_fold_with_estimates_and_ages() {
-        let meta = Meta {
-            events: vec![EventKind::Alloc],
-            ..Meta::default()
-        };
-        let mut agg = Aggregator::new(meta, vec!["outer".into(), "inner".into()]);
-        let mut sym = FakeSymbolizer::default();
-        let w = RawWindow {
-            allocs: vec![RawAlloc {
-                pid: 1,
-                phase: 2,
-                phase_mask: 0b110,
-                user: Some(vec![0x1000]),
-                est_bytes: 1000,
-                samples: 2,
-                sampled_bytes: 500,
-            }],
-            go_allocs: vec![RawGoAlloc {
-                pid: 1,
-                phase: 2,
-                phase_mask: 0b110,
-                user: Some(vec![0x1000]),
-                size: 100,
-                rate: 1,
-            }],
-            ..RawWindow::default()
-        };
-        agg.add_window(&w, &mut sym);
-        assert_eq!(agg.go_phase_allocs()[&1], (100.0, 1.0));
-        assert_eq!(agg.go_phase_allocs()[&2], (100.0, 1.0));
-        let live = |ts| RawLive {
-            pid: 1,
-            phase: 2,
-            phase_mask: 0b110,
-            user: Some(vec![0x1000]),
-            est_bytes: 10,
-            size: 10,
-            allocated_at_ns: ts,
-        };
-        agg.set_live(&[live(100), live(400)], 1000, &mut sym);
-        let p = agg.finish();
-        assert_eq!(p.allocs.len(), 1);
-        assert_eq!(p.allocs[0].bytes, 1100);
-        assert_eq!(p.allocs[0].count, 4.0 + 1.0);
-        assert_eq!(p.live.len(), 1);
-        assert_eq!(
-            (
-                p.live[0].bytes,
-                p.live[0].samples,
-                p.live[0].oldest_ns,
-                p.live[0].mean_age_ns
-            ),
-            (20, 2, 900, 750)
-        );
-    }
-
-    // Checks stack assembly from a recorded-style window: kernel frames before user frames,
-    // return addresses adjusted, inlined frames expanded, the probe's own frames at the leaf of
-    // an off-CPU stack dropped (its program and `__traceiter_sched_switch`), and no address
-    // symbolized twice.
-    #[test]
-    fn windows_fold_into_one_profile_with_cached_symbols() {
-        let meta = Meta {
-            events: vec![EventKind::Cpu, EventKind::Syscall],
-            ..Meta::default()
-        };
-        let mut agg = Aggregator::new(meta, vec![]);
-        let mut sym = FakeSymbolizer::default();
-        agg.add_window(&window(), &mut sym);
-        agg.add_window(&window(), &mut sym);
-        let p = agg.finish();
-        assert_eq!(sym.user_calls, 1, "second window must hit the cache");
-        let mut asked = sym.asked.clone();
-        asked.sort();
-        assert_eq!(asked, vec![0x1000, 0x2000, 0x3000]);
-        assert_eq!(p.cpu.len(), 1);
-        assert_eq!(p.cpu[0].count, 6);
-        let names: Vec<&str> = p.stacks[p.cpu[0].stack as usize]
-            .frames
-            .iter()
-            .map(|&f| p.frames[f as usize].function.as_str())
-            .collect();
-        assert_eq!(names, vec!["kff00", "u1000", "inner", "outer", "u3000"]);
-        let names: Vec<&str> = p.stacks[p.offcpu[0].stack as usize]
-            .frames
-            .iter()
-            .map(|&f| p.frames[f as usize].function.as_str())
-            .collect();
-        assert_eq!(names, vec!["kfdff", "u1000"]);
-        assert_eq!(p.offcpu[0].ns, 100);
-        assert_eq!(p.syscalls[0].count, 4);
-        assert_eq!(p.syscalls[0].total_ns, 40);
-    }
-}
+mod tests;
