@@ -146,9 +146,7 @@ pub fn open_session<'obj>(
             PhasePlan::from_config(&PhaseConfig::builtin(), "(built-in)")?.alloc_costs;
     }
     let mut engine_cfg = opts.engine.clone();
-    if opts.unwind == UnwindMode::Fp {
-        engine_cfg.stack_copy_bytes = 0;
-    }
+    opts.unwind.configure(&mut engine_cfg);
     engine_cfg.phases_enabled = !plan.names.is_empty();
     // Duty cycling misses the frees of off-slices, so a live heap would only grow: not tracked.
     engine_cfg.alloc_live = opts.alloc_budget.is_none();
@@ -182,11 +180,7 @@ pub fn open_session<'obj>(
         .insert("sched_switch".into(), format!("{:?}", engine.flavour));
     let mut session = Session::new(engine, meta, &plan, opts.verbose);
     session.resolve_phases_on_first_target(deferred);
-    if engine_cfg.events.contains(&EventKind::Cpu)
-        || engine_cfg.events.contains(&EventKind::Pagefault)
-    {
-        session.unwind_stacks(opts.unwind, engine_cfg.stack_copy_bytes);
-    }
+    session.unwind_stacks(opts.unwind, engine_cfg.stack_copy_bytes);
     if engine_cfg.events.contains(&EventKind::Alloc) {
         session.record_allocations(AllocRecorder::new(
             engine_cfg.alloc_sample_bytes,

@@ -15,8 +15,7 @@ use crate::phases::cost::PhaseCost;
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::symbolize::BlazeSymbolizer;
 use crate::targets;
-use crate::unwind::samples::UnwindStats;
-use crate::unwind::{SampleUnwinder, UnwindMode, UnwindPolicy};
+use crate::unwind::{StackWalks, UnwindMode, UnwindPolicy, Walk};
 use crate::window::{fold_identical, RawCpu, RawWindow};
 
 /// How long a session turn waits for process events at most: the latency of noticing a stop,
@@ -52,21 +51,28 @@ pub struct Session<'obj> {
     /// Cumulative phase totals and drops at the last `take_window`.
     window_stats: Vec<phaseprof_model::PhaseStats>,
     window_lost: phaseprof_model::Lost,
-    /// Per target: frame pointers or stack copies (None: neither cpu samples nor page faults
-    /// are recorded).
-    unwind_policy: Option<UnwindPolicy>,
-    unwinder: SampleUnwinder,
+    /// Per target: frame pointers, unwind tables or stack copies (None: frame pointers for all).
+    walks: Option<StackWalks>,
     /// Cpu samples and page faults unwound from stack copies since the last drain.
     unwound: Vec<RawCpu>,
     unwound_faults: Vec<RawCpu>,
-    /// Unwind counts at the last `take_window`.
-    window_unwind: UnwindStats,
     /// The phase probes' estimated cost, printed while recording.
     phase_cost: PhaseCost,
     /// Each target's CPU time (ns, its threads' schedstat) when it was added or at the last
     /// window: with the time at the end, how many cpu samples the recording should hold.
     cpu_at_add: std::collections::BTreeMap<u32, u64>,
     verbose: bool,
+}
+
+/// When a target's way of walking stacks is chosen.
+#[derive(Clone, Copy)]
+enum Choice {
+    /// Added while running.
+    Running,
+    /// A `record -- CMD` child held before its exec: tables follow at the exec.
+    BeforeExec,
+    /// It just exec'd a new program.
+    Exec,
 }
 
 fn unix_ns(t: SystemTime) -> u64 {
@@ -98,54 +104,63 @@ impl<'obj> Session<'obj> {
             maps_read: std::time::Instant::now(),
             window_stats: Vec::new(),
             window_lost: phaseprof_model::Lost::default(),
-            unwind_policy: None,
-            unwinder: SampleUnwinder::default(),
+            walks: None,
             cpu_at_add: Default::default(),
             unwound: Vec::new(),
             unwound_faults: Vec::new(),
-            window_unwind: UnwindStats::default(),
             phase_cost,
             verbose,
         }
     }
 
-    /// Walks the user stacks of cpu samples and page faults per `mode`: each target added from
-    /// now on is inspected (`auto`) and switched to stack copies of `copy_bytes` where needed.
+    /// Walks the user stacks per `mode`: each target added from now on is inspected (`auto`)
+    /// and switched to unwind tables or stack copies of `copy_bytes` where needed.
     pub fn unwind_stacks(&mut self, mode: UnwindMode, copy_bytes: u32) {
-        self.unwind_policy = Some(UnwindPolicy::new(mode));
+        self.walks = Some(StackWalks::new(UnwindPolicy::new(mode)));
         self.meta_mut().unwind = Some(phaseprof_model::UnwindInfo {
             mode: format!("{mode:?}").to_lowercase(),
-            stack_copy_bytes: if mode == UnwindMode::Fp {
-                0
-            } else {
-                copy_bytes as u64
-            },
+            stack_copy_bytes: copy_bytes as u64,
             ..Default::default()
         });
     }
 
-    /// Decides how `pid` (running `exe`) is unwound and tells the kernel.
-    fn choose_unwind(&mut self, pid: u32, exe: &std::path::Path) -> Result<()> {
-        let Some(policy) = &mut self.unwind_policy else {
-            return Ok(());
+    /// Decides how `pid` (running `exe`; not yet when `running` is false) is walked and tells
+    /// the kernel; `exec`: it just exec'd.
+    fn choose_unwind(&mut self, pid: u32, exe: &std::path::Path, how: Choice) -> Result<Walk> {
+        let Some(walks) = &mut self.walks else {
+            return Ok(Walk::Fp);
         };
-        let d = policy.decide(exe);
-        self.engine.set_unwind(pid, d.dwarf)?;
-        let how = format!("{} ({})", if d.dwarf { "dwarf" } else { "fp" }, d.why);
+        let (walk, how) = match how {
+            Choice::Exec => walks.exec(&mut self.engine, pid, exe)?,
+            Choice::Running => walks.choose(&mut self.engine, pid, exe, true)?,
+            Choice::BeforeExec => walks.choose(&mut self.engine, pid, exe, false)?,
+        };
         if self.verbose {
             eprintln!("phaseprof: pid {pid} stacks: {how}");
         }
         if let Some(u) = &mut self.agg.builder_mut().meta_mut().unwind {
             u.targets.insert(pid, how);
         }
-        Ok(())
+        Ok(walk)
+    }
+
+    /// A held command reached its entry point: its libraries are mapped, their tables go in
+    /// before any of its code runs.
+    fn entry_reached(&mut self, pid: u32) {
+        if let Some(w) = &mut self.walks {
+            w.maps_changed(&mut self.engine, pid);
+        }
+        self.engine.release_entry(pid);
     }
 
     /// Unwinds the stack copies the engine has received (the ring is read by every poll and
     /// drain); their samples join the next drained window.
     fn unwind_received(&mut self) {
+        let Some(walks) = &mut self.walks else {
+            return;
+        };
         for s in self.engine.take_stack_samples() {
-            let unwound = self.unwinder.unwind(&s);
+            let unwound = walks.unwind_copy(&s);
             match s.page_fault {
                 true => self.unwound_faults.push(unwound),
                 false => self.unwound.push(unwound),
@@ -166,12 +181,8 @@ impl<'obj> Session<'obj> {
 
     /// The unwind counts since the last `take_window`, written into `meta`.
     fn unwind_since_last_window(&mut self, meta: &mut phaseprof_model::Meta) {
-        let now = self.unwinder.stats;
-        let before = std::mem::replace(&mut self.window_unwind, now);
-        if let Some(u) = &mut meta.unwind {
-            u.unwound_samples = now.samples - before.samples;
-            u.complete = now.complete - before.complete;
-            u.copied_bytes = now.copied_bytes - before.copied_bytes;
+        if let (Some(walks), Some(u)) = (&mut self.walks, &mut meta.unwind) {
+            walks.window_info(&self.engine, u);
         }
     }
 
@@ -257,7 +268,7 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;
         }
-        self.choose_unwind(pid, &targets::exe_link(pid))?;
+        self.choose_unwind(pid, &targets::exe_link(pid), Choice::Running)?;
         self.engine.add_target(pid)?;
         self.cpu_at_add
             .insert(pid, targets::cpu_ns(std::iter::once(pid)));
@@ -284,7 +295,12 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::command_code_objects(exe))?;
         }
-        self.choose_unwind(pid, exe)?;
+        if self.choose_unwind(pid, exe, Choice::BeforeExec)? == Walk::Tables {
+            // Without the hold (a script, an unreadable binary) its tables follow its exec.
+            if let Ok(offset) = targets::entry_offset(exe) {
+                let _ = self.engine.hold_at_entry(pid, exe, offset);
+            }
+        }
         self.engine.arm_target(pid)?;
         self.cpu_at_add.insert(pid, 0);
         let meta = self.agg.builder_mut().meta_mut();
@@ -303,6 +319,21 @@ impl<'obj> Session<'obj> {
             for &pid in &self.live {
                 self.sym.track(pid);
             }
+            if let Some(w) = &mut self.walks {
+                w.refresh(&mut self.engine);
+            }
+            // A hold whose event was lost (its ring full): the command is stopped all the same.
+            let held: Vec<u32> = self
+                .live
+                .iter()
+                .copied()
+                .filter(|&p| self.engine.held_at_entry(p))
+                .collect();
+            for pid in held {
+                if targets::process_state(pid) == Some('T') {
+                    self.entry_reached(pid);
+                }
+            }
             self.maps_read = std::time::Instant::now();
         }
         let events = self.engine.poll_events(timeout);
@@ -320,13 +351,15 @@ impl<'obj> Session<'obj> {
                 }
                 TargetEvent::Exec { pid, .. } => {
                     self.sym.track(pid);
-                    self.unwinder.forget(pid);
                     // A new program: inspected afresh.
-                    self.choose_unwind(pid, &targets::exe_link(pid))?;
+                    self.choose_unwind(pid, &targets::exe_link(pid), Choice::Exec)?;
                 }
+                TargetEvent::Entry { pid } => self.entry_reached(pid),
                 TargetEvent::MapsChanged { pid } => {
                     self.sym.track(pid);
-                    self.unwinder.maps_changed(pid);
+                    if let Some(w) = &mut self.walks {
+                        w.maps_changed(&mut self.engine, pid);
+                    }
                 }
                 // The kernel made the child a target already; we add its mappings.
                 TargetEvent::Fork { pid, .. } => self.add_target(pid)?,
@@ -334,7 +367,9 @@ impl<'obj> Session<'obj> {
                     // Its pid may be reused by an unrelated process: stop matching it.
                     self.live.remove(&pid);
                     self.engine.remove_target(pid);
-                    self.unwinder.forget(pid);
+                    if let Some(w) = &mut self.walks {
+                        w.exited(&self.engine, pid);
+                    }
                     if let Some(alloc) = &mut self.alloc {
                         alloc.remove_target(pid);
                     }

@@ -29,13 +29,31 @@ pub fn process_exists(pid: u32) -> bool {
 
 /// True while `pid` runs: it exists and is not a zombie waiting for its parent to reap it.
 pub fn process_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st != "Z"))
+    process_state(pid).is_some_and(|st| st != 'Z')
+}
+
+/// The state letter of `/proc/PID/stat` (`R`, `S`, `T` stopped, `Z` zombie ...); None: gone.
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().next()?.chars().next()
+}
+
+/// The file offset of `exe`'s entry point (where the dynamic loader jumps once it has mapped
+/// the libraries), for a uprobe.
+pub fn entry_offset(exe: &Path) -> Result<u64> {
+    use object::{Object, ObjectSegment};
+    let data = std::fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
+    let elf =
+        object::File::parse(&data[..]).with_context(|| format!("parsing {}", exe.display()))?;
+    let entry = elf.entry();
+    elf.segments()
+        .find_map(|seg| {
+            let (off, size) = seg.file_range();
+            (seg.address() <= entry && entry < seg.address() + size)
+                .then(|| entry - seg.address() + off)
         })
-        .unwrap_or(false)
+        .with_context(|| format!("no segment of {} holds its entry point", exe.display()))
 }
 
 /// CPU time of every thread of `pids`, in ns (exact: schedstat, not clock ticks).

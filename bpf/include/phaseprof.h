@@ -368,11 +368,64 @@ struct stack_sample {
 	__u64 ret_addrs[MAX_RET_FIXUPS];
 };
 
+/*
+ * Unwind tables (--unwind dwarf): user space compiles each module's call-frame information into
+ * rows sorted by address, one per change of rule, stored once per file in `unwind_rows` however
+ * many processes map it; a target's code mappings point into them. The BPF walker looks up the
+ * row of each frame's address and applies it (x86-64: the return address is at CFA - 8).
+ */
+enum unwind_kind {
+	UNWIND_RSP = 0, /* CFA = rsp + cfa_off */
+	UNWIND_RBP = 1, /* CFA = rbp + cfa_off */
+	UNWIND_PLT = 2, /* a PLT entry: CFA = rsp + 8, + 8 past its push (address & 15 >= 11) */
+	UNWIND_END = 3, /* the return address is undefined: the thread's entry, the walk ends */
+	UNWIND_FP = 4,	/* no usable rule here: this frame is walked by its frame pointer */
+};
+
+struct unwind_row {
+	__u32 pc;      /* address - the mapping's `bias` */
+	__s16 cfa_off; /* bytes */
+	__s8 rbp_off;  /* rbp saved at CFA + 8 * rbp_off; 0: rbp unchanged */
+	__u8 kind;     /* enum unwind_kind */
+};
+
+/* Executable mappings of one process, sorted by start, and where their rows are. A process's
+ * mappings take one block of MAX_UNWIND_MAPPINGS entries of `unwind_mappings`, written before
+ * `table_pids` points to them and never changed while it does (a change takes a new block). */
+#define MAX_UNWIND_MAPPINGS 128
+/* Blocks of `unwind_mappings`: processes with tables at once, and one spare per change. */
+#define MAX_UNWIND_BLOCKS 512
+
+struct unwind_mapping {
+	__u64 start;
+	__u64 end;
+	__u64 bias;	 /* address - bias = the rows' pc */
+	__u32 row_start; /* index in unwind_rows */
+	__u32 row_count; /* 0: no table; walked by frame pointers */
+};
+
+/* Value of `table_pids`: the target's block of mappings. */
+struct unwind_target {
+	__u32 first; /* index in unwind_mappings */
+	__u32 count;
+};
+
+/* Per-CPU counters of the BPF walker, read at every drain. */
+enum unwind_counter {
+	UNW_WALKS = 0, /* user stacks walked from tables */
+	UNW_COMPLETE,  /* walks that reached a frame whose return address is undefined */
+	UNW_FP_FRAMES, /* frames walked by frame pointer (no table row for their address) */
+	UNW_TRUNCATED, /* walks cut at MAX_STACK_DEPTH */
+	UNW_FRAMES,    /* frames in all walks */
+	UNW_MAX,
+};
+
 enum target_event_kind {
-	TEV_EXEC = 1, /* a process exec'd: user space may want to add it (--name) */
-	TEV_EXIT = 2, /* a target process exited */
-	TEV_FORK = 3, /* a target forked a child that is now a target too */
-	TEV_MMAP = 4, /* a target mapped executable memory: refresh its VMAs */
+	TEV_EXEC = 1,  /* a process exec'd: user space may want to add it (--name) */
+	TEV_EXIT = 2,  /* a target process exited */
+	TEV_FORK = 3,  /* a target forked a child that is now a target too */
+	TEV_MMAP = 4,  /* a target mapped executable memory: refresh its VMAs */
+	TEV_ENTRY = 5, /* a held `record -- CMD` reached its entry point and stopped */
 };
 
 struct target_event {

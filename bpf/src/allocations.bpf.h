@@ -62,7 +62,7 @@ static __always_inline void record_alloc(void *ctx, struct alloc_thread *at, __u
 		.phase = phase,
 		.window = window,
 		.phase_mask = mask,
-		.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_ALLOC, DROP_USER_STACK),
+		.user_stack = user_stack_id(ctx, SLOT_ALLOC, DROP_USER_STACK),
 	};
 	struct alloc_stack_value zero = {};
 	struct alloc_stack_value *v =
@@ -250,7 +250,7 @@ int uprobe__go_alloc_sample(struct pt_regs *ctx)
 	s->rate = 0;
 	if (rate_addr)
 		bpf_probe_read_user(&s->rate, sizeof(s->rate), (void *)rate_addr);
-	s->user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_ALLOC, DROP_USER_STACK);
+	s->user_stack = user_stack_id(ctx, SLOT_ALLOC, DROP_USER_STACK);
 	bpf_ringbuf_submit(s, 0);
 	return 0;
 }

@@ -272,9 +272,29 @@ __noinline __u64 hash_stack(struct stack_trace *st, __u64 seed)
 	return h ? h : 1;
 }
 
+#define USER_STACK_SEED 0xcbf29ce484222325ULL
+#define KERNEL_STACK_SEED 0x84222325cbf29ce4ULL
+
+/* Stores `st` under the hash of its addresses and returns the hash; 0 when it could not be
+ * stored (counted as a drop of `reason`). */
+static __always_inline __u64 store_stack(struct stack_trace *st, __u64 seed,
+					 enum drop_reason reason)
+{
+	__u64 h = hash_stack(st, seed);
+	/* Most stacks repeat: a lock-free lookup saves the bucket lock of an update. */
+	if (bpf_map_lookup_elem(&stacks, &h))
+		return h;
+	long err = bpf_map_update_elem(&stacks, &h, st, BPF_NOEXIST);
+	if (err && err != -EEXIST) {
+		count_drop(reason);
+		return 0;
+	}
+	return h;
+}
+
 /*
- * Stores the current stack (user with BPF_F_USER_STACK, else kernel) under the hash of its
- * addresses and returns the hash; 0 when there is no stack (-EFAULT: a kernel stack of a
+ * Stores the current stack (user with BPF_F_USER_STACK, by the kernel's frame-pointer walk;
+ * else kernel) and returns its key; 0 when there is no stack (-EFAULT: a kernel stack of a
  * thread in user mode) or it could not be stored (counted as a drop).
  */
 static __always_inline __u64 stack_id(void *ctx, __u64 flags, enum stack_slot slot,
@@ -290,20 +310,10 @@ static __always_inline __u64 stack_id(void *ctx, __u64 flags, enum stack_slot sl
 			count_drop(reason);
 		return 0;
 	}
-	__u32 len = n / sizeof(__u64);
-	st->len = len;
+	st->len = n / sizeof(__u64);
 	st->pad = 0;
-	__u64 h = hash_stack(st, flags & BPF_F_USER_STACK ? 0xcbf29ce484222325ULL
-							  : 0x84222325cbf29ce4ULL);
-	/* Most stacks repeat: a lock-free lookup saves the bucket lock of an update. */
-	if (bpf_map_lookup_elem(&stacks, &h))
-		return h;
-	long err = bpf_map_update_elem(&stacks, &h, st, BPF_NOEXIST);
-	if (err && err != -EEXIST) {
-		count_drop(reason);
-		return 0;
-	}
-	return h;
+	return store_stack(st, flags & BPF_F_USER_STACK ? USER_STACK_SEED : KERNEL_STACK_SEED,
+			   reason);
 }
 
 /* Adds `delta` to the u64 under `key`, creating it if needed. */

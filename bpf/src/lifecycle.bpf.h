@@ -22,9 +22,13 @@ int BPF_PROG(raw_tp__sched_process_fork, struct task_struct *parent, struct task
 	}
 	/* The child runs the parent's program until it execs: walk its stacks the same way from
 	 * its first sample (user space decides again when it sees the fork, and at the exec). */
-	__u32 *dwarf = bpf_map_lookup_elem(&unwind_pids, &ptgid);
-	if (dwarf)
-		bpf_map_update_elem(&unwind_pids, &ctgid, dwarf, BPF_ANY);
+	__u32 *copy = bpf_map_lookup_elem(&unwind_pids, &ptgid);
+	if (copy)
+		bpf_map_update_elem(&unwind_pids, &ctgid, copy, BPF_ANY);
+	/* Same mappings as the parent's until it execs or maps more: the parent's tables. */
+	struct unwind_target *tables = bpf_map_lookup_elem(&table_pids, &ptgid);
+	if (tables)
+		bpf_map_update_elem(&table_pids, &ctgid, tables, BPF_ANY);
 	emit(TEV_FORK, ctgid, ptgid);
 	return 0;
 }
@@ -40,6 +44,29 @@ int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 		*state = TARGET_ACTIVE;
 	if (notify_exec || state)
 		emit(TEV_EXEC, tgid, 0);
+	return 0;
+}
+
+#define SIGSTOP 19
+
+/*
+ * `record -- CMD` walked from unwind tables: attached to the command's entry point for its pid,
+ * where the dynamic loader has mapped its libraries and none of its code has run. Stops it until
+ * user space has installed the tables of those libraries (and continues it), so that even the
+ * main thread's first waits have whole stacks.
+ */
+SEC("uprobe")
+int uprobe__entry_hold(struct pt_regs *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_active(tgid))
+		return 0;
+	/* The stop is ours, not the command's: its switch-out is not an off-CPU wait. */
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), one = 1;
+	if (!bpf_map_update_elem(&entry_held, &tid, &one, BPF_ANY))
+		__sync_fetch_and_add(&entry_holds, 1);
+	bpf_send_signal(SIGSTOP);
+	emit(TEV_ENTRY, tgid, 0);
 	return 0;
 }
 

@@ -51,6 +51,8 @@ bool stopped = false;
  * counted exactly over the window in which every probe is in force (totals are extrapolated
  * from that window's length). */
 bool alloc_paused = false;
+/* Threads in `entry_held` (see uprobe__entry_hold); 0 spares every switch-out the lookup. */
+__u32 entry_holds = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -211,6 +213,14 @@ struct {
 	__type(key, struct cpu_key);
 	__type(value, __u64); /* faults */
 } pagefault_counts SEC(".maps");
+
+/* Threads stopped at their entry point by uprobe__entry_hold: tid -> 1, until their switch-out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} entry_held SEC(".maps");
 
 /* Targets whose user stacks are unwound in user space from a copy (no frame pointers). */
 struct {

@@ -27,7 +27,7 @@ int perf_event__pagefault(struct bpf_perf_event_data *ctx)
 		if (!send_stack_copy(ctx, &key, STACK_PAGEFAULT))
 			add_u64(&pagefault_counts, &key, 1, DROP_PAGEFAULT_KEY);
 	} else {
-		key.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_FAULT, DROP_USER_STACK);
+		key.user_stack = user_stack_id(ctx, SLOT_FAULT, DROP_USER_STACK);
 		add_u64(&pagefault_counts, &key, 1, DROP_PAGEFAULT_KEY);
 	}
 	if (phases_enabled)

@@ -13,6 +13,7 @@
 /* One object, one concern per header, in dependency order. */
 #include "maps.bpf.h"
 #include "helpers.bpf.h"
+#include "unwind.bpf.h"
 #include "sampling.bpf.h"
 #include "sched.bpf.h"
 #include "syscalls.bpf.h"
@@ -34,5 +35,8 @@ enum drop_reason _drop_reason = DROP_MAX;
 enum target_event_kind _target_event_kind = TEV_EXEC;
 enum target_state _target_state = TARGET_ACTIVE;
 enum stack_sample_kind _stack_sample_kind = STACK_CPU;
+enum unwind_counter _unwind_counter = UNW_MAX;
+enum unwind_kind _unwind_kind = UNWIND_FP;
+struct unwind_row _unwind_row = {};
 enum go_sched_point _go_sched_point = GO_EXECUTE;
 enum go_sched_flag _go_sched_flag = GO_SCHED_CURRENT_G;

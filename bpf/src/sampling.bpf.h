@@ -116,7 +116,7 @@ int perf_event__sample(struct bpf_perf_event_data *ctx)
 		if (send_stack_copy(ctx, &key, STACK_CPU))
 			return 0;
 	} else {
-		key.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SAMPLE, DROP_USER_STACK);
+		key.user_stack = user_stack_id(ctx, SLOT_SAMPLE, DROP_USER_STACK);
 	}
 	add_u64(&cpu_counts, &key, 1, DROP_CPU_KEY);
 	return 0;

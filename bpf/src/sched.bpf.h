@@ -22,8 +22,12 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 	__u64 now = bpf_ktime_get_ns();
 	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
 	/* A dying thread's last switch-out is never followed by a switch-in. */
-	if (is_active(prev_tgid) && !(task_state(prev) & TASK_DEAD)) {
-		__u32 prev_tid = BPF_CORE_READ(prev, pid);
+	__u32 prev_tid = BPF_CORE_READ(prev, pid);
+	if (entry_holds && !bpf_map_delete_elem(&entry_held, &prev_tid)) {
+		__sync_fetch_and_add(&entry_holds, -1);
+		prev_tgid = 0; /* stopped by us: no wait of its own */
+	}
+	if (prev_tgid && is_active(prev_tgid) && !(task_state(prev) & TASK_DEAD)) {
 		__u64 mask = 1;
 		__u32 phase = PHASE_NONE;
 		if (phases_enabled) {
@@ -40,7 +44,7 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 			.ts = now,
 			.tgid = prev_tgid,
 			.phase = phase,
-			.user_stack = stack_id(ctx, BPF_F_USER_STACK, SLOT_SWITCH, DROP_USER_STACK),
+			.user_stack = user_stack_id(ctx, SLOT_SWITCH, DROP_USER_STACK),
 			.kernel_stack = stack_id(ctx, 0, SLOT_SWITCH, DROP_KERNEL_STACK),
 			.phase_mask = mask,
 		};

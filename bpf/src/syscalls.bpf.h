@@ -42,9 +42,8 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		.phase_mask = mask,
 		.nr = nr,
 		.window = window,
-		.user_stack = syscall_stacks ? stack_id(ctx, BPF_F_USER_STACK, SLOT_SYSCALL,
-							DROP_USER_STACK)
-					     : 0,
+		.user_stack =
+			syscall_stacks ? user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK) : 0,
 	};
 	/* These never return: count them now, with no latency. */
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {

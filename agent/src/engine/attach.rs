@@ -76,6 +76,10 @@ impl Engine<'_> {
         // programs read it concurrently.
         unsafe { std::ptr::write_volatile(ptr, true) };
         self.detached_at_ns = Some(monotonic_ns());
+        let held: Vec<u32> = self.entry_holds.keys().copied().collect();
+        for pid in held {
+            self.release_entry(pid);
+        }
         self.alloc_links.clear();
         self.links.clear();
     }
@@ -103,16 +107,44 @@ impl Engine<'_> {
         let _ = self.skel.maps.unwind_pids.delete(&pid.to_ne_bytes());
     }
 
-    /// Walks `pid`'s user stacks from a copy unwound in user space (`dwarf`) or by frame
-    /// pointers. A no-op when the engine copies no stacks (`stack_copy_bytes` 0).
-    pub fn set_unwind(&self, pid: u32, dwarf: bool) -> Result<()> {
+    /// Sends copies of `pid`'s user stack with its cpu samples and page faults, unwound in user
+    /// space (`copy`), or not. A no-op when the engine copies no stacks (`stack_copy_bytes` 0).
+    pub fn set_unwind(&self, pid: u32, copy: bool) -> Result<()> {
         let map = &self.skel.maps.unwind_pids;
-        if dwarf {
+        if copy {
             map.update(&pid.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
                 .with_context(|| format!("switching pid {pid} to stack copies"))
         } else {
             let _ = map.delete(&pid.to_ne_bytes());
             Ok(())
+        }
+    }
+
+    /// Stops `pid` (a held command about to exec `exe`) at `exe`'s entry point, with a
+    /// `TargetEvent::Entry`; `release_entry` continues it.
+    pub fn hold_at_entry(&mut self, pid: u32, exe: &std::path::Path, offset: u64) -> Result<()> {
+        let link = self
+            .skel
+            .progs
+            .uprobe__entry_hold
+            .attach_uprobe(false, pid as i32, exe, offset as usize)
+            .with_context(|| format!("attaching the entry hold of pid {pid}"))?;
+        self.entry_holds.insert(pid, link);
+        Ok(())
+    }
+
+    /// Whether `pid` is held (or will be) at its entry point.
+    pub fn held_at_entry(&self, pid: u32) -> bool {
+        self.entry_holds.contains_key(&pid)
+    }
+
+    /// Continues `pid` held at its entry point (SIGCONT; harmless if it never stopped).
+    pub fn release_entry(&mut self, pid: u32) {
+        if self.entry_holds.contains_key(&pid) {
+            // SAFETY: kill with a valid signal; the pid is our own child.
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            // After the signal: retiring a uprobe waits for RCU grace periods (~100 ms here).
+            self.entry_holds.remove(&pid);
         }
     }
 

@@ -5,6 +5,8 @@ use std::sync::mpsc::{channel, Receiver};
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use std::os::fd::AsFd;
+
 use libbpf_rs::{MapCore, OpenObject, RingBufferBuilder};
 use phaseprof_bpf::{limits, types};
 use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkelBuilder};
@@ -151,6 +153,9 @@ fn open_skel<'obj>(
         }
     }
     open.maps.stacks.set_max_entries(cfg.stack_entries)?;
+    open.maps
+        .unwind_rows
+        .set_max_entries(cfg.unwind_rows.max(1))?;
     for map in [
         &mut open.maps.cpu_counts,
         &mut open.maps.offcpu_counts,
@@ -223,6 +228,7 @@ impl<'obj> Engine<'obj> {
                         pid: e.pid,
                         parent: e.ppid,
                     },
+                    types::target_event_kind::TEV_ENTRY => TargetEvent::Entry { pid: e.pid },
                     _ => TargetEvent::MapsChanged { pid: e.pid },
                 }
             },
@@ -265,10 +271,19 @@ impl<'obj> Engine<'obj> {
             },
         )?;
         let ring = builder.build()?;
+        let rows = match cfg.unwind_rows {
+            0 => None,
+            n => Some(super::tables::RowsMapping::map(
+                skel.maps.unwind_rows.as_fd(),
+                n,
+            )?),
+        };
         Ok(Engine {
+            rows,
             skel,
             links: Vec::new(),
             alloc_links: HashMap::new(),
+            entry_holds: HashMap::new(),
             ring,
             events: rx,
             go_allocs: go_rx,

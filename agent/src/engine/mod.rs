@@ -16,6 +16,11 @@ mod attach;
 mod drain;
 mod load;
 mod stats;
+mod tables;
+
+pub use tables::{
+    TableMapping, DEFAULT_UNWIND_ROWS, MAX_UNWIND_BLOCKS, MAX_UNWIND_MAPPINGS, UNWIND_COUNTERS,
+};
 
 /// How to configure the programs before loading them.
 #[derive(Clone, Debug)]
@@ -41,6 +46,8 @@ pub struct EngineConfig {
     /// Bytes of user stack copied per sample for targets switched to stack copies one by one
     /// (`Engine::set_unwind`); 0: every user stack is the kernel's frame-pointer walk.
     pub stack_copy_bytes: u32,
+    /// Capacity of the unwind tables' rows array (`--unwind dwarf`); 0: no tables.
+    pub unwind_rows: u32,
 }
 
 /// Defaults of the recording options: the CLI flags take theirs from here, and a test
@@ -66,6 +73,7 @@ impl Default for EngineConfig {
             alloc_sample_bytes: DEFAULT_ALLOC_SAMPLE_BYTES,
             alloc_live: true,
             stack_copy_bytes: DEFAULT_STACK_COPY,
+            unwind_rows: DEFAULT_UNWIND_ROWS,
         }
     }
 }
@@ -73,10 +81,24 @@ impl Default for EngineConfig {
 /// A process event from the kernel (decoded `struct target_event`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum TargetEvent {
-    Exec { pid: u32, comm: String },
-    Exit { pid: u32 },
-    Fork { pid: u32, parent: u32 },
-    MapsChanged { pid: u32 },
+    Exec {
+        pid: u32,
+        comm: String,
+    },
+    Exit {
+        pid: u32,
+    },
+    Fork {
+        pid: u32,
+        parent: u32,
+    },
+    MapsChanged {
+        pid: u32,
+    },
+    /// A held command stopped at its entry point (see `Engine::hold_at_entry`).
+    Entry {
+        pid: u32,
+    },
 }
 
 /// Which sched_switch program the load probe picked.
@@ -97,6 +119,8 @@ pub enum Drain {
 pub struct Engine<'obj> {
     skel: PhaseprofSkel<'obj>,
     links: Vec<Link>,
+    /// Entry-point holds of commands, by pid (see `hold_at_entry`).
+    entry_holds: HashMap<u32, Link>,
     /// Allocator probes, by target: detached and re-attached when duty-cycling.
     alloc_links: HashMap<u32, Vec<Link>>,
     ring: RingBuffer<'static>,
@@ -112,6 +136,8 @@ pub struct Engine<'obj> {
     alloc_totals: Counters,
     alloc_stacks: Counters,
     pagefault_counts: Counters,
+    /// The unwind tables' rows, mapped (None: no tables).
+    rows: Option<tables::RowsMapping>,
     /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
     detached_at_ns: Option<u64>,
     pub flavour: SwitchFlavour,

@@ -1,16 +1,23 @@
 //! User stacks of code built without frame pointers. The kernel's frame-pointer walk gives the
-//! leaf and garbage there, so for such targets a cpu sample carries the user registers and a copy
-//! of the stack from `sp` up (BPF reads it in chunks and stops at the first fault), and user space
-//! unwinds it with framehop from each module's call-frame information (`.eh_frame` with its
-//! `.eh_frame_hdr` index, `.debug_frame` when present), falling back to frame pointers where a
-//! module has none.
+//! leaf and garbage there, so for such targets (`--unwind dwarf`, the default where a binary has
+//! no frame pointers) user space compiles each module's call-frame information (`.eh_frame`)
+//! into compact tables shared in BPF maps, and the BPF programs walk every event's stack (cpu,
+//! off-CPU, syscalls, allocations, page faults) from them, falling back to frame pointers per
+//! frame where a module has no rule. The older way is kept as `--unwind copy` (and as a check in
+//! tests): a cpu sample or page fault carries a copy of the stack, unwound here with framehop.
 //!
 //! - [`census`]: does a binary keep frame pointers (decides `--unwind auto`)?
+//! - [`table`]: one file's call-frame information compiled into rows.
+//! - [`kernel_tables`]: the rows and each target's mappings in the kernel.
 //! - [`process`]: one process's modules and the unwind of one copied stack.
 //! - [`samples`]: stack copies in, cpu samples out, per target, following exec and dlopen.
+//! - [`walks`]: per target, which way, following exec, dlopen and exit; counts per window.
 pub mod census;
+pub mod kernel_tables;
 pub mod process;
 pub mod samples;
+pub mod table;
+pub mod walks;
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -19,6 +26,7 @@ use std::path::Path;
 pub use census::{frame_pointer_census, FramePointerCensus};
 pub use process::{ProcessUnwinder, StackCopy, Unwound};
 pub use samples::SampleUnwinder;
+pub use walks::StackWalks;
 
 /// How user stacks are walked (`--unwind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -28,8 +36,11 @@ pub enum UnwindMode {
     Auto,
     /// The kernel's frame-pointer walk (cheap; flat stacks for code without frame pointers).
     Fp,
-    /// A copy of the user stack per sample, unwound from call-frame information.
+    /// Unwind tables walked in the kernel, for every event kind.
     Dwarf,
+    /// A copy of the user stack per cpu sample and page fault, unwound in user space (other
+    /// events: frame pointers).
+    Copy,
 }
 
 impl std::str::FromStr for UnwindMode {
@@ -39,7 +50,42 @@ impl std::str::FromStr for UnwindMode {
             "auto" => Ok(UnwindMode::Auto),
             "fp" => Ok(UnwindMode::Fp),
             "dwarf" => Ok(UnwindMode::Dwarf),
-            _ => Err(format!("unknown unwind mode `{s}`: use auto, fp or dwarf")),
+            "copy" => Ok(UnwindMode::Copy),
+            _ => Err(format!(
+                "unknown unwind mode `{s}`: use auto, fp, dwarf or copy"
+            )),
+        }
+    }
+}
+
+impl UnwindMode {
+    /// The engine's configuration for this mode: stack copies only for `copy`, table rows
+    /// only where tables may be used.
+    pub fn configure(self, cfg: &mut crate::engine::EngineConfig) {
+        if self != UnwindMode::Copy {
+            cfg.stack_copy_bytes = 0;
+        }
+        if matches!(self, UnwindMode::Fp | UnwindMode::Copy) {
+            cfg.unwind_rows = 0;
+        }
+    }
+}
+
+/// How one target's user stacks are walked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk {
+    Fp,
+    Tables,
+    Copy,
+}
+
+impl Walk {
+    /// As reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Walk::Fp => "fp",
+            Walk::Tables => "dwarf",
+            Walk::Copy => "copy",
         }
     }
 }
@@ -59,7 +105,7 @@ pub fn parse_stack_copy(s: &str) -> Result<u32, String> {
 /// How one target's stacks are walked, and why.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
-    pub dwarf: bool,
+    pub walk: Walk,
     pub why: String,
 }
 
@@ -80,15 +126,14 @@ impl UnwindPolicy {
     }
 
     pub fn decide(&mut self, exe: &Path) -> Decision {
+        let fixed = |walk: Walk, why: &str| Decision {
+            walk,
+            why: why.to_string(),
+        };
         match self.mode {
-            UnwindMode::Fp => Decision {
-                dwarf: false,
-                why: "--unwind fp".into(),
-            },
-            UnwindMode::Dwarf => Decision {
-                dwarf: true,
-                why: "--unwind dwarf".into(),
-            },
+            UnwindMode::Fp => fixed(Walk::Fp, "--unwind fp"),
+            UnwindMode::Dwarf => fixed(Walk::Tables, "--unwind dwarf"),
+            UnwindMode::Copy => fixed(Walk::Copy, "--unwind copy"),
             UnwindMode::Auto => {
                 let key = std::fs::metadata(exe)
                     .map(|m| (m.dev(), m.ino()))
@@ -99,14 +144,14 @@ impl UnwindPolicy {
                     .or_insert_with(|| frame_pointer_census(exe).map_err(|e| format!("{e:#}")));
                 match census {
                     Ok(c) if c.has_frame_pointers() => Decision {
-                        dwarf: false,
+                        walk: Walk::Fp,
                         why: format!(
                             "auto: {} of {} functions keep frame pointers",
                             c.with, c.functions
                         ),
                     },
                     Ok(c) => Decision {
-                        dwarf: true,
+                        walk: Walk::Tables,
                         why: format!(
                             "auto: only {} of {} functions keep frame pointers",
                             c.with, c.functions
@@ -114,7 +159,7 @@ impl UnwindPolicy {
                     },
                     // Unreadable executable: unwinding works whatever the build.
                     Err(e) => Decision {
-                        dwarf: true,
+                        walk: Walk::Tables,
                         why: format!("auto: executable not inspected ({e})"),
                     },
                 }

@@ -119,23 +119,33 @@ impl ProcessUnwinder {
     }
 }
 
+/// The virtual address of the file (page-aligned) that a mapping of file offset `offset` starts
+/// at: address - (start - this) is the file's virtual address. The kernel maps a segment from
+/// its page-aligned file offset, so the mapping holds the segment whose p_offset rounds down to
+/// `offset`, with p_vaddr rounded down the same way. (Matching on the unrounded file range picks
+/// the wrong segment when p_offset and p_vaddr differ by a page.)
+/// `segments` are (p_offset, p_vaddr) pairs.
+pub(crate) fn mapped_vaddr(segments: &[(u64, u64)], offset: u64) -> Option<u64> {
+    const PAGE: u64 = 0x1000;
+    segments
+        .iter()
+        .find_map(|&(off, vaddr)| (off & !(PAGE - 1) == offset).then_some(vaddr & !(PAGE - 1)))
+}
+
+/// An ELF file's (p_offset, p_vaddr) pairs.
+pub(crate) fn segments(elf: &object::File) -> Vec<(u64, u64)> {
+    elf.segments()
+        .map(|seg| (seg.file_range().0, seg.address()))
+        .collect()
+}
+
 /// One mapped ELF file as a framehop module: its unwind sections, and where it is loaded.
 fn module(name: &str, file: &Path, vmas: &[&Vma]) -> Result<Module<Vec<u8>>> {
     let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let elf = object::File::parse(&data[..]).with_context(|| format!("parsing {name}"))?;
-    // The load bias. The kernel maps a segment from its page-aligned file offset: the mapping
-    // of file offset `offset` at `start` holds the segment whose p_offset rounds down to
-    // `offset`, with p_vaddr rounded down the same way at `start`. (Matching on the unrounded
-    // file range picks the wrong segment when p_offset and p_vaddr differ by a page.)
     let first = vmas[0];
-    const PAGE: u64 = 0x1000;
-    let svma = elf
-        .segments()
-        .find_map(|seg| {
-            let (off, _) = seg.file_range();
-            (off & !(PAGE - 1) == first.offset).then(|| seg.address() & !(PAGE - 1))
-        })
-        .context("no segment holds the mapped code")?;
+    let svma =
+        mapped_vaddr(&segments(&elf), first.offset).context("no segment holds the mapped code")?;
     let bias = first.start.wrapping_sub(svma);
     let section = |name: &str| {
         elf.section_by_name(name).and_then(|s| {

@@ -1,0 +1,168 @@
+//! The unwind tables in the kernel (`--unwind dwarf`): the rows array, written through a shared
+//! mapping of it (millions of rows: one update syscall each would take seconds); the blocks of
+//! per-process mappings; which targets are walked from them; the walker's counters.
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+use phaseprof_bpf::{limits, types};
+
+use super::{pod, Engine};
+
+/// Executable mappings per process the walker searches.
+pub const MAX_UNWIND_MAPPINGS: usize = limits::MAX_UNWIND_MAPPINGS as usize;
+/// Blocks of mappings (processes walked from tables at once, and spares for changes).
+pub const MAX_UNWIND_BLOCKS: u32 = limits::MAX_UNWIND_BLOCKS as u32;
+/// Counters of the walker (`enum unwind_counter`).
+pub const UNWIND_COUNTERS: usize = types::unwind_counter::UNW_MAX.0 as usize;
+
+/// Default capacity of the rows array: 2M rows of 8 bytes (16 MiB of kernel memory, allocated
+/// at load; a glibc takes ~25k rows, a 100 MB Rust binary ~1.5M).
+pub const DEFAULT_UNWIND_ROWS: u32 = 2 << 20;
+
+/// The rows array, mapped into our memory.
+pub(super) struct RowsMapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl RowsMapping {
+    /// Maps the `unwind_rows` array (BPF_F_MMAPABLE) of `rows` entries shared and writable.
+    pub(super) fn map(fd: std::os::fd::BorrowedFd<'_>, rows: u32) -> Result<Self> {
+        use std::os::fd::AsRawFd;
+        let len = (rows as usize * 8).next_multiple_of(4096);
+        // SAFETY: maps `len` bytes of the map's fd; the kernel checks the length and the
+        // mapping is only accessed within it (see `write`), and unmapped in Drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mapping the unwind rows");
+        }
+        Ok(RowsMapping {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl Drop for RowsMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// One executable mapping of a process as the walker sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableMapping {
+    pub start: u64,
+    pub end: u64,
+    /// Address - bias = the rows' pc.
+    pub bias: u64,
+    pub row_start: u32,
+    /// 0: no table (frame pointers).
+    pub row_count: u32,
+}
+
+impl Engine<'_> {
+    /// Rows the kernel's array holds.
+    pub fn unwind_rows_capacity(&self) -> u32 {
+        self.rows.as_ref().map_or(0, |r| (r.len / 8) as u32)
+    }
+
+    /// Writes encoded rows (`struct unwind_row`, 8 bytes each) from index `at`.
+    pub fn write_unwind_rows(&mut self, at: u32, rows: &[[u8; 8]]) -> Result<()> {
+        let Some(m) = &self.rows else {
+            bail!("no unwind rows were allocated at load");
+        };
+        let from = at as usize * 8;
+        let to = from + rows.len() * 8;
+        if to > m.len {
+            bail!("unwind rows {at}..+{} past the array's end", rows.len());
+        }
+        // SAFETY: from..to lies within the mapping (checked above); the BPF walker reads rows
+        // only through mappings published after this write (see `publish_unwind_block`).
+        let dst = unsafe { std::slice::from_raw_parts_mut(m.ptr.add(from), to - from) };
+        for (d, r) in dst.chunks_exact_mut(8).zip(rows) {
+            d.copy_from_slice(r);
+        }
+        Ok(())
+    }
+
+    /// Writes block `block`'s mappings (sorted by start, at most MAX_UNWIND_MAPPINGS).
+    pub fn write_unwind_block(&self, block: u32, maps: &[TableMapping]) -> Result<()> {
+        if block >= MAX_UNWIND_BLOCKS || maps.len() > MAX_UNWIND_MAPPINGS {
+            bail!(
+                "unwind block {block} of {} mappings out of range",
+                maps.len()
+            );
+        }
+        for (i, m) in maps.iter().enumerate() {
+            let key = block * MAX_UNWIND_MAPPINGS as u32 + i as u32;
+            let value = types::unwind_mapping {
+                start: m.start,
+                end: m.end,
+                bias: m.bias,
+                row_start: m.row_start,
+                row_count: m.row_count,
+            };
+            self.skel
+                .maps
+                .unwind_mappings
+                .update(&key.to_ne_bytes(), as_bytes(&value), MapFlags::ANY)
+                .context("writing an unwind mapping")?;
+        }
+        Ok(())
+    }
+
+    /// From now on `pid`'s user stacks are walked from the `count` mappings of `block`; None:
+    /// by frame pointers again.
+    pub fn publish_unwind_block(&self, pid: u32, block: Option<(u32, usize)>) -> Result<()> {
+        let map = &self.skel.maps.table_pids;
+        match block {
+            Some((block, count)) => {
+                let value = types::unwind_target {
+                    first: block * MAX_UNWIND_MAPPINGS as u32,
+                    count: count as u32,
+                };
+                map.update(&pid.to_ne_bytes(), as_bytes(&value), MapFlags::ANY)
+                    .with_context(|| format!("switching pid {pid} to unwind tables"))
+            }
+            None => {
+                let _ = map.delete(&pid.to_ne_bytes());
+                Ok(())
+            }
+        }
+    }
+
+    /// The walker's counters so far, summed over CPUs, by `enum unwind_counter`.
+    pub fn unwind_counts(&self) -> Result<[u64; UNWIND_COUNTERS]> {
+        let mut out = [0u64; UNWIND_COUNTERS];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let per_cpu = self
+                .skel
+                .maps
+                .unwind_counts
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)?;
+            *slot = per_cpu
+                .unwrap_or_default()
+                .iter()
+                .map(|v| pod::<u64>(v))
+                .sum();
+        }
+        Ok(out)
+    }
+}
+
+/// The bytes of a generated header record.
+fn as_bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is a `#[repr(C)]` integer-only record generated from the BPF object's BTF
+    // (no padding the header does not name), viewed for its size only.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}

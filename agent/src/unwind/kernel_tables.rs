@@ -1,0 +1,211 @@
+//! The unwind tables in the kernel (`--unwind dwarf`): each file's rows written once into the
+//! shared rows array, however many targets map it (keyed by device and inode, so a rebuilt binary
+//! at the same path gets new rows); each target's executable mappings written as a block that
+//! points into them, replaced by a new block when they change (exec, dlopen), so that the BPF
+//! walker never sees a half-written one.
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use super::process::mapped_vaddr;
+use super::table;
+use crate::engine::{Engine, TableMapping, MAX_UNWIND_BLOCKS, MAX_UNWIND_MAPPINGS};
+use crate::procmaps::{parse_maps, ProcMaps, Vma};
+
+/// One file's rows in the kernel.
+struct FileRows {
+    row_start: u32,
+    row_count: u32,
+    /// The table's base (a virtual address of the file): rows' pc = address - bias - base.
+    base: u64,
+    segments: Vec<(u64, u64)>,
+}
+
+/// What the tables hold and cost, for the report and the bench.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TableStats {
+    pub files: u64,
+    pub rows: u64,
+    /// Rows with a rule the walker cannot apply (their frames are walked by frame pointers).
+    pub unsupported_rows: u64,
+    /// Time spent compiling tables.
+    pub build_ms: u64,
+    /// Files whose rows did not fit (their frames are walked by frame pointers).
+    pub files_without_room: u64,
+    /// Times the rows array was full and rebuilt for the live targets.
+    pub rebuilds: u64,
+}
+
+#[derive(Default)]
+pub struct KernelTables {
+    files: HashMap<(u64, u64), Option<FileRows>>,
+    next_row: u32,
+    /// pid -> (block, the mappings it was built from).
+    targets: HashMap<u32, (u32, Vec<Vma>)>,
+    free_blocks: Vec<u32>,
+    blocks_used: u32,
+    rebuilding: bool,
+    pub stats: TableStats,
+}
+
+impl KernelTables {
+    /// Walks `pid`'s stacks from tables of its current mappings, compiling the files not yet in
+    /// the kernel. A no-op when its mappings did not change since the last call.
+    pub fn install(&mut self, engine: &mut Engine, pid: u32) -> Result<()> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .with_context(|| format!("reading the mappings of pid {pid}"))?;
+        let vmas = parse_maps(&text);
+        if self.targets.get(&pid).is_some_and(|(_, v)| *v == vmas) {
+            return Ok(());
+        }
+        let mut maps = self.mappings(engine, pid, &vmas)?;
+        if maps.iter().any(|m| m.is_none()) && self.rebuild(engine, pid)? {
+            maps = self.mappings(engine, pid, &vmas)?;
+        }
+        let mut maps: Vec<TableMapping> = maps.into_iter().flatten().collect();
+        maps.sort_by_key(|m| m.start);
+        // The walker searches a fixed number: past it, code is walked by frame pointers.
+        maps.truncate(MAX_UNWIND_MAPPINGS);
+        let block = self.take_block()?;
+        engine.write_unwind_block(block, &maps)?;
+        engine.publish_unwind_block(pid, Some((block, maps.len())))?;
+        if let Some((old, _)) = self.targets.insert(pid, (block, vmas)) {
+            self.free_blocks.push(old);
+        }
+        Ok(())
+    }
+
+    /// `pid` is gone or no longer walked from tables.
+    pub fn forget(&mut self, engine: &Engine, pid: u32) {
+        if let Some((block, _)) = self.targets.remove(&pid) {
+            let _ = engine.publish_unwind_block(pid, None);
+            self.free_blocks.push(block);
+        }
+    }
+
+    /// Whether `pid` is walked from tables.
+    pub fn has(&self, pid: u32) -> bool {
+        self.targets.contains_key(&pid)
+    }
+
+    /// Re-reads the mappings of every target and installs those that changed (libraries mapped
+    /// since: the kernel announces new code mappings only with syscall events).
+    pub fn refresh(&mut self, engine: &mut Engine) {
+        let pids: Vec<u32> = self.targets.keys().copied().collect();
+        for pid in pids {
+            if self.install(engine, pid).is_err() {
+                self.forget(engine, pid);
+            }
+        }
+    }
+
+    fn take_block(&mut self) -> Result<u32> {
+        if let Some(b) = self.free_blocks.pop() {
+            return Ok(b);
+        }
+        anyhow::ensure!(
+            self.blocks_used < MAX_UNWIND_BLOCKS,
+            "more than {} processes walked from unwind tables",
+            MAX_UNWIND_BLOCKS / 2
+        );
+        self.blocks_used += 1;
+        Ok(self.blocks_used - 1)
+    }
+
+    /// The walker's view of each executable file mapping (None: its rows did not fit).
+    fn mappings(
+        &mut self,
+        engine: &mut Engine,
+        pid: u32,
+        vmas: &[Vma],
+    ) -> Result<Vec<Option<TableMapping>>> {
+        let mut out = Vec::new();
+        for vma in vmas.iter().filter(|v| v.is_file()) {
+            let path = ProcMaps::open_path(pid, vma);
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue; // gone: its frames are walked by frame pointers
+            };
+            let key = (meta.dev(), meta.ino());
+            if !self.files.contains_key(&key) {
+                let rows = self.load_file(engine, &path)?;
+                self.files.insert(key, rows);
+            }
+            let Some(Some(f)) = self.files.get(&key) else {
+                out.push(None);
+                continue;
+            };
+            let Some(vaddr) = mapped_vaddr(&f.segments, vma.offset) else {
+                continue;
+            };
+            let load_bias = vma.start.wrapping_sub(vaddr);
+            out.push(Some(TableMapping {
+                start: vma.start,
+                end: vma.end,
+                bias: load_bias.wrapping_add(f.base),
+                row_start: f.row_start,
+                row_count: f.row_count,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// Compiles `path` and writes its rows; None when they do not fit.
+    fn load_file(
+        &mut self,
+        engine: &mut Engine,
+        path: &std::path::Path,
+    ) -> Result<Option<FileRows>> {
+        let started = Instant::now();
+        // A file we cannot parse has no rows: its frames are walked by frame pointers.
+        let t = table::compile(path).unwrap_or_default();
+        self.stats.build_ms += started.elapsed().as_millis() as u64;
+        let n = t.rows.len() as u32;
+        if (self.next_row as u64 + n as u64) > engine.unwind_rows_capacity() as u64 {
+            self.stats.files_without_room += 1;
+            return Ok(None);
+        }
+        let encoded: Vec<[u8; 8]> = t.rows.iter().map(|r| r.to_bytes()).collect();
+        engine.write_unwind_rows(self.next_row, &encoded)?;
+        let rows = FileRows {
+            row_start: self.next_row,
+            row_count: n,
+            base: t.base,
+            segments: t.segments,
+        };
+        self.next_row += n;
+        self.stats.files += 1;
+        self.stats.rows += n as u64;
+        self.stats.unsupported_rows += t.unsupported as u64;
+        Ok(Some(rows))
+    }
+
+    /// The rows array is full: starts it afresh with the files the live targets map (rows of
+    /// files no target maps any more are dropped) and reinstalls every target but `pid`, which
+    /// the caller installs. False when already rebuilding.
+    fn rebuild(&mut self, engine: &mut Engine, pid: u32) -> Result<bool> {
+        if self.rebuilding {
+            return Ok(false);
+        }
+        self.rebuilding = true;
+        self.stats.rebuilds += 1;
+        let others: Vec<u32> = self.targets.keys().copied().filter(|&p| p != pid).collect();
+        // Frame pointers meanwhile: their blocks point at rows about to be overwritten.
+        for &p in &others {
+            let _ = engine.publish_unwind_block(p, None);
+            if let Some((_, vmas)) = self.targets.get_mut(&p) {
+                vmas.clear(); // forces the reinstall below
+            }
+        }
+        self.files.clear();
+        self.next_row = 0;
+        for p in others {
+            if self.install(engine, p).is_err() {
+                self.forget(engine, p);
+            }
+        }
+        self.rebuilding = false;
+        Ok(true)
+    }
+}

@@ -1,0 +1,118 @@
+//! How a session walks its targets' user stacks: per target (as `--unwind` and the binary
+//! decide) by the kernel's frame-pointer walk, from unwind tables in the kernel, or from stack
+//! copies unwound here; following exec, new code mappings and exits; and what each way cost and
+//! achieved per window.
+use std::path::Path;
+
+use anyhow::Result;
+use phaseprof_model::{UnwindInfo, WalkCounts};
+
+use super::kernel_tables::KernelTables;
+use super::samples::{SampleUnwinder, UnwindStats};
+use super::{UnwindPolicy, Walk};
+use crate::engine::{Engine, UNWIND_COUNTERS};
+use crate::window::{RawCpu, RawStackSample};
+
+pub struct StackWalks {
+    policy: UnwindPolicy,
+    copies: SampleUnwinder,
+    tables: KernelTables,
+    /// Counts at the last window.
+    copies_at_window: UnwindStats,
+    walks_at_window: [u64; UNWIND_COUNTERS],
+}
+
+impl StackWalks {
+    pub fn new(policy: UnwindPolicy) -> Self {
+        StackWalks {
+            policy,
+            copies: SampleUnwinder::default(),
+            tables: KernelTables::default(),
+            copies_at_window: UnwindStats::default(),
+            walks_at_window: [0; UNWIND_COUNTERS],
+        }
+    }
+
+    /// Decides how `pid` (running `exe`) is walked and tells the kernel; returns the way and
+    /// the decision as the report says it (`dwarf (auto: ...)`). `running`: false for a `record -- CMD`
+    /// child held before its exec, whose tables are installed at the exec.
+    pub fn choose(
+        &mut self,
+        engine: &mut Engine,
+        pid: u32,
+        exe: &Path,
+        running: bool,
+    ) -> Result<(Walk, String)> {
+        let d = self.policy.decide(exe);
+        engine.set_unwind(pid, d.walk == Walk::Copy)?;
+        let mut why = d.why;
+        if d.walk == Walk::Tables && running {
+            if let Err(e) = self.tables.install(engine, pid) {
+                // Frame pointers then: the recording goes on with flatter stacks.
+                self.tables.forget(engine, pid);
+                why += &format!("; unwind tables not installed: {e:#}");
+            }
+        } else {
+            self.tables.forget(engine, pid);
+        }
+        Ok((d.walk, format!("{} ({why})", d.walk.name())))
+    }
+
+    /// `pid` exec'd: a new program, inspected afresh.
+    pub fn exec(&mut self, engine: &mut Engine, pid: u32, exe: &Path) -> Result<(Walk, String)> {
+        self.copies.forget(pid);
+        self.tables.forget(engine, pid);
+        self.choose(engine, pid, exe, true)
+    }
+
+    /// `pid` mapped new code (an mmap with PROT_EXEC was seen).
+    pub fn maps_changed(&mut self, engine: &mut Engine, pid: u32) {
+        self.copies.maps_changed(pid);
+        if self.tables.has(pid) && self.tables.install(engine, pid).is_err() {
+            self.tables.forget(engine, pid);
+        }
+    }
+
+    pub fn exited(&mut self, engine: &Engine, pid: u32) {
+        self.copies.forget(pid);
+        self.tables.forget(engine, pid);
+    }
+
+    /// Periodically: libraries mapped without a syscall event to announce them.
+    pub fn refresh(&mut self, engine: &mut Engine) {
+        self.tables.refresh(engine);
+    }
+
+    /// Unwinds one stack copy (the `copy` way) into a sample of count 1.
+    pub fn unwind_copy(&mut self, s: &RawStackSample) -> RawCpu {
+        self.copies.unwind(s)
+    }
+
+    /// Writes what the walks did since the last window into `u`.
+    pub fn window_info(&mut self, engine: &Engine, u: &mut UnwindInfo) {
+        let now = self.copies.stats;
+        let before = std::mem::replace(&mut self.copies_at_window, now);
+        u.unwound_samples = now.samples - before.samples;
+        u.complete = now.complete - before.complete;
+        u.copied_bytes = now.copied_bytes - before.copied_bytes;
+        let counts = engine.unwind_counts().unwrap_or(self.walks_at_window);
+        let before = std::mem::replace(&mut self.walks_at_window, counts);
+        let d = |i: usize| counts[i].saturating_sub(before[i]);
+        use phaseprof_bpf::types::unwind_counter as c;
+        u.walks = WalkCounts {
+            stacks: d(c::UNW_WALKS.0 as usize),
+            complete: d(c::UNW_COMPLETE.0 as usize),
+            frames: d(c::UNW_FRAMES.0 as usize),
+            fp_frames: d(c::UNW_FP_FRAMES.0 as usize),
+            truncated: d(c::UNW_TRUNCATED.0 as usize),
+        };
+        let t = &self.tables.stats;
+        u.tables = phaseprof_model::TableInfo {
+            files: t.files,
+            rows: t.rows,
+            capacity_bytes: engine.unwind_rows_capacity() as u64 * 8,
+            build_ms: t.build_ms,
+            files_without_room: t.files_without_room,
+        };
+    }
+}

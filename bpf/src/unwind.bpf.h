@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* User stacks of code without frame pointers, walked from unwind tables (--unwind dwarf), for
+ * every event kind. Part of phaseprof.bpf.c (one object). */
+#ifndef PHASEPROF_UNWIND_BPF_H
+#define PHASEPROF_UNWIND_BPF_H
+
+/* Rows of every module's table; user space sizes it at load and writes it through mmap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_UNWIND_BLOCKS *MAX_UNWIND_MAPPINGS);
+	__type(key, __u32);
+	__type(value, struct unwind_mapping);
+} unwind_mappings SEC(".maps");
+
+/* Targets walked from tables. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_UNWIND_BLOCKS);
+	__type(key, __u32); /* tgid */
+	__type(value, struct unwind_target);
+} table_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, UNW_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_counts SEC(".maps");
+
+/* Registers of the frame being walked, per scratch slot (a walk can be interrupted by another
+ * program's on the same CPU, which uses another slot). */
+struct unwind_walk {
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u32 complete;
+	__u32 fixups; /* pending uretprobes found (ret_slots/ret_addrs) */
+	__u64 ret_slots[MAX_RET_FIXUPS];
+	__u64 ret_addrs[MAX_RET_FIXUPS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLOT_MAX);
+	__type(key, __u32);
+	__type(value, struct unwind_walk);
+} unwind_walks SEC(".maps");
+
+struct walk_ctx {
+	__u32 slot;  /* enum stack_slot */
+	__u32 first; /* the target's block of unwind_mappings */
+	__u32 count;
+	__u32 pad;
+	__u64 fp_frames;
+};
+
+static __always_inline void unwind_count(enum unwind_counter c, __u64 n)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&unwind_counts, &key);
+	if (v)
+		*v += n; /* per-CPU: no atomics needed */
+}
+
+/*
+ * Binary searches without a branch per step (the step's half is taken by arithmetic, not an
+ * `if`): the verifier then walks one path through a search instead of one per outcome of every
+ * step, which it cannot prune and which exceeds its budget within a few frames.
+ */
+
+/* 1 when a <= b, else 0. */
+static __always_inline __u32 at_most(__u64 a, __u64 b)
+{
+	return (a - b - 1) >> 63;
+}
+
+/* The index of the last of `count` sorted keys from `first` that is <= `at` (the first one
+ * when none is: callers check), read by `key_at`. */
+#define LAST_AT_MOST(map, type, field, first, count, at, steps)                                    \
+	({                                                                                         \
+		__u32 base_ = (first), len_ = (count);                                             \
+		for (int i_ = 0; i_ < (steps); i_++) {                                             \
+			if (len_ <= 1)                                                             \
+				break;                                                             \
+			__u32 half_ = len_ / 2, mid_ = base_ + half_;                              \
+			type *e_ = bpf_map_lookup_elem(&map, &mid_);                               \
+			if (!e_)                                                                   \
+				break;                                                             \
+			base_ += half_ * at_most(e_->field, (at));                                 \
+			len_ -= half_;                                                             \
+		}                                                                                  \
+		base_;                                                                             \
+	})
+
+/* The mapping holding `pc` among `count` sorted from `first`, or NULL. */
+static __always_inline struct unwind_mapping *find_mapping(__u32 first, __u32 count, __u64 pc)
+{
+	if (!count)
+		return NULL;
+	/* 8 halvings cover 128 mappings. */
+	__u32 at = LAST_AT_MOST(unwind_mappings, struct unwind_mapping, start, first, count, pc, 8);
+	struct unwind_mapping *m = bpf_map_lookup_elem(&unwind_mappings, &at);
+	return m && m->start <= pc && pc < m->end ? m : NULL;
+}
+
+/* The row in force at `pc` (the last row starting at or before it), or NULL. */
+static __always_inline struct unwind_row *find_row(struct unwind_mapping *m, __u64 pc)
+{
+	if (!m->row_count || pc < m->bias || pc - m->bias > 0xffffffffULL)
+		return NULL;
+	__u64 rel = pc - m->bias;
+	/* 25 halvings cover 32M rows. */
+	__u32 at = LAST_AT_MOST(unwind_rows, struct unwind_row, pc, m->row_start, m->row_count, rel,
+				25);
+	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &at);
+	return r && r->pc <= rel ? r : NULL;
+}
+
+/* The return address in the slot at `addr`, the real one where a pending uretprobe put its
+ * trampoline's there. */
+static __always_inline __u64 restore_return(struct unwind_walk *w, __u64 addr, __u64 ra)
+{
+	for (int i = 0; i < MAX_RET_FIXUPS; i++) {
+		if (i >= w->fixups)
+			break;
+		if (w->ret_slots[i] == addr)
+			return w->ret_addrs[i];
+	}
+	return ra;
+}
+
+/* One frame: records its address and steps to its caller. 1 ends the walk. */
+static long unwind_step(__u64 index, struct walk_ctx *c)
+{
+	__u32 slot = c->slot;
+	struct unwind_walk *w = bpf_map_lookup_elem(&unwind_walks, &slot);
+	struct stack_trace *st = bpf_map_lookup_elem(&stack_scratch, &slot);
+	if (!w || !st)
+		return 1;
+	__u32 n = st->len;
+	if (n >= MAX_STACK_DEPTH)
+		return 1;
+	__u64 pc = w->pc;
+	st->ips[n] = pc;
+	st->len = n + 1;
+	/* A caller's address is a return address: the call is the instruction before it (which
+	 * matters when a call to a function that never returns ends its caller). */
+	struct unwind_mapping *m = find_mapping(c->first, c->count, n ? pc - 1 : pc);
+	struct unwind_row *row = m ? find_row(m, n ? pc - 1 : pc) : NULL;
+	__u8 kind = row ? row->kind : UNWIND_FP;
+	__u64 cfa;
+	if (kind == UNWIND_END) {
+		w->complete = 1;
+		return 1;
+	} else if (kind == UNWIND_RSP && row) {
+		cfa = w->sp + row->cfa_off;
+	} else if (kind == UNWIND_RBP && row) {
+		cfa = w->bp + row->cfa_off;
+	} else if (kind == UNWIND_PLT && row) {
+		cfa = w->sp + 8 + ((pc & 15) >= (__u64)row->cfa_off ? 8 : 0);
+	} else {
+		/* Frame pointers: rbp points at the saved rbp, the return address above it. */
+		if (!w->bp)
+			return 1;
+		cfa = w->bp + 16;
+		c->fp_frames++;
+	}
+	__u64 ra = 0;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+		return 1;
+	if (w->fixups)
+		ra = restore_return(w, cfa - 8, ra);
+	if (kind == UNWIND_FP || !row) {
+		if (bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa - 16)))
+			return 1;
+	} else if (row->rbp_off) {
+		if (bpf_probe_read_user(&w->bp, sizeof(w->bp),
+					(void *)(cfa + 8 * (__s64)row->rbp_off)))
+			return 1;
+	}
+	w->sp = cfa;
+	w->pc = ra;
+	return ra ? 0 : 1;
+}
+
+/*
+ * Walks the current thread's user stack from the tables of `proc` (from its registers at the
+ * kernel entry: a syscall's, an interrupt's, a uprobe's trap) into the scratch stack of `slot`.
+ * False when the walk could not start.
+ */
+static __always_inline bool walk_user_stack(struct stack_trace *st, struct unwind_target *t,
+					    enum stack_slot slot)
+{
+	__u32 key = slot;
+	struct unwind_walk *w = bpf_map_lookup_elem(&unwind_walks, &key);
+	if (!w)
+		return false;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	w->pc = BPF_CORE_READ(regs, ip);
+	w->sp = BPF_CORE_READ(regs, sp);
+	w->bp = BPF_CORE_READ(regs, bp);
+	w->complete = 0;
+	w->fixups = 0;
+	struct return_instance *ri = BPF_CORE_READ(task, utask, return_instances);
+	for (int i = 0; i < MAX_RET_FIXUPS && ri; i++) {
+		w->ret_slots[i] = BPF_CORE_READ(ri, stack);
+		w->ret_addrs[i] = BPF_CORE_READ(ri, orig_ret_vaddr);
+		w->fixups = i + 1;
+		ri = BPF_CORE_READ(ri, next);
+	}
+	st->len = 0;
+	st->pad = 0;
+	struct walk_ctx c = {.slot = slot, .first = t->first, .count = t->count};
+	bpf_loop(MAX_STACK_DEPTH, unwind_step, &c, 0);
+	unwind_count(UNW_WALKS, 1);
+	unwind_count(UNW_FRAMES, st->len);
+	if (c.fp_frames)
+		unwind_count(UNW_FP_FRAMES, c.fp_frames);
+	if (w->complete)
+		unwind_count(UNW_COMPLETE, 1);
+	else if (st->len >= MAX_STACK_DEPTH)
+		unwind_count(UNW_TRUNCATED, 1);
+	return st->len > 0;
+}
+
+/* The current thread's user stack, stored: from tables for targets that have them, else by the
+ * kernel's frame-pointer walk. */
+static __always_inline __u64 user_stack_id(void *ctx, enum stack_slot slot, enum drop_reason reason)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct unwind_target *t = bpf_map_lookup_elem(&table_pids, &tgid);
+	if (!t)
+		return stack_id(ctx, BPF_F_USER_STACK, slot, reason);
+	__u32 key = slot;
+	struct stack_trace *st = bpf_map_lookup_elem(&stack_scratch, &key);
+	if (!st || !walk_user_stack(st, t, slot))
+		return 0;
+	return store_stack(st, USER_STACK_SEED, reason);
+}
+
+#endif /* PHASEPROF_UNWIND_BPF_H */
