@@ -157,6 +157,8 @@ pub fn open_session<'obj>(
         .collect();
     engine_cfg.follow_children = matches!(opts.target, TargetSpec::Command(_));
     engine_cfg.notify_exec = matches!(opts.target, TargetSpec::Name(_));
+    // Only for our own command (and its children): a stop is visible to a process's parent.
+    engine_cfg.hold_execs = engine_cfg.follow_children && engine_cfg.unwind_rows > 0;
 
     let mut engine = Engine::load(&engine_cfg, storage)?;
     engine.attach(&engine_cfg)?;
@@ -180,7 +182,11 @@ pub fn open_session<'obj>(
         .insert("sched_switch".into(), format!("{:?}", engine.flavour));
     let mut session = Session::new(engine, meta, &plan, opts.verbose);
     session.resolve_phases_on_first_target(deferred);
-    session.unwind_stacks(opts.unwind, engine_cfg.stack_copy_bytes);
+    session.unwind_stacks(
+        opts.unwind,
+        engine_cfg.stack_copy_bytes,
+        engine_cfg.hold_execs,
+    );
     if engine_cfg.events.contains(&EventKind::Alloc) {
         session.record_allocations(AllocRecorder::new(
             engine_cfg.alloc_sample_bytes,

@@ -51,6 +51,8 @@ pub struct Session<'obj> {
     /// Cumulative phase totals and drops at the last `take_window`.
     window_stats: Vec<phaseprof_model::PhaseStats>,
     window_lost: phaseprof_model::Lost,
+    /// The engine stops targets at their exec (see `exec_seen`).
+    hold_execs: bool,
     /// Per target: frame pointers, unwind tables or stack copies (None: frame pointers for all).
     walks: Option<StackWalks>,
     /// Cpu samples and page faults unwound from stack copies since the last drain.
@@ -105,6 +107,7 @@ impl<'obj> Session<'obj> {
             window_stats: Vec::new(),
             window_lost: phaseprof_model::Lost::default(),
             walks: None,
+            hold_execs: false,
             cpu_at_add: Default::default(),
             unwound: Vec::new(),
             unwound_faults: Vec::new(),
@@ -115,7 +118,8 @@ impl<'obj> Session<'obj> {
 
     /// Walks the user stacks per `mode`: each target added from now on is inspected (`auto`)
     /// and switched to unwind tables or stack copies of `copy_bytes` where needed.
-    pub fn unwind_stacks(&mut self, mode: UnwindMode, copy_bytes: u32) {
+    pub fn unwind_stacks(&mut self, mode: UnwindMode, copy_bytes: u32, hold_execs: bool) {
+        self.hold_execs = hold_execs;
         self.walks = Some(StackWalks::new(UnwindPolicy::new(mode)));
         self.meta_mut().unwind = Some(phaseprof_model::UnwindInfo {
             mode: format!("{mode:?}").to_lowercase(),
@@ -142,6 +146,24 @@ impl<'obj> Session<'obj> {
             u.targets.insert(pid, how);
         }
         Ok(walk)
+    }
+
+    /// Target `pid` exec'd (and is stopped there if the engine holds execs): its way of walking
+    /// stacks is decided for the new program; walked from tables, it stops again at its entry
+    /// point, once the dynamic loader has mapped its libraries.
+    fn exec_seen(&mut self, pid: u32) -> Result<()> {
+        let exe = targets::exe_link(pid);
+        let walk = self.choose_unwind(pid, &exe, Choice::Exec);
+        if self.hold_execs && matches!(walk, Ok(Walk::Tables)) {
+            // Without this hold (an unreadable binary) its libraries' tables follow later.
+            if let Ok(offset) = targets::entry_offset(&exe) {
+                let _ = self.engine.hold_at_entry(pid, &exe, offset);
+            }
+        }
+        if self.hold_execs {
+            self.engine.resume(pid);
+        }
+        walk.map(|_| ())
     }
 
     /// A held command reached its entry point: its libraries are mapped, their tables go in
@@ -295,12 +317,7 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::command_code_objects(exe))?;
         }
-        if self.choose_unwind(pid, exe, Choice::BeforeExec)? == Walk::Tables {
-            // Without the hold (a script, an unreadable binary) its tables follow its exec.
-            if let Ok(offset) = targets::entry_offset(exe) {
-                let _ = self.engine.hold_at_entry(pid, exe, offset);
-            }
-        }
+        self.choose_unwind(pid, exe, Choice::BeforeExec)?;
         self.engine.arm_target(pid)?;
         self.cpu_at_add.insert(pid, 0);
         let meta = self.agg.builder_mut().meta_mut();
@@ -352,7 +369,7 @@ impl<'obj> Session<'obj> {
                 TargetEvent::Exec { pid, .. } => {
                     self.sym.track(pid);
                     // A new program: inspected afresh.
-                    self.choose_unwind(pid, &targets::exe_link(pid), Choice::Exec)?;
+                    self.exec_seen(pid)?;
                 }
                 TargetEvent::Entry { pid } => self.entry_reached(pid),
                 TargetEvent::MapsChanged { pid } => {

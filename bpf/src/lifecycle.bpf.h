@@ -33,6 +33,18 @@ int BPF_PROG(raw_tp__sched_process_fork, struct task_struct *parent, struct task
 	return 0;
 }
 
+#define SIGSTOP 19
+
+/* Stops the current process (on its return to user mode) until user space continues it; the stop
+ * is ours, not the target's: its switch-out is not an off-CPU wait (see on_switch). */
+static __always_inline void hold_thread(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), one = 1;
+	if (!bpf_map_update_elem(&entry_held, &tid, &one, BPF_ANY))
+		__sync_fetch_and_add(&entry_holds, 1);
+	bpf_send_signal(SIGSTOP);
+}
+
 SEC("raw_tp/sched_process_exec")
 int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -42,15 +54,15 @@ int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 	 * (with them, sys_enter already did so at the execve's entry). */
 	if (state && *state == TARGET_ARMED)
 		*state = TARGET_ACTIVE;
+	if (state && hold_execs)
+		hold_thread();
 	if (notify_exec || state)
 		emit(TEV_EXEC, tgid, 0);
 	return 0;
 }
 
-#define SIGSTOP 19
-
 /*
- * `record -- CMD` walked from unwind tables: attached to the command's entry point for its pid,
+ * `record -- CMD` walked from unwind tables: attached to a command's entry point for its pid,
  * where the dynamic loader has mapped its libraries and none of its code has run. Stops it until
  * user space has installed the tables of those libraries (and continues it), so that even the
  * main thread's first waits have whole stacks.
@@ -61,11 +73,7 @@ int uprobe__entry_hold(struct pt_regs *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!is_active(tgid))
 		return 0;
-	/* The stop is ours, not the command's: its switch-out is not an off-CPU wait. */
-	__u32 tid = (__u32)bpf_get_current_pid_tgid(), one = 1;
-	if (!bpf_map_update_elem(&entry_held, &tid, &one, BPF_ANY))
-		__sync_fetch_and_add(&entry_holds, 1);
-	bpf_send_signal(SIGSTOP);
+	hold_thread();
 	emit(TEV_ENTRY, tgid, 0);
 	return 0;
 }

@@ -27,6 +27,9 @@
 const volatile bool syscall_stacks = true;
 const volatile bool follow_children = false;
 const volatile bool notify_exec = false;
+/* `record -- CMD` with unwind tables: a target that execs stops until user space has installed
+ * the new program's tables (we are its ancestor: nobody else sees the stop). */
+const volatile bool hold_execs = false;
 /* Phase probes are attached: look up thread phases in every event. */
 const volatile bool phases_enabled = false;
 /* Allocation stacks are sampled once per this many bytes (1: every allocation). */

@@ -1,4 +1,5 @@
-//! Stacks of code built without frame pointers, unwound from stack copies (`--unwind dwarf`).
+//! Stacks of code built without frame pointers: walked in the kernel from unwind tables
+//! (`--unwind dwarf`, for every event kind), or unwound here from stack copies (`--unwind copy`).
 
 use std::path::Path;
 
@@ -7,9 +8,10 @@ use phaseprof_e2e::*;
 use crate::require_root;
 
 /// Whether a folded stack (root first) reaches a thread's entry: glibc's `start_thread` for
-/// spawned threads, `main` for the main thread.
+/// spawned threads, `main` for the main thread, or the program's `_start` at the root (the
+/// dynamic loader's work before main).
 fn reaches_entry(stack: &str) -> bool {
-    stack.split(';').any(|f| f == "main" || f == "start_thread")
+    stack.starts_with("_start;") || stack.split(';').any(|f| f == "main" || f == "start_thread")
 }
 
 /// Whether a folded stack has a frame in zlib (named, or by its function's start in libz).
@@ -73,6 +75,11 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
     let (with_fp, truth) = record_workload("unwind-fp", &opts("auto"), &fp, &args);
     let burn_fn = truth["burn_fn"].as_str().unwrap().to_string();
     let (dwarf, _) = record_workload("unwind-dwarf", &opts("dwarf"), &nofp, &args);
+    assert_eq!(
+        tracer_frames_in(&dwarf, "cpu").1,
+        0,
+        "tracer frames in {dwarf:?}"
+    );
     let (fp_walk, _) = record_workload("unwind-fpwalk", &opts("fp"), &nofp, &args);
     let (auto_nofp, _) = record_workload("unwind-auto", &opts("auto"), &nofp, &["--blocks", "1"]);
 
@@ -98,21 +105,36 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
         entry_fp_walk < 50.0,
         "the fp walk reached the entry for {entry_fp_walk:.1}%"
     );
-    // Every sample came through the stack copy, or is counted lost for want of room in the
-    // copy ring (it can fill while a loaded machine keeps the agent from reading it); few are.
-    let lost = report_json(&dwarf)["lost"].clone();
+    // Every stack was walked from the tables, and the walker's own count of walks that reached
+    // the thread's entry agrees with the symbols.
+    let walks = &u["walks"];
+    assert!(walks["stacks"].as_u64().unwrap_or(0) >= n_dwarf, "{u}");
+    assert!(
+        walks["complete"].as_f64().unwrap_or(0.0) >= 0.95 * walks["stacks"].as_f64().unwrap(),
+        "{u}"
+    );
+    assert_eq!(report_json(&dwarf)["lost"]["stacks"].as_u64(), Some(0));
+
+    // The older way, stack copies unwound here, on the same build: every sample came through
+    // the copy, or is counted lost for want of room in the copy ring (it can fill while a loaded
+    // machine keeps the agent from reading it); few are.
+    let (copy, _) = record_workload("unwind-copy", &opts("copy"), &nofp, &args);
+    let (entry_copy, n_copy) = share(&copy, reaches_entry);
+    let u = unwind_of(&copy);
+    eprintln!("copy: {entry_copy:.1}% of {n_copy} samples reach the entry; unwind {u}");
+    assert!(entry_copy >= 95.0, "{entry_copy:.1}% reach the entry");
+    let lost = report_json(&copy)["lost"].clone();
     let ring_full = lost["by_reason"]["stack_copy_ringbuf_full"]
         .as_u64()
         .unwrap_or(0);
     assert_eq!(
         u["unwound_samples"].as_u64().unwrap_or(0) + ring_full,
-        n_dwarf,
+        n_copy,
         "{u} lost {lost}"
     );
-    assert!(ring_full * 100 <= n_dwarf, "lost {lost} of {n_dwarf}");
-    // The agent's own count of walks that reached the stack's end agrees with the symbols.
+    assert!(ring_full * 100 <= n_copy, "lost {lost} of {n_copy}");
     let complete = u["complete"].as_u64().unwrap_or(0);
-    assert!(complete as f64 >= 0.95 * n_dwarf as f64, "{u}");
+    assert!(complete as f64 >= 0.95 * n_copy as f64, "{u}");
     assert_eq!(lost["stacks"].as_u64(), Some(ring_full), "{lost}");
     let how = |file: &Path| how_walked(file, 0);
     assert!(
@@ -135,7 +157,18 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
         .unwrap_or_default();
     assert!(
         line.contains(": dwarf (--unwind dwarf)")
-            && line.contains(&format!("{n_dwarf} samples unwound from stack copies")),
+            && line.contains("stacks walked from unwind tables"),
+        "{line}"
+    );
+    let text = phaseprof_ok(&["report", copy.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("stacks: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains(": copy (--unwind copy)")
+            && line.contains(&format!("{n_copy} samples unwound from stack copies")),
         "{line}"
     );
 }
@@ -358,4 +391,130 @@ fn exec_switches_programs() {
     assert!(entry >= 95.0, "{entry:.1}% of {n}");
     assert!(child_how.starts_with("dwarf (auto"), "{pids} {child_how}");
     assert!(fork_entry >= 95.0, "{fork_entry:.1}% of {fork_n}");
+}
+
+/// Per event kind (as `export --event` names it): how much of its weight reaches the thread's
+/// entry, in percent, and the total weight.
+fn entry_share_by_event(file: &Path, events: &[&str]) -> Vec<(String, f64, u64)> {
+    events
+        .iter()
+        .map(|ev| {
+            let (total, reaching) = folded_event_share(file, ev, reaches_entry);
+            let pct = 100.0 * reaching as f64 / total.max(1) as f64;
+            (ev.to_string(), pct, total)
+        })
+        .collect()
+}
+
+/// Asserts that every kind's stacks have weight, reach the entry for at least 95% of it, and
+/// hold no frame of the tracing machinery.
+fn assert_whole_stacks(file: &Path, shares: &[(String, f64, u64)]) {
+    for (ev, pct, total) in shares {
+        assert!(*total > 0, "no {ev} events in {file:?}");
+        assert!(*pct >= 95.0, "{ev}: {pct:.1}% of {total} reach the entry");
+        let (_, tracer) = tracer_frames_in(file, ev);
+        assert_eq!(tracer, 0, "{ev}: {tracer} with tracer frames");
+    }
+}
+
+// Checks a C program whose waits, syscalls and allocations all start in Debian's libc (no frame
+// pointers there, none in the program either): under the default `--unwind auto` (which picks
+// the tables for this binary) at least 95% of its off-CPU time, syscalls and allocated bytes
+// have stacks that reach the thread's entry, through the program's functions; the syscall and
+// allocation counts stay exact. The frame-pointer walk of the same program loses the callers of
+// nearly all of them (printed, asserted below half).
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn dwarf_walks_every_event_kind_through_libc() {
+    require_root!();
+    let bin = c_workload("libc-sim", "", &["-lpthread"]);
+    let _g = bpf_lock();
+    let kinds = ["offcpu", "syscall", "alloc"];
+    let opts = |unwind: &'static str| ["--events", "cpu,offcpu,syscall,alloc", "--unwind", unwind];
+    let args = ["2", "200", "20"];
+    let (file, truth) = record_workload("libc-dwarf", &opts("auto"), &bin, &args);
+    let (fp, _) = record_workload("libc-fp", &opts("fp"), &bin, &args);
+    let shares = entry_share_by_event(&file, &kinds);
+    let fp_shares = entry_share_by_event(&fp, &kinds);
+    let how = how_walked(&file, 0);
+    eprintln!("libc-sim, {how}: {shares:?}; fp walk: {fp_shares:?}");
+    assert!(how.starts_with("dwarf (auto"), "{how}");
+    assert_whole_stacks(&file, &shares);
+    let (_, fp_offcpu, _) = &fp_shares[0];
+    assert!(
+        *fp_offcpu < 50.0,
+        "the fp walk reached the entry for {fp_offcpu:.1}%"
+    );
+    // The workers' own functions are on the way: writes under flush_records, sleeps under
+    // round_once (pause_briefly tail-calls usleep: no frame of its own), allocations under
+    // build_batch.
+    let under = |ev: &str, f: &str| {
+        folded_event_share(&file, ev, |s| {
+            reaches_entry(s) && s.split(';').any(|x| x == "worker") && s.split(';').any(|x| x == f)
+        })
+        .1
+    };
+    let report = report_json(&file);
+    let writes = report["events"]["syscall"]["by_name"]["write"]["count"].as_u64();
+    assert_eq!(
+        writes,
+        Some(truth["writes"].as_u64().unwrap() + 1),
+        "writes (+ the truth line)"
+    );
+    assert_eq!(
+        under("syscall", "flush_records"),
+        truth["writes"].as_u64().unwrap()
+    );
+    assert_eq!(
+        under("syscall", "usleep"),
+        truth["sleeps"].as_u64().unwrap()
+    );
+    let batch = under("alloc", "build_batch");
+    assert!(
+        batch as f64 >= 0.95 * truth["alloc_bytes"].as_f64().unwrap(),
+        "{batch}"
+    );
+}
+
+// Checks validator-sim built without frame pointers (Rust's release build, libc's code under
+// it): at least 95% of its cpu samples, off-CPU time, syscalls and allocated bytes have stacks
+// that reach the thread's entry, walked in the kernel from the tables.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn dwarf_walks_every_event_kind_without_frame_pointers() {
+    require_root!();
+    let nofp = rust_workload_without_frame_pointers("validator-sim");
+    let _g = bpf_lock();
+    let opts = [
+        "--events",
+        "cpu,offcpu,syscall,alloc",
+        "--freq",
+        "499",
+        "--unwind",
+        "dwarf",
+    ];
+    let args = [
+        "--blocks",
+        "60",
+        "--threads",
+        "2",
+        "--burn-ms",
+        "10",
+        "--clone-bytes",
+        "20000000",
+        "--flushes",
+        "20",
+        "--sleep-ms",
+        "5",
+    ];
+    let (file, truth) = record_workload("nofp-every-kind", &opts, &nofp, &args);
+    let shares = entry_share_by_event(&file, &["cpu", "offcpu", "syscall", "alloc"]);
+    eprintln!(
+        "validator-sim without frame pointers: {shares:?}; {}",
+        unwind_of(&file)
+    );
+    assert_whole_stacks(&file, &shares);
+    let report = report_json(&file);
+    let writes = report["events"]["syscall"]["by_name"]["write"]["count"].as_u64();
+    assert_eq!(writes, truth["write_syscalls"].as_u64(), "write(2) count");
 }

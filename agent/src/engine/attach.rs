@@ -120,8 +120,8 @@ impl Engine<'_> {
         }
     }
 
-    /// Stops `pid` (a held command about to exec `exe`) at `exe`'s entry point, with a
-    /// `TargetEvent::Entry`; `release_entry` continues it.
+    /// Stops `pid` (a command that just exec'd `exe`) at `exe`'s entry point, with a
+    /// `TargetEvent::Entry`.
     pub fn hold_at_entry(&mut self, pid: u32, exe: &std::path::Path, offset: u64) -> Result<()> {
         let link = self
             .skel
@@ -133,16 +133,21 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// Whether `pid` is held (or will be) at its entry point.
+    /// Whether `pid` will stop (or has) at its entry point.
     pub fn held_at_entry(&self, pid: u32) -> bool {
         self.entry_holds.contains_key(&pid)
     }
 
-    /// Continues `pid` held at its entry point (SIGCONT; harmless if it never stopped).
+    /// Continues `pid`, stopped at its exec or entry point (SIGCONT; harmless if it is not).
+    pub fn resume(&self, pid: u32) {
+        // SAFETY: kill with a valid signal.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+
+    /// Continues `pid` stopped at its entry point, and detaches that hold.
     pub fn release_entry(&mut self, pid: u32) {
         if self.entry_holds.contains_key(&pid) {
-            // SAFETY: kill with a valid signal; the pid is our own child.
-            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            self.resume(pid);
             // After the signal: retiring a uprobe waits for RCU grace periods (~100 ms here).
             self.entry_holds.remove(&pid);
         }

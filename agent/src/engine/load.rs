@@ -138,6 +138,7 @@ fn open_skel<'obj>(
     rodata.syscall_stacks = cfg.syscall_stacks;
     rodata.follow_children = cfg.follow_children;
     rodata.notify_exec = cfg.notify_exec;
+    rodata.hold_execs = cfg.hold_execs;
     rodata.phases_enabled = cfg.phases_enabled;
     rodata.alloc_sample_bytes = cfg.alloc_sample_bytes.max(1);
     rodata.alloc_live = cfg.alloc_live;

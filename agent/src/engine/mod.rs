@@ -46,6 +46,9 @@ pub struct EngineConfig {
     /// Bytes of user stack copied per sample for targets switched to stack copies one by one
     /// (`Engine::set_unwind`); 0: every user stack is the kernel's frame-pointer walk.
     pub stack_copy_bytes: u32,
+    /// Stop each target at its exec until `Engine::resume` (`record -- CMD` with unwind
+    /// tables: the new program's tables go in before it runs).
+    pub hold_execs: bool,
     /// Capacity of the unwind tables' rows array (`--unwind dwarf`); 0: no tables.
     pub unwind_rows: u32,
 }
@@ -74,6 +77,7 @@ impl Default for EngineConfig {
             alloc_live: true,
             stack_copy_bytes: DEFAULT_STACK_COPY,
             unwind_rows: DEFAULT_UNWIND_ROWS,
+            hold_execs: false,
         }
     }
 }
