@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use phaseprof_model::{write_profile, EventKind, Meta, Profile};
 
 use crate::alloc::recorder::AllocRecorder;
+use crate::engine::SyscallStacks;
 use crate::engine::{Engine, EngineConfig};
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::session::{Session, Turn};
@@ -173,7 +174,8 @@ pub fn open_session<'obj>(
         } else {
             0
         },
-        syscall_stacks: engine_cfg.syscall_stacks,
+        syscall_stacks: engine_cfg.syscall_stacks != SyscallStacks::None,
+        syscall_stack_every: engine_cfg.syscall_stacks.every() as u64,
         ..Meta::default()
     };
     meta.notes

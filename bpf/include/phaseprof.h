@@ -123,10 +123,16 @@ struct syscall_start {
 	__u32 nr;
 	__u32 phase;
 	__u64 user_stack;
-	__u32 maps_exec; /* an mmap/mprotect with PROT_EXEC: VMAs change */
-	__u32 pad;
+	__u32 maps_exec;   /* an mmap/mprotect with PROT_EXEC: VMAs change */
+	__u32 until_stack; /* syscalls of this thread until the next sampled stack */
 	__u64 phase_mask;
+	/* Syscall numbers this thread made (sampled stacks: each one's first carries its stack, so
+	 * that rare syscalls have one). */
+	__u64 seen[MAX_SYSCALL_NR / 64];
 };
+
+/* The user stack of a syscall whose stack was not sampled (see syscall_stack_every). */
+#define STACK_NOT_SAMPLED 1
 
 /* One entry of a phase stack. */
 struct phase_frame {

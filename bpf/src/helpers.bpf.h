@@ -257,7 +257,7 @@ static __always_inline void thread_view(struct thread_phase *tp, struct phase_st
 	tp->mask = ps && ps->mask ? ps->mask : 1;
 }
 
-/* FNV-1a over a stack's addresses, never 0. Global: verified once, not in every caller. */
+/* FNV-1a over a stack's addresses, never 0 or STACK_NOT_SAMPLED. Global: verified once, not in every caller. */
 __noinline __u64 hash_stack(struct stack_trace *st, __u64 seed)
 {
 	if (!st)
@@ -269,7 +269,7 @@ __noinline __u64 hash_stack(struct stack_trace *st, __u64 seed)
 			break;
 		h = (h ^ st->ips[i]) * 0x100000001b3ULL;
 	}
-	return h ? h : 1;
+	return h > STACK_NOT_SAMPLED ? h : STACK_NOT_SAMPLED + 1;
 }
 
 #define USER_STACK_SEED 0xcbf29ce484222325ULL

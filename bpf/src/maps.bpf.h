@@ -24,7 +24,9 @@
 #define TASK_DEAD 0x80
 
 /* Set by user space between open and load. */
-const volatile bool syscall_stacks = true;
+/* Syscall stacks: 0 none, 1 every syscall's, N: one in N on average per thread (the gaps drawn
+ * uniformly from 1..2N-1, so that no periodic pattern of the program aliases with them). */
+const volatile __u32 syscall_stack_every = 1;
 const volatile bool follow_children = false;
 const volatile bool notify_exec = false;
 /* `record -- CMD` with unwind tables: a target that execs stops until user space has installed

@@ -5,6 +5,26 @@
 
 /* ---- syscalls ---------------------------------------------------------- */
 
+/* The stack key of syscall `nr`: its user stack when this one is sampled (the thread's
+ * first of its number, then one in syscall_stack_every), else 0 (no stacks) or STACK_NOT_SAMPLED. */
+static __always_inline __u64 syscall_stack(void *ctx, struct syscall_start *start, __u32 nr)
+{
+	if (syscall_stack_every <= 1)
+		return syscall_stack_every ? user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK) : 0;
+	__u32 at = nr & (MAX_SYSCALL_NR - 1);
+	__u64 bit = 1ULL << (at & 63);
+	bool first = !(start->seen[at / 64] & bit);
+	start->seen[at / 64] |= bit;
+	if (first)
+		return user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK);
+	if (start->until_stack > 1) {
+		start->until_stack--;
+		return STACK_NOT_SAMPLED;
+	}
+	start->until_stack = 1 + bpf_get_prandom_u32() % (2 * syscall_stack_every - 1);
+	return user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK);
+}
+
 SEC("raw_tp/sys_enter")
 int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -42,8 +62,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		.phase_mask = mask,
 		.nr = nr,
 		.window = window,
-		.user_stack =
-			syscall_stacks ? user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK) : 0,
+		.user_stack = syscall_stack(ctx, start, nr),
 	};
 	/* These never return: count them now, with no latency. */
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {

@@ -17,7 +17,9 @@ pub mod split;
 pub mod stats;
 pub mod summary;
 mod syscall_names;
+pub mod syscall_spread;
 pub mod units;
+pub mod unwind_info;
 
 pub use build::{PhaseAt, ProfileBuilder};
 pub use format::{
@@ -29,6 +31,7 @@ pub use lost::Lost;
 pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use profile::*;
 pub use summary::Summary;
+pub use unwind_info::{TableInfo, UnwindInfo, WalkCounts};
 
 /// The name of x86_64 syscall `nr`, or `syscall_<nr>` for numbers this build does not know.
 pub fn syscall_name(nr: u32) -> String {

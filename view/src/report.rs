@@ -247,7 +247,14 @@ pub fn write_report(
                 }
             }
             EventKind::Offcpu => writeln!(out, "== off-cpu: {} ==", fmt_ns(grand))?,
-            EventKind::Syscall => writeln!(out, "== syscalls: {grand} calls ==")?,
+            EventKind::Syscall => match m.syscall_stack_every {
+                n if n > 1 && m.syscall_stacks => writeln!(
+                    out,
+                    "== syscalls: {grand} calls (exact); stacks sampled 1 in {n}, counts by \
+                     stack estimated =="
+                )?,
+                _ => writeln!(out, "== syscalls: {grand} calls ==")?,
+            },
             EventKind::Alloc => write_alloc_header(profile, &mut out)?,
             EventKind::Pagefault => writeln!(out, "== page faults: {grand} ==")?,
         }

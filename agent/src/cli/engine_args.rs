@@ -5,7 +5,7 @@ use clap::Args;
 use phaseprof_model::units::{parse_bytes, parse_percent};
 use phaseprof_model::EventKind;
 
-use crate::engine::{EngineConfig, DEFAULT_FREQ_HZ, DEFAULT_STACK_ENTRIES};
+use crate::engine::{EngineConfig, SyscallStacks, DEFAULT_FREQ_HZ, DEFAULT_STACK_ENTRIES};
 use crate::unwind::{parse_stack_copy, UnwindMode};
 
 #[derive(Args, Debug, Clone)]
@@ -13,16 +13,19 @@ pub struct EngineArgs {
     /// cpu-clock sampling frequency in Hz.
     #[arg(short = 'F', long, default_value_t = DEFAULT_FREQ_HZ)]
     pub freq: u64,
-    /// Capture a user stack for every syscall (counts are exact either way).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-    pub syscall_stacks: bool,
-    /// How user stacks of cpu samples and page faults are walked: `fp` (frame pointers, cheap),
-    /// `dwarf` (a copy of each sample's stack unwound from the binaries' call-frame information,
-    /// for code built without frame pointers), or `auto` (per target: fp when its executable
-    /// keeps frame pointers, else dwarf).
-    #[arg(long, default_value = "auto", value_name = "auto|fp|dwarf")]
+    /// Which syscalls carry a user stack: `sampled` (one in 16 per thread; syscalls without
+    /// one count under the stacks sampled for the same syscall, in proportion), `all`, `none`,
+    /// or `1/N`. Counts and latency are exact either way.
+    #[arg(long, default_value = "sampled", value_name = "sampled|all|none|1/N")]
+    pub syscall_stacks: SyscallStacks,
+    /// How user stacks are walked: `fp` (frame pointers, cheap), `dwarf` (walked in the kernel
+    /// from tables compiled from the binaries' call-frame information, for code built without
+    /// frame pointers, every event kind), `auto` (per target: fp when its executable keeps frame
+    /// pointers, else dwarf), or `copy` (cpu samples and page faults only: a copy of the stack
+    /// unwound in user space).
+    #[arg(long, default_value = "auto", value_name = "auto|fp|dwarf|copy")]
     pub unwind: UnwindMode,
-    /// With dwarf unwinding: bytes of user stack copied per sample (at most 64KiB; deeper
+    /// With `--unwind copy`: bytes of user stack copied per sample (at most 64KiB; deeper
     /// stacks are cut there).
     #[arg(long, default_value = "16KiB", value_parser = parse_stack_copy, value_name = "BYTES")]
     pub stack_copy: u32,

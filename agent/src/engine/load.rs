@@ -135,7 +135,7 @@ fn open_skel<'obj>(
         .rodata_data
         .as_deref_mut()
         .context("BPF object has no rodata")?;
-    rodata.syscall_stacks = cfg.syscall_stacks;
+    rodata.syscall_stack_every = cfg.syscall_stacks.every();
     rodata.follow_children = cfg.follow_children;
     rodata.notify_exec = cfg.notify_exec;
     rodata.hold_execs = cfg.hold_execs;

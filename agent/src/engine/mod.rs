@@ -27,7 +27,8 @@ pub use tables::{
 pub struct EngineConfig {
     pub events: Vec<EventKind>,
     pub freq_hz: u64,
-    pub syscall_stacks: bool,
+    /// Which syscalls carry a user stack (counts and latency are exact either way).
+    pub syscall_stacks: SyscallStacks,
     /// Make children forked by a target targets too (`record -- CMD`, like `strace -f`).
     pub follow_children: bool,
     /// Report every exec on the host (needed to find processes by name).
@@ -53,6 +54,61 @@ pub struct EngineConfig {
     pub unwind_rows: u32,
 }
 
+/// Which syscalls carry a user stack (`--syscall-stacks`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyscallStacks {
+    None,
+    All,
+    /// One syscall in N on average per thread; the others are counted under the stacks sampled
+    /// in the same process, phase and syscall, in proportion (exact totals, estimated split).
+    OneIn(u32),
+}
+
+/// Default syscall stack sampling: a stack walk costs a few times a syscall's own probes, so
+/// one in 16 keeps a syscall-heavy target's slowdown within the default budget (see the bench).
+pub const DEFAULT_SYSCALL_STACK_EVERY: u32 = 16;
+
+impl Default for SyscallStacks {
+    fn default() -> Self {
+        SyscallStacks::OneIn(DEFAULT_SYSCALL_STACK_EVERY)
+    }
+}
+
+impl SyscallStacks {
+    /// The programs' `syscall_stack_every`: 0 none, 1 all, N one in N.
+    pub fn every(self) -> u32 {
+        match self {
+            SyscallStacks::None => 0,
+            SyscallStacks::All => 1,
+            SyscallStacks::OneIn(n) => n.max(1),
+        }
+    }
+}
+
+impl std::str::FromStr for SyscallStacks {
+    type Err = String;
+    /// `sampled` (one in DEFAULT_SYSCALL_STACK_EVERY), `all`, `none`, `1/N` or `N` (one in N);
+    /// `true` and `false` as before sampling existed.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sampled" => Ok(SyscallStacks::default()),
+            "all" | "true" => Ok(SyscallStacks::All),
+            "none" | "false" => Ok(SyscallStacks::None),
+            _ => {
+                let n = s.strip_prefix("1/").unwrap_or(s);
+                match n.parse::<u32>() {
+                    Ok(1) => Ok(SyscallStacks::All),
+                    Ok(n) if (2..=1_000_000).contains(&n) => Ok(SyscallStacks::OneIn(n)),
+                    _ => Err(format!(
+                        "`{s}`: use sampled, all, none, or 1/N for one syscall stack in N \
+                         (N up to 1000000)"
+                    )),
+                }
+            }
+        }
+    }
+}
+
 /// Defaults of the recording options: the CLI flags take theirs from here, and a test
 /// (`cli::engine_args`) checks that agent.toml's and `EngineConfig::default()` agree with them.
 pub const DEFAULT_FREQ_HZ: u64 = 99;
@@ -66,7 +122,7 @@ impl Default for EngineConfig {
         EngineConfig {
             events: vec![EventKind::Cpu, EventKind::Offcpu, EventKind::Syscall],
             freq_hz: DEFAULT_FREQ_HZ,
-            syscall_stacks: true,
+            syscall_stacks: SyscallStacks::default(),
             follow_children: false,
             notify_exec: false,
             stack_entries: DEFAULT_STACK_ENTRIES,

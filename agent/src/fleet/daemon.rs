@@ -54,8 +54,10 @@ fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
     // Phase statistics are inclusive: a call of a nested phase counts in its own phase only.
     let calls: u64 = p.phase_stats.iter().map(|s| s.calls).sum();
     let syscalls: u64 = p.syscalls.iter().map(|s| s.count).sum();
+    // Sampled stacks: one syscall in `every` pays for its stack.
+    let every = p.meta.syscall_stack_every.max(1) as f64;
     let per_syscall = if p.meta.syscall_stacks {
-        NS_PER_SYSCALL_WITH_STACK
+        NS_PER_SYSCALL + (NS_PER_SYSCALL_WITH_STACK - NS_PER_SYSCALL) / every
     } else {
         NS_PER_SYSCALL
     };
