@@ -25,6 +25,9 @@
 #define WALL_SUB_BUCKETS 16
 #define WALL_BUCKETS 1024
 
+/* Words of the `target_bits` bitmap: one bit per pid up to the largest pid_max (2^22 / 64). */
+#define TARGET_BIT_WORDS (1 << 16)
+
 /* Value of an entry in `target_pids`. */
 enum target_state {
 	/* Forked by `record -- CMD`, waiting for its execve: nothing counted yet. */

@@ -11,9 +11,25 @@ static __always_inline void count_drop(enum drop_reason reason)
 		*v += 1; /* per-CPU: no atomics needed */
 }
 
+/* Whether `tgid` may be a target (its bit in target_bits); false: certainly not. */
+static __always_inline bool maybe_target(__u32 tgid)
+{
+	__u32 word = (tgid >> 6) & (TARGET_BIT_WORDS - 1);
+	__u64 *w = bpf_map_lookup_elem(&target_bits, &word);
+	return w && ((*w >> (tgid & 63)) & 1);
+}
+
+static __always_inline void set_target_bit(__u32 tgid)
+{
+	__u32 word = (tgid >> 6) & (TARGET_BIT_WORDS - 1);
+	__u64 *w = bpf_map_lookup_elem(&target_bits, &word);
+	if (w)
+		__sync_fetch_and_or(w, 1ULL << (tgid & 63));
+}
+
 static __always_inline bool is_active(__u32 tgid)
 {
-	if (stopped)
+	if (stopped || !maybe_target(tgid))
 		return false;
 	__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
 	return state && *state == TARGET_ACTIVE;

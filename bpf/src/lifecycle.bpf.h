@@ -20,6 +20,7 @@ int BPF_PROG(raw_tp__sched_process_fork, struct task_struct *parent, struct task
 		count_drop(DROP_TARGET_FULL);
 		return 0;
 	}
+	set_target_bit(ctgid);
 	/* The child runs the parent's program until it execs: walk its stacks the same way from
 	 * its first sample (user space decides again when it sees the fork, and at the exec). */
 	__u32 *copy = bpf_map_lookup_elem(&unwind_pids, &ptgid);

@@ -66,6 +66,18 @@ struct {
 	__type(value, __u32); /* enum target_state */
 } target_pids SEC(".maps");
 
+/* Bit tgid set for every process that ever became a target (never cleared: a stale bit only
+ * costs the target_pids lookup). Nearly every process on the host is not a target; this tells
+ * them apart with one inlined array load on every syscall and context switch instead of a hash
+ * lookup. User space sets bits through a shared mapping, with atomic ORs as the programs do. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, TARGET_BIT_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} target_bits SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DROP_MAX);

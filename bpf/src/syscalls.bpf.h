@@ -37,7 +37,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, task, 0, 0);
 	if (!start) {
-		__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
+		__u32 *state = maybe_target(tgid) ? bpf_map_lookup_elem(&target_pids, &tgid) : NULL;
 		if (!state)
 			return 0;
 		if (*state != TARGET_ACTIVE) {

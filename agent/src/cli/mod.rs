@@ -12,6 +12,7 @@ mod engine_args;
 mod files;
 mod live;
 mod record;
+mod unwind_table;
 
 pub use engine_args::EngineArgs;
 pub use files::{DiffArgs, ExportArgs, FormatArg, ReportArgs, ServeArgs};
@@ -48,6 +49,8 @@ pub enum Command {
     /// Compare runs of two builds: per-phase deltas, and with several runs per side intervals
     /// and verdicts (improved / regressed / no change / inconclusive).
     Diff(DiffArgs),
+    /// The unwind table `--unwind dwarf` builds for a binary: rows, kernel memory, build time.
+    UnwindTable(unwind_table::UnwindTableArgs),
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -61,6 +64,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Export(args) => files::run_export(args),
         Command::Diff(args) => files::run_diff(args),
         Command::Serve(args) => files::run_serve(args),
+        Command::UnwindTable(args) => unwind_table::run_unwind_table(args),
     }
 }
 

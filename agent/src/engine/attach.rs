@@ -4,7 +4,7 @@ use std::os::fd::IntoRawFd;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
-use phaseprof_bpf::types;
+use phaseprof_bpf::{limits, types};
 use phaseprof_model::EventKind;
 
 use super::{monotonic_ns, Engine, EngineConfig, ProbeSpec, SwitchFlavour, Uprobe};
@@ -89,7 +89,11 @@ impl Engine<'_> {
             .maps
             .target_pids
             .update(&pid.to_ne_bytes(), &state.0.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("adding pid {pid} to the targets"))
+            .with_context(|| format!("adding pid {pid} to the targets"))?;
+        // After the entry: the programs look it up once they see the bit.
+        let words = limits::TARGET_BIT_WORDS as usize;
+        self.target_bits
+            .fetch_or_u64((pid as usize / 64) % words, 1 << (pid % 64))
     }
 
     /// Records `pid` (all its threads, present and future) from now on.

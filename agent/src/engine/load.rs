@@ -13,6 +13,7 @@ use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkelBuilder};
 use phaseprof_model::EventKind;
 
 use super::drain::Counters;
+use super::mapped::MappedArray;
 use super::{
     pod, Engine, EngineConfig, SwitchFlavour, TargetEvent, MAX_STACK_COPY, MAX_SYSCALL_COSTS,
 };
@@ -274,13 +275,18 @@ impl<'obj> Engine<'obj> {
         let ring = builder.build()?;
         let rows = match cfg.unwind_rows {
             0 => None,
-            n => Some(super::tables::RowsMapping::map(
+            n => Some(MappedArray::map(
                 skel.maps.unwind_rows.as_fd(),
-                n,
+                n as usize * 8,
             )?),
         };
+        let target_bits = MappedArray::map(
+            skel.maps.target_bits.as_fd(),
+            limits::TARGET_BIT_WORDS as usize * 8,
+        )?;
         Ok(Engine {
             rows,
+            target_bits,
             skel,
             links: Vec::new(),
             alloc_links: HashMap::new(),

@@ -15,6 +15,7 @@ use drain::Counters;
 mod attach;
 mod drain;
 mod load;
+mod mapped;
 mod stats;
 mod tables;
 
@@ -197,7 +198,9 @@ pub struct Engine<'obj> {
     alloc_stacks: Counters,
     pagefault_counts: Counters,
     /// The unwind tables' rows, mapped (None: no tables).
-    rows: Option<tables::RowsMapping>,
+    rows: Option<mapped::MappedArray>,
+    /// The targets bitmap (`target_bits`), mapped.
+    target_bits: mapped::MappedArray,
     /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
     detached_at_ns: Option<u64>,
     pub flavour: SwitchFlavour,

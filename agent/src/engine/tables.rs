@@ -18,46 +18,6 @@ pub const UNWIND_COUNTERS: usize = types::unwind_counter::UNW_MAX.0 as usize;
 /// at load; a glibc takes ~25k rows, a 100 MB Rust binary ~1.5M).
 pub const DEFAULT_UNWIND_ROWS: u32 = 2 << 20;
 
-/// The rows array, mapped into our memory.
-pub(super) struct RowsMapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl RowsMapping {
-    /// Maps the `unwind_rows` array (BPF_F_MMAPABLE) of `rows` entries shared and writable.
-    pub(super) fn map(fd: std::os::fd::BorrowedFd<'_>, rows: u32) -> Result<Self> {
-        use std::os::fd::AsRawFd;
-        let len = (rows as usize * 8).next_multiple_of(4096);
-        // SAFETY: maps `len` bytes of the map's fd; the kernel checks the length and the
-        // mapping is only accessed within it (see `write`), and unmapped in Drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mapping the unwind rows");
-        }
-        Ok(RowsMapping {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-}
-
-impl Drop for RowsMapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `map` mapped.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// One executable mapping of a process as the walker sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableMapping {
@@ -73,7 +33,7 @@ pub struct TableMapping {
 impl Engine<'_> {
     /// Rows the kernel's array holds.
     pub fn unwind_rows_capacity(&self) -> u32 {
-        self.rows.as_ref().map_or(0, |r| (r.len / 8) as u32)
+        self.rows.as_ref().map_or(0, |r| (r.len() / 8) as u32)
     }
 
     /// Writes encoded rows (`struct unwind_row`, 8 bytes each) from index `at`.
@@ -81,18 +41,10 @@ impl Engine<'_> {
         let Some(m) = &self.rows else {
             bail!("no unwind rows were allocated at load");
         };
-        let from = at as usize * 8;
-        let to = from + rows.len() * 8;
-        if to > m.len {
-            bail!("unwind rows {at}..+{} past the array's end", rows.len());
-        }
-        // SAFETY: from..to lies within the mapping (checked above); the BPF walker reads rows
-        // only through mappings published after this write (see `publish_unwind_block`).
-        let dst = unsafe { std::slice::from_raw_parts_mut(m.ptr.add(from), to - from) };
-        for (d, r) in dst.chunks_exact_mut(8).zip(rows) {
-            d.copy_from_slice(r);
-        }
-        Ok(())
+        // The BPF walker reads rows only through mappings published after this write (see
+        // `publish_unwind_block`).
+        m.write(at as usize * 8, rows.as_flattened())
+            .with_context(|| format!("unwind rows {at}..+{}", rows.len()))
     }
 
     /// Writes block `block`'s mappings (sorted by start, at most MAX_UNWIND_MAPPINGS).

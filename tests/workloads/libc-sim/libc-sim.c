@@ -21,9 +21,9 @@
 
 static int rounds = 200, writes_per_round = 20, fd = -1;
 static volatile unsigned long sink;
-/* Where each batch is published before it is freed: the allocation escapes, so the compiler
- * cannot elide the malloc/free pair. */
-static unsigned char *volatile last_batch;
+/* Where each thread publishes its batch before freeing it: the allocation escapes, so the
+ * compiler cannot elide the malloc/free pair (per thread: a shared one would be freed twice). */
+static __thread unsigned char *volatile last_batch;
 
 __attribute__((noinline)) static void flush_records(void)
 {

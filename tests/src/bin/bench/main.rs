@@ -1,7 +1,7 @@
 //! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
 //!
 //! Run as root after `cargo build --release --workspace`:
-//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|agent|unwind]`.
+//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|agent|unwind|defaults]`.
 //! Prints: ns per syscall of a getppid loop bare / with our probes attached but the loop not a
 //! target (the floor) / under `record` (stacks on and off) / under bpftrace doing the same
 //! counting; validator-sim's wall time bare vs recorded; the agent's CPU% and peak RSS while
@@ -9,17 +9,21 @@
 //! the function entry vs at the chosen (emulated) instruction; validator-sim's slowdown with
 //! allocation probes, with and without `--alloc-budget 1%`; flamegraph render time and SVG size
 //! for 50k unique stacks, and the profile page's load time from `phaseprof serve`; the
-//! agent's CPU per 1,000 samples and the target's slowdown with frame-pointer vs dwarf unwinding.
+//! agent's CPU per 1,000 samples and the target's slowdown with frame-pointer vs stack-copy
+//! unwinding; the default events' per-event kernel cost by way of walking stacks, the unwind
+//! tables' size and build time, and validator-sim's and dd's slowdown vs bare and bpftrace.
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use phaseprof_e2e::{phaseprof_bin, read_until, rust_workload, truth_from};
 
+mod defaults;
 mod fleet;
 mod measure;
 mod phases;
 mod unwind;
 
+use defaults::defaults_bench;
 use fleet::{fleet_bench, FleetHour};
 use phases::phases_bench;
 use unwind::unwind_bench;
@@ -428,50 +432,62 @@ fn main() {
         // 7. Agent cost while recording a 16-thread target at 99 Hz: steady state (its threads'
         //    scheduler runtime between 3 s and 28 s) and in total (wait4, including load and
         //    first symbolization), with peak RSS.
-        let mut target = Command::new(&sim)
-            .args([
-                "--blocks",
-                "1500",
-                "--threads",
-                "16",
-                "--burn-ms",
-                "2",
-                "--flushes",
-                "8",
-                "--sleep-ms",
-                "20",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        let agent = Command::new(&pp)
-            .args([
-                "record",
-                "--pid",
-                &target.id().to_string(),
-                "--duration",
-                "30s",
-                "-o",
-                tmp,
-            ])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let (steady, steady_wall) = steady_cpu(agent.id(), 3, 25);
-        let (cpu, rss_kib) = wait_rusage(agent);
-        let wall = t.elapsed().as_secs_f64();
-        let _ = target.kill();
-        let _ = target.wait();
-        println!(
-            "agent recording a 16-thread validator-sim at 99 Hz: steady state {:.2}% of one core; \
-         whole {wall:.1} s run incl. load and symbolization {:.2}%; peak RSS {:.1} MiB",
+        for (build, sim) in [
+            ("frame-pointer build", sim.clone()),
+            (
+                "no frame pointers, unwind tables",
+                phaseprof_e2e::rust_workload_without_frame_pointers("validator-sim"),
+            ),
+        ] {
+            let mut target = Command::new(&sim)
+                .args([
+                    "--blocks",
+                    "1500",
+                    "--threads",
+                    "16",
+                    "--burn-ms",
+                    "2",
+                    "--flushes",
+                    "8",
+                    "--sleep-ms",
+                    "20",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            let t = Instant::now();
+            let agent = Command::new(&pp)
+                .args([
+                    "record",
+                    "--pid",
+                    &target.id().to_string(),
+                    "--duration",
+                    "30s",
+                    "-o",
+                    tmp,
+                ])
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let (steady, steady_wall) = steady_cpu(agent.id(), 3, 25);
+            let (cpu, rss_kib) = wait_rusage(agent);
+            let wall = t.elapsed().as_secs_f64();
+            let _ = target.kill();
+            let _ = target.wait();
+            println!(
+            "agent recording a 16-thread validator-sim ({build}) at 99 Hz, default events: steady \
+             state {:.2}% of one core; whole {wall:.1} s run incl. load and symbolization {:.2}%; \
+             peak RSS {:.1} MiB",
             100.0 * steady / steady_wall,
             100.0 * cpu / wall,
             rss_kib as f64 / 1024.0
         );
+        }
     }
     if wanted("unwind") {
         unwind_bench(&pp, tmp, rounds);
+    }
+    if wanted("defaults") {
+        defaults_bench(&pp, tmp, rounds, has_bpftrace);
     }
 }

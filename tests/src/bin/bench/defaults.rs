@@ -1,0 +1,313 @@
+//! The default events' cost (`--only defaults`): what each event costs in the kernel per stack
+//! walk (frame pointers, unwind tables, stack copy), what the tables cost to build and hold, and
+//! the slowdown of validator-sim and of `dd` under the defaults, each against bare and against
+//! bpftrace doing the same recording, alternating in one run.
+use std::process::{Command, Stdio};
+
+use phaseprof_e2e::{rust_workload, rust_workload_without_frame_pointers, truth_from};
+
+use super::measure::{median, run};
+
+/// bpftrace recording what phaseprof's defaults record: cpu stacks at 99 Hz, off-CPU time by
+/// stack, syscall counts and latency with a user stack per syscall (bpftrace has no sampling).
+const BPFTRACE_DEFAULTS: &str = "profile:hz:99 /pid == cpid/ { @cpu[ustack, kstack] = count(); } \
+     tracepoint:sched:sched_switch /pid == cpid/ { @off[tid] = nsecs; @offstack[tid] = ustack; } \
+     tracepoint:sched:sched_switch /@off[args->next_pid]/ { @offcpu[@offstack[args->next_pid]] = \
+     sum(nsecs - @off[args->next_pid]); delete(@off[args->next_pid]); } \
+     tracepoint:raw_syscalls:sys_enter /pid == cpid/ { @s[tid] = nsecs; @u[ustack] = count(); } \
+     tracepoint:raw_syscalls:sys_exit /pid == cpid && @s[tid]/ { @n[args->id] = count(); \
+     @t[args->id] = sum(nsecs - @s[tid]); delete(@s[tid]); }";
+
+/// Which way to run a program: bare, under `phaseprof record` with these flags, or bpftrace.
+#[derive(Clone, Copy)]
+enum Under<'a> {
+    Bare,
+    Phaseprof(&'a [&'a str]),
+    Bpftrace,
+}
+
+fn command(pp: &std::path::Path, tmp: &str, how: Under, argv: &[String]) -> Command {
+    match how {
+        Under::Bare => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
+        Under::Phaseprof(flags) => {
+            let mut c = Command::new(pp);
+            c.arg("record")
+                .args(flags)
+                .args(["-o", tmp, "--"])
+                .args(argv);
+            c
+        }
+        Under::Bpftrace => {
+            let mut c = Command::new("bpftrace");
+            c.args(["-q", "-e", BPFTRACE_DEFAULTS, "-c", &argv.join(" ")]);
+            c
+        }
+    }
+}
+
+/// The program's own elapsed time in seconds: validator-sim's truth line, or dd's summary.
+fn elapsed(pp: &std::path::Path, tmp: &str, how: Under, argv: &[String]) -> f64 {
+    let mut c = command(pp, tmp, how, argv);
+    if argv[0].ends_with("dd") {
+        let o = c.stdout(Stdio::null()).output().expect("run dd");
+        let err = String::from_utf8_lossy(&o.stderr);
+        // "1228800000 bytes (1.2 GB, 1.1 GiB) copied, 0.43 s, 2.9 GB/s"
+        let secs = err.lines().find_map(|l| {
+            l.split(", ")
+                .nth(2)?
+                .strip_suffix(" s")?
+                .parse::<f64>()
+                .ok()
+        });
+        return secs.unwrap_or_else(|| panic!("no dd summary in {err}"));
+    }
+    truth_from(run(&mut c).as_bytes())["elapsed_ns"]
+        .as_f64()
+        .unwrap()
+        / 1e9
+}
+
+/// Slowdowns of each program under the defaults and under bpftrace, alternating.
+fn slowdowns(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace: bool) {
+    let sim_args = [
+        "--blocks",
+        "40",
+        "--threads",
+        "2",
+        "--burn-ms",
+        "10",
+        "--flushes",
+        "200",
+        "--sleep-ms",
+        "2",
+        "--clone-bytes",
+        "65536",
+    ];
+    let argv = |bin: &std::path::Path, args: &[&str]| -> Vec<String> {
+        std::iter::once(bin.display().to_string())
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect()
+    };
+    let dd = ["if=/dev/zero", "of=/dev/null", "bs=4k", "count=300000"];
+    let programs = [
+        (
+            "validator-sim, frame-pointer build",
+            argv(&rust_workload("validator-sim"), &sim_args),
+        ),
+        (
+            "validator-sim, no frame pointers (tables)",
+            argv(
+                &rust_workload_without_frame_pointers("validator-sim"),
+                &sim_args,
+            ),
+        ),
+        (
+            "dd bs=4k count=300000 (tables)",
+            argv(std::path::Path::new("/usr/bin/dd"), &dd),
+        ),
+    ];
+    let mut ways: Vec<(&str, Under)> = vec![
+        ("bare", Under::Bare),
+        ("phaseprof defaults", Under::Phaseprof(&[])),
+        (
+            "phaseprof --syscall-stacks all",
+            Under::Phaseprof(&["--syscall-stacks", "all"]),
+        ),
+    ];
+    if has_bpftrace {
+        ways.push(("bpftrace, same events", Under::Bpftrace));
+    }
+    for (name, argv) in &programs {
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
+        for _ in 0..rounds {
+            for (i, (_, how)) in ways.iter().enumerate() {
+                times[i].push(elapsed(pp, tmp, *how, argv));
+            }
+        }
+        let bare = median(times[0].clone());
+        println!("{name}, its own elapsed time, median of {rounds} alternating rounds:");
+        for ((label, _), t) in ways.iter().zip(times) {
+            let t = median(t);
+            println!(
+                "  {label:<32} {:9.1} ms  ratio {:.3}x ({:+.2}%)",
+                t * 1e3,
+                t / bare,
+                100.0 * (t / bare - 1.0)
+            );
+        }
+    }
+}
+
+/// Mean ns per run of each of our programs whose name starts with one of `names`, from the
+/// kernel's BPF statistics, read while `phaseprof record` runs `argv` with `flags`.
+fn program_costs(pp: &std::path::Path, tmp: &str, flags: &[&str], argv: &[String]) -> Vec<f64> {
+    let mut rec = command(pp, tmp, Under::Phaseprof(flags), argv)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output();
+    let _ = rec.wait();
+    let progs: serde_json::Value = out
+        .ok()
+        .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+        .unwrap_or_default();
+    PROGRAMS
+        .iter()
+        .map(|(prefix, _)| {
+            progs
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+                .and_then(|p| Some(p["run_time_ns"].as_f64()? / p["run_cnt"].as_f64()?.max(1.0)))
+                .unwrap_or(f64::NAN)
+        })
+        .collect()
+}
+
+/// Our programs that take user stacks (the kernel cuts names to 15 characters).
+const PROGRAMS: [(&str, &str); 3] = [
+    ("perf_event__sam", "cpu sample"),
+    ("raw_tp__sys_ent", "syscall entry"),
+    ("tp_btf__sched_s", "sched_switch"),
+];
+
+/// Per-event cost of each way to walk a user stack, from the kernel's BPF statistics.
+fn per_event_costs(pp: &std::path::Path, tmp: &str, rounds: usize) {
+    let args = [
+        "--blocks",
+        "150",
+        "--threads",
+        "2",
+        "--burn-ms",
+        "10",
+        "--flushes",
+        "200",
+        "--sleep-ms",
+        "2",
+        "--clone-bytes",
+        "65536",
+    ];
+    let fp = std::iter::once(rust_workload("validator-sim").display().to_string())
+        .chain(args.iter().map(|a| a.to_string()))
+        .collect::<Vec<_>>();
+    let mut nofp = fp.clone();
+    nofp[0] = rust_workload_without_frame_pointers("validator-sim")
+        .display()
+        .to_string();
+    let ways: [(&str, &[&str], &Vec<String>); 4] = [
+        (
+            "no syscall stacks (baseline)",
+            &["--unwind", "fp", "--syscall-stacks", "none"],
+            &fp,
+        ),
+        (
+            "frame-pointer walk",
+            &["--unwind", "fp", "--syscall-stacks", "all"],
+            &fp,
+        ),
+        (
+            "unwind tables (BPF)",
+            &["--unwind", "dwarf", "--syscall-stacks", "all"],
+            &nofp,
+        ),
+        (
+            "16 KiB stack copy",
+            &["--unwind", "copy", "--syscall-stacks", "none"],
+            &nofp,
+        ),
+    ];
+    let stats_before =
+        std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
+    let mut costs: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); PROGRAMS.len()]; ways.len()];
+    for _ in 0..rounds {
+        for (i, (_, flags, argv)) in ways.iter().enumerate() {
+            for (j, ns) in program_costs(pp, tmp, flags, argv).into_iter().enumerate() {
+                costs[i][j].push(ns);
+            }
+        }
+    }
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
+    // Frames per table walk, from the last recording under tables.
+    let frames = Command::new(pp)
+        .args([
+            "record",
+            "--unwind",
+            "dwarf",
+            "--syscall-stacks",
+            "all",
+            "-o",
+            tmp,
+            "--",
+        ])
+        .args(&nofp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()
+        .and_then(|_| {
+            let r: serde_json::Value =
+                serde_json::from_str(&run(Command::new(pp).args(["report", "--json", tmp])))
+                    .ok()?;
+            let w = &r["events"]["cpu"]["unwind"]["walks"];
+            Some(w["frames"].as_f64()? / w["stacks"].as_f64()?.max(1.0))
+        })
+        .unwrap_or(f64::NAN);
+    println!(
+        "ns per program run (kernel BPF statistics, validator-sim, median of {rounds}; \
+         ~{frames:.1} frames per table walk):"
+    );
+    println!(
+        "  {:<30} {:>12} {:>14} {:>13}",
+        "user stacks by", PROGRAMS[0].1, PROGRAMS[1].1, PROGRAMS[2].1
+    );
+    for ((label, _, _), c) in ways.iter().zip(costs) {
+        let c: Vec<f64> = c.into_iter().map(median).collect();
+        println!(
+            "  {label:<30} {:>9.0} ns {:>11.0} ns {:>10.0} ns",
+            c[0], c[1], c[2]
+        );
+    }
+}
+
+/// The tables for a big binary (rustc's driver library, ~150 MB) and for libc: rows, kernel
+/// memory, build time, via `phaseprof unwind-table`.
+fn table_costs(pp: &std::path::Path) {
+    let sysroot = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let driver = std::fs::read_dir(format!("{sysroot}/lib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("librustc_driver"))
+        });
+    let files = driver
+        .into_iter()
+        .chain(std::iter::once("/lib/x86_64-linux-gnu/libc.so.6".into()));
+    println!("unwind tables (`phaseprof unwind-table`):");
+    for f in files {
+        let out = run(Command::new(pp).arg("unwind-table").arg(&f));
+        println!("  {}", out.trim());
+    }
+}
+
+pub fn defaults_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace: bool) {
+    table_costs(pp);
+    per_event_costs(pp, tmp, rounds);
+    slowdowns(pp, tmp, rounds, has_bpftrace);
+}
