@@ -30,14 +30,15 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 nr = ctx->args[1];
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	/* Entries are created for targets' threads only (below), so a thread that has one is a
-	 * target's: its syscalls skip the target_pids lookup. */
-	if (stopped || nr == NR_URETPROBE || nr == NR_UPROBE)
+	/* Nearly every process on the host is no target: one array load tells. Entries are created
+	 * for targets' threads only (below), so a thread that has one is a target's: its syscalls
+	 * skip the target_pids lookup. */
+	if (stopped || !maybe_target(tgid) || nr == NR_URETPROBE || nr == NR_UPROBE)
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, task, 0, 0);
 	if (!start) {
-		__u32 *state = maybe_target(tgid) ? bpf_map_lookup_elem(&target_pids, &tgid) : NULL;
+		__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
 		if (!state)
 			return 0;
 		if (*state != TARGET_ACTIVE) {
@@ -88,11 +89,11 @@ SEC("raw_tp/sys_exit")
 int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	/* Only targets' threads have an entry: a target's exit skips the target_pids lookup. */
-	if (stopped)
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (stopped || !maybe_target(tgid))
 		return 0;
 	struct syscall_start *start =
 		bpf_task_storage_get(&syscall_starts, bpf_get_current_task_btf(), 0, 0);
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!start || !start->ts) {
 		if (!is_active(tgid))
 			return 0;

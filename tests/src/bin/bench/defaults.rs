@@ -174,9 +174,10 @@ fn program_costs(pp: &std::path::Path, tmp: &str, flags: &[&str], argv: &[String
 }
 
 /// Our programs that take user stacks (the kernel cuts names to 15 characters).
-const PROGRAMS: [(&str, &str); 3] = [
+const PROGRAMS: [(&str, &str); 4] = [
     ("perf_event__sam", "cpu sample"),
     ("raw_tp__sys_ent", "syscall entry"),
+    ("raw_tp__sys_exi", "syscall exit"),
     ("tp_btf__sched_s", "sched_switch"),
 ];
 

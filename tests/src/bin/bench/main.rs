@@ -137,12 +137,16 @@ fn main() {
                 Box::new(attached_not_target),
             ),
             (
-                "record --syscall-stacks false",
-                Box::new(|| measure(record(&["--syscall-stacks", "false"]))),
+                "record --syscall-stacks none",
+                Box::new(|| measure(record(&["--syscall-stacks", "none"]))),
             ),
             (
-                "record (syscall stacks on)",
+                "record (defaults: sampled stacks)",
                 Box::new(|| measure(record(&[]))),
+            ),
+            (
+                "record --syscall-stacks all",
+                Box::new(|| measure(record(&["--syscall-stacks", "all"]))),
             ),
         ];
         if has_bpftrace {
