@@ -149,28 +149,28 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
         how(&auto_nofp)
     );
     // The text report says the same in its header.
-    let text = phaseprof_ok(&["report", dwarf.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&text.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("stacks: "))
-        .unwrap_or_default();
+    let line = stacks_line(&dwarf);
     assert!(
         line.contains(": dwarf (--unwind dwarf)")
             && line.contains("stacks walked from unwind tables"),
         "{line}"
     );
-    let text = phaseprof_ok(&["report", copy.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&text.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("stacks: "))
-        .unwrap_or_default();
+    let line = stacks_line(&copy);
     assert!(
         line.contains(": copy (--unwind copy)")
             && line.contains(&format!("{n_copy} samples unwound from stack copies")),
         "{line}"
     );
+}
+
+/// The `stacks: ` line of a recording's text report.
+fn stacks_line(file: &Path) -> String {
+    let out = phaseprof_ok(&["report", file.to_str().unwrap()]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("stacks: "))
+        .unwrap_or_default()
+        .to_string()
 }
 
 // Checks that phases leave stacks whole: with phase probes on validator-sim built without frame

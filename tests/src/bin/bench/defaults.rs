@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use phaseprof_e2e::{rust_workload, rust_workload_without_frame_pointers, truth_from};
 
-use super::measure::{median, run};
+use super::measure::{median, run, sim_args};
 
 /// bpftrace recording what phaseprof's defaults record: cpu stacks at 99 Hz, off-CPU time by
 /// stack, syscall counts and latency with a user stack per syscall (bpftrace has no sampling).
@@ -73,26 +73,16 @@ fn elapsed(pp: &std::path::Path, tmp: &str, how: Under, argv: &[String]) -> f64 
 
 /// Slowdowns of each program under the defaults and under bpftrace, alternating.
 fn slowdowns(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace: bool) {
-    let sim_args = [
-        "--blocks",
-        "40",
-        "--threads",
-        "2",
-        "--burn-ms",
-        "10",
-        "--flushes",
-        "200",
-        "--sleep-ms",
-        "2",
-        "--clone-bytes",
-        "65536",
-    ];
-    let argv = |bin: &std::path::Path, args: &[&str]| -> Vec<String> {
+    let sim_args = sim_args("40");
+    let argv = |bin: &std::path::Path, args: &[String]| -> Vec<String> {
         std::iter::once(bin.display().to_string())
-            .chain(args.iter().map(|a| a.to_string()))
+            .chain(args.iter().cloned())
             .collect()
     };
-    let dd = ["if=/dev/zero", "of=/dev/null", "bs=4k", "count=300000"];
+    let dd: Vec<String> = ["if=/dev/zero", "of=/dev/null", "bs=4k", "count=300000"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
     let programs = [
         (
             "validator-sim, frame-pointer build",
@@ -183,22 +173,9 @@ const PROGRAMS: [(&str, &str); 4] = [
 
 /// Per-event cost of each way to walk a user stack, from the kernel's BPF statistics.
 fn per_event_costs(pp: &std::path::Path, tmp: &str, rounds: usize) {
-    let args = [
-        "--blocks",
-        "150",
-        "--threads",
-        "2",
-        "--burn-ms",
-        "10",
-        "--flushes",
-        "200",
-        "--sleep-ms",
-        "2",
-        "--clone-bytes",
-        "65536",
-    ];
+    let args = sim_args("150");
     let fp = std::iter::once(rust_workload("validator-sim").display().to_string())
-        .chain(args.iter().map(|a| a.to_string()))
+        .chain(args)
         .collect::<Vec<_>>();
     let mut nofp = fp.clone();
     nofp[0] = rust_workload_without_frame_pointers("validator-sim")

@@ -197,29 +197,16 @@ fn main() {
     }
     if wanted("sim") {
         // 2. validator-sim, default events, A/B alternating.
-        let sim_args = [
-            "--blocks",
-            "40",
-            "--threads",
-            "2",
-            "--burn-ms",
-            "10",
-            "--flushes",
-            "200",
-            "--sleep-ms",
-            "2",
-            "--clone-bytes",
-            "65536",
-        ];
+        let sim_args = sim_args("40");
         let (mut sb, mut sr) = (vec![], vec![]);
         for _ in 0..rounds {
-            let t = truth_from(run(Command::new(&sim).args(sim_args)).as_bytes());
+            let t = truth_from(run(Command::new(&sim).args(&sim_args)).as_bytes());
             sb.push(t["elapsed_ns"].as_f64().unwrap());
             let t = truth_from(
                 run(Command::new(&pp)
                     .args(["record", "-o", tmp, "--"])
                     .arg(&sim)
-                    .args(sim_args))
+                    .args(&sim_args))
                 .as_bytes(),
             );
             sr.push(t["elapsed_ns"].as_f64().unwrap());

@@ -4,6 +4,28 @@ use std::time::Instant;
 
 pub const LOOP_CALLS: u64 = 2_000_000;
 
+/// validator-sim's syscall-heavy run (~32k syscalls/s: 200 flushes per block and thread, each
+/// one write(2)) of `blocks` blocks, as the sim and defaults sections run it.
+pub fn sim_args(blocks: &str) -> Vec<String> {
+    [
+        "--blocks",
+        blocks,
+        "--threads",
+        "2",
+        "--burn-ms",
+        "10",
+        "--flushes",
+        "200",
+        "--sleep-ms",
+        "2",
+        "--clone-bytes",
+        "65536",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect()
+}
+
 pub fn syscall_loop(n: u64) {
     let t = Instant::now();
     for _ in 0..n {
