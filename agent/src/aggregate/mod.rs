@@ -41,9 +41,19 @@ fn is_probe_frame(f: &Frame) -> bool {
         "uretprobe_",
         "handle_swbp",
         "arch_uprobe_",
+        // The breakpoint trap a uprobe is (a program's own int3 is a debugger's business).
+        "asm_exc_int3",
+        "exc_int3",
     ];
     f.kind == phaseprof_model::FrameKind::Kernel
         && PREFIXES.iter().any(|p| f.function.starts_with(p))
+}
+
+/// User frames of phaseprof's own machinery: the kernel's uprobe page (`[uprobes]`), where a
+/// return probe's trampoline runs before the function's caller gets its return.
+fn is_probe_user_frame(f: &Frame) -> bool {
+    f.kind != phaseprof_model::FrameKind::Kernel
+        && (f.module == "[uprobes]" || f.function.starts_with("[uprobes]"))
 }
 
 /// The stack every sample taken inside phaseprof's own probes is counted under: the profiler's
@@ -320,8 +330,9 @@ impl Aggregator {
     /// `Taken::ByProbe` (our program took it, as at a switch-out) the probe's own frames at the
     /// leaf, the program and the glue that ran it, are left out. A probe frame in the rest of the
     /// kernel stack means the thread was in phaseprof's machinery (a cpu sample that interrupted
-    /// a probe; a thread waiting inside a uprobe trap): the stack is then [`OWN_COST_FRAME`], a
-    /// tower of its own, never the target's code.
+    /// a probe; a thread waiting inside a uprobe trap), as does a user frame in the uprobe page
+    /// (a return probe's trampoline): the stack is then [`OWN_COST_FRAME`], a tower of its own,
+    /// never the target's code.
     fn stack(
         &mut self,
         pid: u32,
@@ -342,6 +353,15 @@ impl Aggregator {
             ours |= probe;
             frames.extend_from_slice(ids);
         }
+        let user_frames: Vec<u32> = user
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &a)| self.user_frames[&(pid, lookup_addr(i, a))].iter().copied())
+            .collect();
+        ours |= user_frames
+            .iter()
+            .any(|&f| self.builder.frame(f).is_some_and(is_probe_user_frame));
         if ours {
             let own = self.builder.intern_frame(Frame {
                 function: OWN_COST_FRAME.into(),
@@ -351,9 +371,7 @@ impl Aggregator {
             });
             return self.builder.intern_stack(vec![own]);
         }
-        for (i, &a) in user.unwrap_or_default().iter().enumerate() {
-            frames.extend_from_slice(&self.user_frames[&(pid, lookup_addr(i, a))]);
-        }
+        frames.extend(user_frames);
         self.builder.intern_stack(frames)
     }
 

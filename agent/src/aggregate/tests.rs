@@ -26,6 +26,15 @@ impl Symbolize for FakeSymbolizer {
         addrs
             .iter()
             .map(|a| {
+                if *a == 0x7fff_0000 {
+                    // 0x7fff_0000 is in the kernel's uprobe page: a return probe's trampoline.
+                    return vec![Frame {
+                        function: "[uprobes]+0xd".into(),
+                        module: "[uprobes]".into(),
+                        kind: FrameKind::User,
+                        inlined: false,
+                    }];
+                }
                 if *a == 0x2000 {
                     // 0x2000 is `inner` inlined into `outer`.
                     vec![
@@ -113,11 +122,17 @@ fn samples_in_our_probes_are_our_own_line() {
         kernel: Some(kernel),
         count,
     };
+    // A sample whose user stack passes through a return probe's trampoline.
+    let in_trampoline = RawCpu {
+        user: Some(vec![0x7fff_0000, 0x1000]),
+        ..sample(vec![0xff00], 7)
+    };
     let w = RawWindow {
         cpu: vec![
             sample(vec![0xbf00, 0xff00], 2),
             sample(vec![0xff00, 0x7700], 3),
             sample(vec![0xff00], 5),
+            in_trampoline,
         ],
         ..RawWindow::default()
     };
@@ -131,9 +146,9 @@ fn samples_in_our_probes_are_our_own_line() {
             (p.frames[leaf as usize].function.as_str(), s.count)
         })
         .collect();
-    assert_eq!(by_leaf[OWN_COST_FRAME], 5);
+    assert_eq!(by_leaf[OWN_COST_FRAME], 5 + 7);
     assert_eq!(by_leaf["kff00"], 5);
-    assert_eq!(p.cpu.iter().map(|s| s.count).sum::<u64>(), 10);
+    assert_eq!(p.cpu.iter().map(|s| s.count).sum::<u64>(), 17);
 }
 
 // Checks that an off-CPU stack whose thread waited inside phaseprof's machinery (a uprobe

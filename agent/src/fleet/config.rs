@@ -9,8 +9,8 @@
 //! spool_limit = "256MiB"
 //! metrics_listen = "127.0.0.1:9464"
 //! events = ["cpu", "offcpu", "syscall"]
-//! unwind = "auto"                  # auto | fp | dwarf (see `record --unwind`)
-//! stack_copy = "16KiB"             # user stack copied per sample with dwarf unwinding
+//! unwind = "auto"                  # auto | fp | dwarf | copy (see `record --unwind`)
+//! stack_copy = "16KiB"             # user stack copied per sample with `copy` unwinding
 //! phases = "/etc/phaseprof/phases.toml"    # for targets without their own
 //! [labels]
 //! service = "relay"
