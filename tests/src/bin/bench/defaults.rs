@@ -244,16 +244,17 @@ fn per_event_costs(pp: &std::path::Path, tmp: &str, rounds: usize) {
         "ns per program run (kernel BPF statistics, validator-sim, median of {rounds}; \
          ~{frames:.1} frames per table walk):"
     );
-    println!(
-        "  {:<30} {:>12} {:>14} {:>13}",
-        "user stacks by", PROGRAMS[0].1, PROGRAMS[1].1, PROGRAMS[2].1
-    );
+    print!("  {:<30}", "user stacks by");
+    for (_, name) in PROGRAMS {
+        print!(" {name:>14}");
+    }
+    println!();
     for ((label, _, _), c) in ways.iter().zip(costs) {
-        let c: Vec<f64> = c.into_iter().map(median).collect();
-        println!(
-            "  {label:<30} {:>9.0} ns {:>11.0} ns {:>10.0} ns",
-            c[0], c[1], c[2]
-        );
+        print!("  {label:<30}");
+        for ns in c.into_iter().map(median) {
+            print!(" {ns:>11.0} ns");
+        }
+        println!();
     }
 }
 
