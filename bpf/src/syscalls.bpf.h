@@ -9,19 +9,22 @@
  * first of its number, then one in syscall_stack_every), else 0 (no stacks) or STACK_NOT_SAMPLED. */
 static __always_inline __u64 syscall_stack(void *ctx, struct syscall_start *start, __u32 nr)
 {
-	if (syscall_stack_every <= 1)
-		return syscall_stack_every ? user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK) : 0;
-	__u32 at = nr & (MAX_SYSCALL_NR - 1);
-	__u64 bit = 1ULL << (at & 63);
-	bool first = !(start->seen[at / 64] & bit);
-	start->seen[at / 64] |= bit;
-	if (first)
-		return user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK);
-	if (start->until_stack > 1) {
+	if (!syscall_stack_every)
+		return 0;
+	/* One call site for the walk: each is verified on its own. */
+	bool take = syscall_stack_every == 1;
+	if (!take) {
+		__u32 at = nr & (MAX_SYSCALL_NR - 1);
+		__u64 bit = 1ULL << (at & 63);
+		take = !(start->seen[at / 64] & bit);
+		start->seen[at / 64] |= bit;
+	}
+	if (!take && start->until_stack > 1) {
 		start->until_stack--;
 		return STACK_NOT_SAMPLED;
 	}
-	start->until_stack = 1 + bpf_get_prandom_u32() % (2 * syscall_stack_every - 1);
+	if (syscall_stack_every > 1 && start->until_stack <= 1)
+		start->until_stack = 1 + bpf_get_prandom_u32() % (2 * syscall_stack_every - 1);
 	return user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK);
 }
 

@@ -58,9 +58,31 @@ struct walk_ctx {
 	__u32 slot;  /* enum stack_slot */
 	__u32 first; /* the target's block of unwind_mappings */
 	__u32 count;
-	__u32 pad;
+	__u32 unmapped; /* a frame's address lay in none of the target's mappings */
 	__u64 fp_frames;
 };
+
+/* When this CPU last announced a target's unknown code (see announce_unmapped). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} unmapped_announced SEC(".maps");
+
+/* A walk met code outside every mapping user space gave for `tgid` (a library mapped since, by
+ * dlopen or by the loader): asks user space to re-read its mappings, at most once per 10 ms per
+ * CPU, instead of waiting for its periodic re-read. */
+static __always_inline void announce_unmapped(__u32 tgid)
+{
+	__u32 zero = 0;
+	__u64 *at = bpf_map_lookup_elem(&unmapped_announced, &zero);
+	__u64 now = bpf_ktime_get_ns();
+	if (!at || now - *at < 10 * 1000 * 1000)
+		return;
+	*at = now;
+	emit(TEV_MMAP, tgid, 0);
+}
 
 static __always_inline void unwind_count(enum unwind_counter c, __u64 n)
 {
@@ -137,9 +159,13 @@ static __always_inline __u64 restore_return(struct unwind_walk *w, __u64 addr, _
 	return ra;
 }
 
-/* One frame: records its address and steps to its caller. 1 ends the walk. */
-static long unwind_step(__u64 index, struct walk_ctx *c)
+/* One frame: records its address and steps to its caller. 1 ends the walk. Global: the verifier
+ * checks it once per program, on its own, instead of within every walk's loop at every call site
+ * (which took it about half a second per site). */
+__noinline int unwind_frame(struct walk_ctx *c)
 {
+	if (!c)
+		return 1;
 	__u32 slot = c->slot;
 	struct unwind_walk *w = bpf_map_lookup_elem(&unwind_walks, &slot);
 	struct stack_trace *st = bpf_map_lookup_elem(&stack_scratch, &slot);
@@ -155,6 +181,8 @@ static long unwind_step(__u64 index, struct walk_ctx *c)
 	 * matters when a call to a function that never returns ends its caller). */
 	struct unwind_mapping *m = find_mapping(c->first, c->count, n ? pc - 1 : pc);
 	struct unwind_row *row = m ? find_row(m, n ? pc - 1 : pc) : NULL;
+	if (!m)
+		c->unmapped = 1;
 	__u8 kind = row ? row->kind : UNWIND_FP;
 	__u64 cfa;
 	if (kind == UNWIND_END) {
@@ -189,6 +217,12 @@ static long unwind_step(__u64 index, struct walk_ctx *c)
 	w->sp = cfa;
 	w->pc = ra;
 	return ra ? 0 : 1;
+}
+
+static long unwind_step(__u64 index, struct walk_ctx *c)
+{
+	/* A global function returns any scalar to the verifier; a callback must return 0 or 1. */
+	return unwind_frame(c) ? 1 : 0;
 }
 
 /*
@@ -229,6 +263,8 @@ static __always_inline bool walk_user_stack(struct stack_trace *st, struct unwin
 		unwind_count(UNW_COMPLETE, 1);
 	else if (st->len >= MAX_STACK_DEPTH)
 		unwind_count(UNW_TRUNCATED, 1);
+	if (c.unmapped)
+		announce_unmapped(bpf_get_current_pid_tgid() >> 32);
 	return st->len > 0;
 }
 

@@ -47,6 +47,8 @@ pub struct KernelTables {
     free_blocks: Vec<u32>,
     blocks_used: u32,
     rebuilding: bool,
+    /// Files loaded since the last rebuild: without any, a rebuild would free nothing.
+    loaded_since_rebuild: u64,
     pub stats: TableStats,
 }
 
@@ -60,11 +62,10 @@ impl KernelTables {
         if self.targets.get(&pid).is_some_and(|(_, v)| *v == vmas) {
             return Ok(());
         }
-        let mut maps = self.mappings(engine, pid, &vmas)?;
-        if maps.iter().any(|m| m.is_none()) && self.rebuild(engine, pid)? {
-            maps = self.mappings(engine, pid, &vmas)?;
+        let (mut maps, full) = self.mappings(engine, pid, &vmas)?;
+        if full && self.rebuild(engine, pid)? {
+            maps = self.mappings(engine, pid, &vmas)?.0;
         }
-        let mut maps: Vec<TableMapping> = maps.into_iter().flatten().collect();
         maps.sort_by_key(|m| m.start);
         // The walker searches a fixed number: past it, code is walked by frame pointers.
         maps.truncate(MAX_UNWIND_MAPPINGS);
@@ -114,18 +115,35 @@ impl KernelTables {
         Ok(self.blocks_used - 1)
     }
 
-    /// The walker's view of each executable file mapping (None: its rows did not fit).
+    /// The walker's view of each executable mapping, and whether a file's rows did not fit (its
+    /// mapping has none then).
     fn mappings(
         &mut self,
         engine: &mut Engine,
         pid: u32,
         vmas: &[Vma],
-    ) -> Result<Vec<Option<TableMapping>>> {
+    ) -> Result<(Vec<TableMapping>, bool)> {
+        let mut full = false;
         let mut out = Vec::new();
-        for vma in vmas.iter().filter(|v| v.is_file()) {
+        // Code without a file (the vDSO, the uprobe page, a JIT's) and files we cannot read
+        // are known mappings without rows: walked by frame pointers, and no reason for the
+        // walker to announce unknown code.
+        let no_table = |vma: &Vma| TableMapping {
+            start: vma.start,
+            end: vma.end,
+            bias: 0,
+            row_start: 0,
+            row_count: 0,
+        };
+        for vma in vmas {
+            if !vma.is_file() {
+                out.push(no_table(vma));
+                continue;
+            }
             let path = ProcMaps::open_path(pid, vma);
             let Ok(meta) = std::fs::metadata(&path) else {
-                continue; // gone: its frames are walked by frame pointers
+                out.push(no_table(vma));
+                continue;
             };
             let key = (meta.dev(), meta.ino());
             if !self.files.contains_key(&key) {
@@ -133,22 +151,24 @@ impl KernelTables {
                 self.files.insert(key, rows);
             }
             let Some(Some(f)) = self.files.get(&key) else {
-                out.push(None);
+                full = true;
+                out.push(no_table(vma));
                 continue;
             };
             let Some(vaddr) = mapped_vaddr(&f.segments, vma.offset) else {
+                out.push(no_table(vma));
                 continue;
             };
             let load_bias = vma.start.wrapping_sub(vaddr);
-            out.push(Some(TableMapping {
+            out.push(TableMapping {
                 start: vma.start,
                 end: vma.end,
                 bias: load_bias.wrapping_add(f.base),
                 row_start: f.row_start,
                 row_count: f.row_count,
-            }));
+            });
         }
-        Ok(out)
+        Ok((out, full))
     }
 
     /// Compiles `path` and writes its rows; None when they do not fit.
@@ -175,6 +195,7 @@ impl KernelTables {
             segments: t.segments,
         };
         self.next_row += n;
+        self.loaded_since_rebuild += 1;
         self.stats.files += 1;
         self.stats.rows += n as u64;
         self.stats.unsupported_rows += t.unsupported as u64;
@@ -183,12 +204,14 @@ impl KernelTables {
 
     /// The rows array is full: starts it afresh with the files the live targets map (rows of
     /// files no target maps any more are dropped) and reinstalls every target but `pid`, which
-    /// the caller installs. False when already rebuilding.
+    /// the caller installs. False when already rebuilding, or when no file was loaded since the
+    /// last rebuild (nothing would be freed).
     fn rebuild(&mut self, engine: &mut Engine, pid: u32) -> Result<bool> {
-        if self.rebuilding {
+        if self.rebuilding || self.loaded_since_rebuild == 0 {
             return Ok(false);
         }
         self.rebuilding = true;
+        self.loaded_since_rebuild = 0;
         self.stats.rebuilds += 1;
         let others: Vec<u32> = self.targets.keys().copied().filter(|&p| p != pid).collect();
         // Frame pointers meanwhile: their blocks point at rows about to be overwritten.
