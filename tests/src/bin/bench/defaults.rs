@@ -173,7 +173,8 @@ const PROGRAMS: [(&str, &str); 4] = [
 
 /// Per-event cost of each way to walk a user stack, from the kernel's BPF statistics.
 fn per_event_costs(pp: &std::path::Path, tmp: &str, rounds: usize) {
-    let args = sim_args("150");
+    // ~5 s: still running when the statistics are read, 2.5 s in.
+    let args = sim_args("400");
     let fp = std::iter::once(rust_workload("validator-sim").display().to_string())
         .chain(args)
         .collect::<Vec<_>>();
