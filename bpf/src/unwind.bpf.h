@@ -104,8 +104,8 @@ static __always_inline __u32 at_most(__u64 a, __u64 b)
 	return (a - b - 1) >> 63;
 }
 
-/* The index of the last of `count` sorted keys from `first` that is <= `at` (the first one
- * when none is: callers check), read by `key_at`. */
+/* The index of the last of the `count` entries of `map` from `first`, sorted by `field`, whose
+ * `field` is <= `at` (the first one when none is: callers check). */
 #define LAST_AT_MOST(map, type, field, first, count, at, steps)                                    \
 	({                                                                                         \
 		__u32 base_ = (first), len_ = (count);                                             \
@@ -226,7 +226,7 @@ static long unwind_step(__u64 index, struct walk_ctx *c)
 }
 
 /*
- * Walks the current thread's user stack from the tables of `proc` (from its registers at the
+ * Walks the current thread's user stack from the tables of target `t` (from its registers at the
  * kernel entry: a syscall's, an interrupt's, a uprobe's trap) into the scratch stack of `slot`.
  * False when the walk could not start.
  */

@@ -108,7 +108,12 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
     // Every stack was walked from the tables, and the walker's own count of walks that reached
     // the thread's entry agrees with the symbols.
     let walks = &u["walks"];
-    assert!(walks["stacks"].as_u64().unwrap_or(0) >= n_dwarf, "{u}");
+    // (A sample during the exec itself, before the target's tables exist, is the kernel's
+    // frame-pointer walk.)
+    assert!(
+        walks["stacks"].as_f64().unwrap_or(0.0) >= 0.99 * n_dwarf as f64,
+        "{u}"
+    );
     assert!(
         walks["complete"].as_f64().unwrap_or(0.0) >= 0.95 * walks["stacks"].as_f64().unwrap(),
         "{u}"

@@ -293,6 +293,10 @@ impl<'obj> Session<'obj> {
         for ev in events {
             match ev {
                 TargetEvent::Exec { pid, .. } if !self.live.contains(&pid) => {
+                    // A target we have not seen (its fork's event lost) is stopped all the same.
+                    if self.hold_execs {
+                        self.engine.resume(pid);
+                    }
                     if let Some(re) = name.filter(|re| targets::matches_name(pid, re)) {
                         self.add_target(pid)?;
                         if self.verbose {

@@ -232,6 +232,52 @@ mod tests {
         assert!(unsupported < 2, "{}% unsupported rows", unsupported);
     }
 
+    // Checks the assembled table against gimli's own rows, FDE by FDE, at every row's start and
+    // last address, for libc and the dynamic loader: the merged, sorted table says the same
+    // rule everywhere a function's CFI does.
+    #[test]
+    fn table_agrees_with_every_fde() {
+        for path in [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib64/ld-linux-x86-64.so.2",
+        ] {
+            let path = Path::new(path);
+            let t = compile(path).unwrap();
+            let data = std::fs::read(path).unwrap();
+            let elf = object::File::parse(&data[..]).unwrap();
+            let section = elf.section_by_name(".eh_frame").unwrap();
+            let bytes = section.uncompressed_data().unwrap();
+            let eh = EhFrame::new(&bytes, LittleEndian);
+            let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+            if let Some(text) = elf.section_by_name(".text") {
+                bases = bases.set_text(text.address());
+            }
+            let mut ctx = UnwindContext::new();
+            let mut entries = eh.entries(&bases);
+            let mut checked = 0;
+            while let Some(entry) = entries.next().unwrap() {
+                let CieOrFde::Fde(partial) = entry else {
+                    continue;
+                };
+                let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o)).unwrap();
+                let mut rows = fde.rows(&eh, &bases, &mut ctx).unwrap();
+                while let Some(row) = rows.next_row().unwrap() {
+                    let want = rule_of(row, &eh);
+                    for addr in [row.start_address(), row.end_address() - 1] {
+                        let got = t.row_at(addr).map(|r| (r.kind, r.cfa_off, r.rbp_off));
+                        assert_eq!(got, Some(want), "{} at {addr:#x}", path.display());
+                        checked += 1;
+                    }
+                }
+            }
+            assert!(
+                checked > 1000,
+                "{checked} rows checked in {}",
+                path.display()
+            );
+        }
+    }
+
     // Checks the row encoding against the header's layout.
     #[test]
     fn rows_encode_as_the_header_says() {
