@@ -98,7 +98,8 @@ static __always_inline void unwind_count(enum unwind_counter c, __u64 n)
  * step, which it cannot prune and which exceeds its budget within a few frames.
  */
 
-/* 1 when a <= b, else 0. */
+/* 1 when a <= b, else 0, for a and b below 2^63 (user space addresses; user space leaves the
+ * kernel half's [vsyscall] out of the mappings). */
 static __always_inline __u32 at_most(__u64 a, __u64 b)
 {
 	return (a - b - 1) >> 63;

@@ -32,7 +32,7 @@ fn attach_serves_windows_and_detaches() {
         .spawn()
         .unwrap();
     let out = scratch("attach").join("ring.phaseprof");
-    let mut agent = as_a_user_would(&mut Command::new(phaseprof_bin()))
+    let mut agent = Command::new(phaseprof_bin())
         .args([
             "attach",
             "--pid",

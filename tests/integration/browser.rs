@@ -43,7 +43,7 @@ fn profile_page_and_diff_in_chromium() {
     let _g = bpf_lock();
     let a = record("browser-a", "100");
     let b = record("browser-b", "25");
-    let mut server = as_a_user_would(&mut Command::new(phaseprof_bin()))
+    let mut server = Command::new(phaseprof_bin())
         .args([
             "serve",
             a.to_str().unwrap(),

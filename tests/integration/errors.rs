@@ -175,7 +175,7 @@ fn killed_recording_keeps_the_old_file() {
     let dir = scratch("sigkill");
     let out = dir.join("keep.phaseprof");
     std::fs::write(&out, b"the previous recording").unwrap();
-    let mut rec = as_a_user_would(&mut Command::new(phaseprof_bin()))
+    let mut rec = Command::new(phaseprof_bin())
         .args(["record", "-o", out.to_str().unwrap(), "--", "sleep", "30"])
         .stderr(Stdio::piped())
         .spawn()

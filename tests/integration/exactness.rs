@@ -177,7 +177,7 @@ fn syscall_counts_equal_strace() {
     let input = dir.join("input.txt");
     fixed_file(&input);
     let st = dir.join("strace.txt");
-    let status = as_a_user_would(&mut Command::new("strace"))
+    let status = Command::new("strace")
         .args([
             "-f",
             "-c",
@@ -199,7 +199,7 @@ fn syscall_counts_equal_strace() {
     );
 
     let out = dir.join("gzip.phaseprof");
-    let o = as_a_user_would(&mut Command::new(phaseprof_bin()))
+    let o = Command::new(phaseprof_bin())
         .args([
             "record",
             "-o",
@@ -237,7 +237,7 @@ fn name_finds_processes_started_later() {
     let dir = scratch("name");
     let out = dir.join("name.phaseprof");
     let phases = root().join("tests/workloads/validator-sim/phases.toml");
-    let mut rec = as_a_user_would(&mut Command::new(phaseprof_bin()))
+    let mut rec = Command::new(phaseprof_bin())
         .args([
             "record",
             "-v",
@@ -350,7 +350,7 @@ fn offcpu_in_progress_at_stop_is_counted() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let mut rec = as_a_user_would(&mut Command::new(phaseprof_bin()))
+    let mut rec = Command::new(phaseprof_bin())
         .args([
             "record",
             "-v",

@@ -58,7 +58,7 @@ fn agent(
         ),
     )
     .unwrap();
-    let mut a = as_a_user_would(&mut Command::new(phaseprof_bin()))
+    let mut a = Command::new(phaseprof_bin())
         .args(["agent", "--config", cfg.to_str().unwrap()])
         .stderr(Stdio::piped())
         .spawn()

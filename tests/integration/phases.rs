@@ -338,7 +338,7 @@ fn phase_probes_add_no_syscalls() {
     let bin = c_workload("phase-syscalls", "", &[]);
     let dir = scratch("phase-syscalls");
     let st = dir.join("strace.txt");
-    let status = as_a_user_would(&mut std::process::Command::new("strace"))
+    let status = std::process::Command::new("strace")
         .args(["-f", "-c", "-o", st.to_str().unwrap()])
         .arg(&bin)
         .args(["6", "700"])
@@ -431,7 +431,7 @@ fn attaching_mid_phase_says_phases_are_incomplete() {
     );
     assert!(text.contains("== phases (INCOMPLETE"), "{text}");
 
-    let mut server = as_a_user_would(&mut std::process::Command::new(phaseprof_bin()))
+    let mut server = std::process::Command::new(phaseprof_bin())
         .args(["serve", out.to_str().unwrap(), "--listen", "127.0.0.1:0"])
         .stderr(std::process::Stdio::piped())
         .spawn()

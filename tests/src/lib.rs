@@ -130,18 +130,10 @@ pub fn bpf_lock() -> MutexGuard<'static, ()> {
 
 /// Runs phaseprof with `args`, returning its output (stdout holds the workload's output).
 pub fn phaseprof(args: &[&str]) -> Output {
-    as_a_user_would(&mut Command::new(phaseprof_bin()))
+    Command::new(phaseprof_bin())
         .args(args)
         .output()
         .expect("running phaseprof")
-}
-
-/// `cmd` without what cargo test adds to the environment: LD_LIBRARY_PATH (its target dirs),
-/// which a user's shell does not set and which changes what the dynamic loader does before
-/// `main` (its path search, a known gap of the unwind tables: README). Every program whose
-/// syscalls a test compares (phaseprof's targets, strace's) runs this way.
-pub fn as_a_user_would(cmd: &mut Command) -> &mut Command {
-    cmd.env_remove("LD_LIBRARY_PATH")
 }
 
 /// Runs phaseprof and panics with its stderr unless it succeeded.
@@ -364,7 +356,7 @@ pub fn record_until_attached(
     std::process::Child,
     std::io::BufReader<std::process::ChildStderr>,
 ) {
-    let mut rec = as_a_user_would(&mut Command::new(phaseprof_bin()))
+    let mut rec = Command::new(phaseprof_bin())
         .args(["record", "-v"])
         .args(args)
         .stderr(std::process::Stdio::piped())
