@@ -102,6 +102,12 @@ fn window() -> RawWindow {
     }
 }
 
+/// The leaf frame's function of `stack` in `p`.
+fn leaf_of(p: &Profile, stack: u32) -> &str {
+    let leaf = p.stacks[stack as usize].frames[0];
+    p.frames[leaf as usize].function.as_str()
+}
+
 // Checks that cpu samples taken inside phaseprof's own probes (a BPF program, a helper's
 // stack walk, a tracepoint iterator anywhere in the kernel stack) are counted, all of them,
 // under the one own-cost frame, apart from the target's stacks.
@@ -141,10 +147,7 @@ fn samples_in_our_probes_are_our_own_line() {
     let by_leaf: HashMap<&str, u64> = p
         .cpu
         .iter()
-        .map(|s| {
-            let leaf = p.stacks[s.stack as usize].frames[0];
-            (p.frames[leaf as usize].function.as_str(), s.count)
-        })
+        .map(|s| (leaf_of(&p, s.stack), s.count))
         .collect();
     assert_eq!(by_leaf[OWN_COST_FRAME], 5 + 7);
     assert_eq!(by_leaf["kff00"], 5);
@@ -183,10 +186,7 @@ fn waits_inside_our_probes_are_our_own_line() {
     let by_leaf: HashMap<&str, u64> = p
         .offcpu
         .iter()
-        .map(|s| {
-            let leaf = p.stacks[s.stack as usize].frames[0];
-            (p.frames[leaf as usize].function.as_str(), s.ns)
-        })
+        .map(|s| (leaf_of(&p, s.stack), s.ns))
         .collect();
     assert_eq!(by_leaf["kfdff"], 10);
     assert_eq!(by_leaf[OWN_COST_FRAME], 30);
