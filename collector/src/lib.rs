@@ -2,8 +2,10 @@
 //! whole before anything is stored), stores them behind the [`store::Store`] trait (SQLite embedded, or ClickHouse), and merges
 //! them by label selector and time range.
 pub mod app;
+pub mod batch;
 pub mod clickhouse;
 pub mod merged;
+pub mod rows;
 pub mod pages;
 pub mod sqlite;
 pub mod store;

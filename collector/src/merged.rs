@@ -1,80 +1,25 @@
-//! Stored windows decoded and merged into one profile, as queries and pages need them.
+//! Selections as profiles: the store's sums rebuilt into one profile (`rows::rebuild`), and
+//! each window's sums digested for a diff.
 use phaseprof_model::diff::RunDigest;
-use phaseprof_model::merge::Merger;
 use phaseprof_model::Profile;
 
-use crate::store::StoreError;
+use crate::rows::rebuild;
+use crate::store::{Selector, Store, StoreError};
 
-pub fn decode(body: &[u8]) -> Result<Profile, StoreError> {
-    phaseprof_model::read_profile(body).map_err(|e| StoreError::Corrupt(e.to_string()))
+/// Every window `sel` selects merged into one profile by the store; None if none matches.
+pub fn merged_profile(store: &dyn Store, sel: &Selector) -> Result<Option<Profile>, StoreError> {
+    let m = store.merged(sel)?;
+    if m.agg.windows == 0 {
+        return Ok(None);
+    }
+    Ok(Some(rebuild(&m.agg, &m.dict)))
 }
 
-/// Each body decoded and digested for a diff, on every core, one window per worker at a time:
-/// only the digests are kept (a fleet's hour of windows, decoded at once, would not fit).
-pub fn digest_bodies(bodies: &[Vec<u8>]) -> Result<Vec<RunDigest>, StoreError> {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(bodies.len())
-        .max(1);
-    let parts: Vec<Result<Vec<RunDigest>, StoreError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = bodies
-            .chunks(bodies.len().div_ceil(workers).max(1))
-            .map(|share| {
-                scope.spawn(move || {
-                    share
-                        .iter()
-                        .map(|b| Ok(RunDigest::of(&decode(b)?)))
-                        .collect()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(StoreError::Backend("a digest worker panicked".into())))
-            })
-            .collect()
-    });
-    let mut out = Vec::with_capacity(bodies.len());
-    for p in parts {
-        out.extend(p?);
-    }
-    Ok(out)
-}
-
-/// `bodies` merged into one profile. Windows are decoded and folded in on every core, each
-/// worker merging its share one window at a time (an hour of a fleet is thousands of windows:
-/// never all decoded at once); the partial merges are merged last.
-pub fn merge_bodies(bodies: &[Vec<u8>]) -> Result<Profile, StoreError> {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(bodies.len())
-        .max(1);
-    let partials: Vec<Result<Profile, StoreError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = bodies
-            .chunks(bodies.len().div_ceil(workers).max(1))
-            .map(|share| {
-                scope.spawn(move || {
-                    let mut m = Merger::default();
-                    for b in share {
-                        m.add(&decode(b)?);
-                    }
-                    Ok(m.finish())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(StoreError::Backend("a merge worker panicked".into())))
-            })
-            .collect()
-    });
-    let mut m = Merger::default();
-    for p in partials {
-        m.add(&p?);
-    }
-    Ok(m.finish())
+/// Each selected window's digest for a diff, from its sums in the store.
+pub fn digests(store: &dyn Store, sel: &Selector) -> Result<Vec<RunDigest>, StoreError> {
+    let (aggs, dict) = store.per_window(sel)?;
+    Ok(aggs
+        .iter()
+        .map(|a| RunDigest::of(&rebuild(a, &dict)))
+        .collect())
 }

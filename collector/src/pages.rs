@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use phaseprof_model::Profile;
 use phaseprof_view::web::{LabelPicker, ProfileEntry, ProfileSource};
 
-use crate::merged::merge_bodies;
+use crate::merged::merged_profile;
 use crate::store::{Selector, Store, WindowInfo};
 use phaseprof_model::units::parse_duration;
 
@@ -76,11 +76,7 @@ impl Selections {
             labels,
             ..self.recent(last)
         };
-        let bodies = self.store.bodies(&sel).ok()?;
-        if bodies.is_empty() {
-            return None;
-        }
-        merge_bodies(&bodies).ok()
+        merged_profile(self.store.as_ref(), &sel).ok().flatten()
     }
 }
 
@@ -270,9 +266,8 @@ mod tests {
             let p = window(host, version, n);
             let mut body = Vec::new();
             write_profile(&p, &mut body).unwrap();
-            let m = &p.meta;
             store
-                .insert(host, None, &m.labels, m.start_unix_ns, m.end_unix_ns, &body)
+                .insert(crate::store::NewWindow::from_body(host, None, body).unwrap())
                 .unwrap();
         }
         let app = phaseprof_view::web::app(phaseprof_view::web::AppState {

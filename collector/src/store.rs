@@ -1,9 +1,12 @@
-//! Storage behind a trait: the embedded SQLite store by default; ClickHouse for fleets.
-//! A window is stored whole, in the `.phaseprof` encoding it arrived in, with its labels and
-//! time range as columns to select by.
+//! Storage behind a trait: the embedded SQLite store by default; ClickHouse for fleets. A
+//! window is stored as rows (`rows`: stacks once, samples, phase totals, counters) with
+//! minute and hour rollups written at ingest, so merged views are sums the store computes;
+//! its body, as received, is kept for download.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+
+use crate::rows::{Aggregate, Dictionary, Merged, WindowRows};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -11,6 +14,16 @@ pub enum StoreError {
     Backend(String),
     #[error("a stored window does not decode: {0}")]
     Corrupt(String),
+}
+
+impl StoreError {
+    /// The same error again (one batch's failure answers each of its windows).
+    pub fn duplicate(&self) -> StoreError {
+        match self {
+            StoreError::Backend(s) => StoreError::Backend(s.clone()),
+            StoreError::Corrupt(s) => StoreError::Corrupt(s.clone()),
+        }
+    }
 }
 
 /// Which windows a query wants: every label given must match, and the window must start in
@@ -35,14 +48,34 @@ impl Selector {
         Ok(out)
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>, start_ns: u64) -> bool {
-        start_ns >= self.from_ns
-            && (self.to_ns == 0 || start_ns < self.to_ns)
-            && self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+    pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+
+    /// The end of the range, `u64::MAX` when open (kept below 2^63: SQLite's integers).
+    pub fn to(&self) -> u64 {
+        if self.to_ns == 0 {
+            i64::MAX as u64
+        } else {
+            self.to_ns.min(i64::MAX as u64)
+        }
+    }
+
+    /// The ids of the label sets (id, labels as JSON) this selector matches.
+    pub fn matching_labelsets(&self, sets: &[(u64, String)]) -> Result<Vec<u64>, StoreError> {
+        let mut out = Vec::new();
+        for (id, json) in sets {
+            let labels: BTreeMap<String, String> =
+                serde_json::from_str(json).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if self.matches_labels(&labels) {
+                out.push(*id);
+            }
+        }
+        Ok(out)
     }
 }
 
-/// A stored window, without its body.
+/// A stored window, without its rows or body.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct WindowInfo {
     pub id: i64,
@@ -50,6 +83,7 @@ pub struct WindowInfo {
     pub labels: BTreeMap<String, String>,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// Its body as received (gzip JSON), kept for download.
     pub bytes: usize,
 }
 
@@ -62,23 +96,58 @@ pub struct Inserted {
     pub duplicate: bool,
 }
 
+/// A window to store: who sent it, its idempotency key, its rows and its body.
+pub struct NewWindow {
+    pub agent: String,
+    pub key: Option<String>,
+    pub rows: WindowRows,
+    pub body: Vec<u8>,
+}
+
+impl NewWindow {
+    /// A window from its body as received (decoded and split here: tests, migrations).
+    pub fn from_body(agent: &str, key: Option<&str>, body: Vec<u8>) -> Result<Self, StoreError> {
+        let p = phaseprof_model::read_profile(&body[..])
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        Ok(NewWindow {
+            agent: agent.to_string(),
+            key: key.map(str::to_string),
+            rows: crate::rows::split(&p),
+            body,
+        })
+    }
+}
+
+/// What a store holds, by table: rows and bytes (on disk where the store can say).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Footprint {
+    pub tables: Vec<TableSize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TableSize {
+    pub table: String,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
 pub trait Store: Send + Sync + 'static {
-    /// Stores one window (all of it or nothing), unless `agent` stored one under the same `key`
-    /// before.
-    fn insert(
-        &self,
-        agent: &str,
-        key: Option<&str>,
-        labels: &BTreeMap<String, String>,
-        start_ns: u64,
-        end_ns: u64,
-        body: &[u8],
-    ) -> Result<Inserted, StoreError>;
+    /// Stores one window (all of it or nothing), unless its agent stored one under the same
+    /// key before.
+    fn insert(&self, w: NewWindow) -> Result<Inserted, StoreError>;
     /// The windows `sel` selects, oldest first.
     fn windows(&self, sel: &Selector) -> Result<Vec<WindowInfo>, StoreError>;
-    /// Their bodies, in the same order.
-    fn bodies(&self, sel: &Selector) -> Result<Vec<Vec<u8>>, StoreError>;
-    /// Deletes windows that ended before `before_ns`; returns how many.
+    /// One window's body as received.
+    fn body(&self, id: i64) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The windows `sel` selects summed in the store (rollups where whole buckets fit), with
+    /// the stacks, names and phase sets the sums refer to.
+    fn merged(&self, sel: &Selector) -> Result<Merged, StoreError>;
+    /// Each selected window's own sums (a diff's replicates), oldest first, with what they
+    /// all refer to.
+    fn per_window(&self, sel: &Selector) -> Result<(Vec<Aggregate>, Dictionary), StoreError>;
+    /// Deletes the windows (and rollups) of whole hours before `before_ns`; returns how many
+    /// windows.
     fn retain(&self, before_ns: u64) -> Result<usize, StoreError>;
     fn count(&self) -> Result<u64, StoreError>;
+    fn footprint(&self) -> Result<Footprint, StoreError>;
 }

@@ -34,6 +34,36 @@ pub struct PhaseStats {
     pub page_faults: u64,
 }
 
+impl PhaseStats {
+    /// Adds `s` (another window's totals of the same phase): sums saturate, the maximum is
+    /// the larger.
+    pub fn absorb(&mut self, s: &PhaseStats) {
+        let into = self;
+        let mut hist: std::collections::BTreeMap<u32, u64> = into.wall_hist.iter().copied().collect();
+        for &(i, n) in &s.wall_hist {
+            let e = hist.entry(i).or_default();
+            *e = e.saturating_add(n);
+        }
+        into.wall_hist = hist.into_iter().collect();
+        into.calls = into.calls.saturating_add(s.calls);
+        into.wall_ns = into.wall_ns.saturating_add(s.wall_ns);
+        into.wall_max_ns = into.wall_max_ns.max(s.wall_max_ns);
+        into.cpu_ns = into.cpu_ns.saturating_add(s.cpu_ns);
+        into.offcpu_ns = into.offcpu_ns.saturating_add(s.offcpu_ns);
+        into.gowait_ns = into.gowait_ns.saturating_add(s.gowait_ns);
+        into.syscalls = into.syscalls.saturating_add(s.syscalls);
+        into.syscall_ns = into.syscall_ns.saturating_add(s.syscall_ns);
+        for (k, v) in &s.costs {
+            let e = into.costs.entry(k.clone()).or_default();
+            *e = e.saturating_add(*v);
+        }
+        into.alloc_bytes = into.alloc_bytes.saturating_add(s.alloc_bytes);
+        into.allocs = into.allocs.saturating_add(s.allocs);
+        into.frees = into.frees.saturating_add(s.frees);
+        into.page_faults = into.page_faults.saturating_add(s.page_faults);
+    }
+}
+
 /// Buckets below this are one nanosecond wide; above, 16 per power of two (as in the kernel).
 pub const WALL_SUB_BUCKETS: u64 = 16;
 

@@ -452,7 +452,11 @@ impl Profile {
                 // Sampled stacks stand for the syscalls of their kind that were not sampled.
                 let counts = match self.meta.syscall_stack_every {
                     0 | 1 => self.syscalls.iter().map(|s| s.count).collect(),
-                    _ => crate::syscall_spread::counts_by_stack(&self.syscalls),
+                    _ => crate::syscall_spread::counts_by_stack(&self.syscalls, |st| {
+                        let frames = self.stack_frames(st);
+                        let frame = |f: &u32| self.frames.get(*f as usize);
+                        frames.iter().filter_map(frame).collect::<Vec<_>>()
+                    }),
                 };
                 self.syscalls
                     .iter()

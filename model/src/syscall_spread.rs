@@ -10,8 +10,13 @@ use crate::profile::SyscallSample;
 /// The count each sample stands for when shown by stack: a sampled stack's own count plus its
 /// share of its group's unsampled ones, 0 for an unsampled entry whose group has a sampled stack
 /// (its count went to them), its own count otherwise (a group with no sampled stack shows
-/// without one).
-pub fn counts_by_stack(samples: &[SyscallSample]) -> Vec<u64> {
+/// without one). Shares are rounded by largest remainder, ties to the larger count, then to
+/// the lesser `stack_key` (a stack's content): the result depends on what the samples hold,
+/// not on their order, so windows merged in any order show the same numbers.
+pub fn counts_by_stack<K: Ord>(
+    samples: &[SyscallSample],
+    stack_key: impl Fn(u32) -> K,
+) -> Vec<u64> {
     type Group = (u32, u32, u64, u32);
     let group = |s: &SyscallSample| -> Group { (s.pid, s.phase, s.phase_mask, s.nr) };
     // Per group: every syscall, and those with a sampled stack.
@@ -23,31 +28,40 @@ pub fn counts_by_stack(samples: &[SyscallSample]) -> Vec<u64> {
             t.1 += s.count;
         }
     }
-    let mut out: Vec<u64> = samples
-        .iter()
-        .map(|s| {
-            let (all, sampled) = totals[&group(s)];
+    // Rounded down, with each sampled entry's remainder.
+    let mut rems: HashMap<Group, Vec<(u128, u64, usize)>> = HashMap::new();
+    let mut out: Vec<u64> = (samples.iter().enumerate())
+        .map(|(i, s)| {
+            let g = group(s);
+            let (all, sampled) = totals[&g];
             match (s.stack, sampled) {
                 (_, 0) => s.count,
                 (None, _) => 0,
-                (Some(_), _) => (s.count as u128 * all as u128 / sampled as u128) as u64,
+                (Some(_), _) => {
+                    let exact = s.count as u128 * all as u128;
+                    let rem = exact % sampled as u128;
+                    rems.entry(g).or_default().push((rem, s.count, i));
+                    (exact / sampled as u128) as u64
+                }
             }
         })
         .collect();
-    // Rounding down lost at most one per sampled stack: the group's first sampled stack takes
-    // what is left, so the group's total is exact.
+    // What rounding down lost (less than one per sampled entry) goes one by one to the
+    // entries with the largest remainders.
     let mut given: HashMap<Group, u64> = HashMap::new();
     for (s, v) in samples.iter().zip(&out) {
         *given.entry(group(s)).or_default() += v;
     }
-    for (s, v) in samples.iter().zip(out.iter_mut()) {
-        let g = group(s);
-        if s.stack.is_some() {
-            if let Some(left) = given.get_mut(&g) {
-                let (all, _) = totals[&g];
-                *v += all - *left;
-                *left = all;
-            }
+    for (g, mut entries) in rems {
+        let left = totals[&g].0.saturating_sub(given[&g]) as usize;
+        let key = |i: usize| samples[i].stack.map(&stack_key);
+        entries.sort_by(|a, b| {
+            (b.0.cmp(&a.0))
+                .then(b.1.cmp(&a.1))
+                .then_with(|| key(a.2).cmp(&key(b.2)))
+        });
+        for &(_, _, i) in entries.iter().take(left) {
+            out[i] += 1;
         }
     }
     out
@@ -81,10 +95,22 @@ mod tests {
             sample(1, Some(9), 2),
             sample(0, None, 5),
         ];
-        let got = counts_by_stack(&s);
+        let got = counts_by_stack(&s, |st| st);
         assert_eq!(got[1], 0);
         assert_eq!(got[4], 5);
         assert_eq!(got[0] + got[2] + got[3], 100);
         assert_eq!((got[0], got[2], got[3]), (60, 20, 20));
+        // Whatever the order, the same numbers: 7 unsampled over three stacks of 1.
+        let s = [
+            sample(1, Some(8), 1),
+            sample(1, None, 7),
+            sample(1, Some(9), 1),
+            sample(1, Some(7), 1),
+        ];
+        let got = counts_by_stack(&s, |st| st);
+        assert_eq!((got[3], got[0], got[2]), (4, 3, 3));
+        let reversed: Vec<SyscallSample> = s.iter().rev().cloned().collect();
+        let got = counts_by_stack(&reversed, |st| st);
+        assert_eq!((got[0], got[3], got[1]), (4, 3, 3));
     }
 }

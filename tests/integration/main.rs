@@ -14,6 +14,7 @@ mod hostile;
 mod phases;
 mod real_servers;
 mod soak;
+mod store_sums;
 mod symbols;
 mod unwind;
 

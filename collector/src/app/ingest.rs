@@ -216,7 +216,7 @@ pub(super) async fn ingest(
         .await
         .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     drop(decoder);
-    let meta = match checked {
+    let rows = match checked {
         Ok(m) => m,
         Err(Rejected::TooLarge(why)) => return Err(too_large(why)),
         Err(Rejected::Malformed(why)) => {
@@ -228,17 +228,14 @@ pub(super) async fn ingest(
             return Err(WebError::new(StatusCode::FORBIDDEN, why));
         }
     };
-    let (store, raw, name) = (s.store.clone(), body.clone(), agent.clone());
-    let inserted = tokio::task::spawn_blocking(move || {
-        store.insert(
-            &name,
-            key.as_deref(),
-            &meta.labels,
-            meta.start_unix_ns,
-            meta.end_unix_ns,
-            &raw,
-        )
-    })
+    let window = crate::store::NewWindow {
+        agent: agent.clone(),
+        key,
+        rows,
+        body: body.to_vec(),
+    };
+    let store = s.store.clone();
+    let inserted = tokio::task::spawn_blocking(move || store.insert(window))
     .await
     .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     if inserted.duplicate {
@@ -262,12 +259,12 @@ pub(super) async fn ingest(
 
 /// Whether an upload's bytes are a window this agent may store: it decodes within
 /// `max_inflated`, validates, has a `host` label, carries the labels the agent's token pins,
-/// and does not end in the future. Its metadata, or why not.
+/// and does not end in the future. Its rows (split here, on the decoding worker), or why not.
 fn check_window(
     raw: &[u8],
     max_inflated: u64,
     agent: &crate::tokens::Agent,
-) -> Result<phaseprof_model::Meta, Rejected> {
+) -> Result<crate::rows::WindowRows, Rejected> {
     let profile = match phaseprof_model::read_profile_limited(raw, max_inflated) {
         Ok(p) => p,
         Err(e @ phaseprof_model::FormatError::TooLarge { .. }) => {
@@ -278,7 +275,7 @@ fn check_window(
     if let Err(e) = profile.validate() {
         return Err(Rejected::Malformed(format!("invalid window: {e}")));
     }
-    let m = profile.meta;
+    let m = &profile.meta;
     if !m.labels.contains_key("host") {
         return Err(Rejected::Malformed("the window has no `host` label".into()));
     }
@@ -297,7 +294,7 @@ fn check_window(
             ahead.as_secs()
         )));
     }
-    Ok(m)
+    Ok(crate::rows::split(&profile))
 }
 
 pub(super) fn now() -> Duration {

@@ -22,7 +22,7 @@ mod tests;
 
 use ingest::ingest;
 pub use ingest::{IngestLimits, RateLimit};
-use queries::{diff, labels, merged, merged_download, windows};
+use queries::{diff, labels, merged, merged_download, windows, window_download};
 
 /// Counters for `/metrics`.
 #[derive(Default)]
@@ -79,6 +79,7 @@ pub fn app(state: AppState) -> Router {
             // The limit is enforced by `ingest` itself (after the token, with its own 413).
             post(ingest).layer(DefaultBodyLimit::disable()).get(windows),
         )
+        .route("/api/v1/windows/{id}", get(window_download))
         .route("/api/v1/merged", get(merged))
         .route("/api/v1/merged.phaseprof", get(merged_download))
         .route("/api/v1/labels", get(labels))

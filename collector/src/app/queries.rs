@@ -12,7 +12,7 @@ use phaseprof_view::web::{auth, WebError};
 use serde::Deserialize;
 
 use super::AppState;
-use crate::merged::{digest_bodies, merge_bodies};
+use crate::merged::{digests, merged_profile};
 use crate::store::Selector;
 
 #[derive(Deserialize, Default)]
@@ -51,21 +51,35 @@ pub(super) async fn windows(
     Ok(Json(s.store.windows(&selector(&q)?)?).into_response())
 }
 
-/// The bodies of the windows `q` selects (404 when none matches).
-fn selected_bodies(s: &AppState, q: &SelectorQuery) -> Result<Vec<Vec<u8>>, WebError> {
-    let bodies = s.store.bodies(&selector(q)?)?;
-    if bodies.is_empty() {
-        return Err(WebError::new(
-            StatusCode::NOT_FOUND,
-            format!("no windows match `{}`", q.sel),
-        ));
-    }
-    Ok(bodies)
+fn none_match(q: &SelectorQuery) -> WebError {
+    WebError::new(
+        StatusCode::NOT_FOUND,
+        format!("no windows match `{}`", q.sel),
+    )
 }
 
-/// Every selected window merged into one profile.
+/// Every selected window merged into one profile, summed by the store (404 when none
+/// matches).
 fn merge_selected(s: &AppState, q: &SelectorQuery) -> Result<Profile, WebError> {
-    Ok(merge_bodies(&selected_bodies(s, q)?)?)
+    merged_profile(s.store.as_ref(), &selector(q)?)?.ok_or_else(|| none_match(q))
+}
+
+/// One stored window as received (`GET /api/v1/windows/{id}.phaseprof`).
+pub(super) async fn window_download(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Result<Response, WebError> {
+    check_read(&s, &headers)?;
+    let id: i64 = (name.strip_suffix(".phaseprof").unwrap_or(&name).parse()).map_err(|_| {
+        WebError::new(StatusCode::BAD_REQUEST, format!("`{name}` is not a window id"))
+    })?;
+    let store = s.store.clone();
+    let body = blocking(&s, move || Ok(store.body(id)?)).await?;
+    let body = body.ok_or_else(|| {
+        WebError::new(StatusCode::NOT_FOUND, format!("no window has id {id}"))
+    })?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
 }
 
 /// Runs a query's store and merge work off the async workers, as many at once as
@@ -126,8 +140,7 @@ pub(super) struct DiffQuery {
 }
 
 /// Two selections compared with each stored (host, window) as a replicate: the verdicts of
-/// `phaseprof diff` across the fleet. Windows are decoded one at a time per core and only
-/// their digests kept.
+/// `phaseprof diff` across the fleet, from each window's sums in the store.
 pub(super) async fn diff(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -141,7 +154,11 @@ pub(super) async fn diff(
                 from: q.from,
                 to: q.to,
             };
-            Ok::<_, WebError>(digest_bodies(&selected_bodies(&s, &query)?)?)
+            let d = digests(s.store.as_ref(), &selector(&query)?)?;
+            if d.is_empty() {
+                return Err(none_match(&query));
+            }
+            Ok(d)
         };
         let (a, b) = (side(&q.a)?, side(&q.b)?);
         Ok(phaseprof_model::diff::diff_digests(

@@ -1,0 +1,153 @@
+//! The ClickHouse tables: creation (and columns added to tables of the first layout),
+//! retention, and what they hold on disk.
+use super::http::{quoted, Http};
+use crate::rows::HOUR_NS;
+use crate::store::{Footprint, StoreError, TableSize};
+
+/// Partitions by day of the window's (or bucket's) start: retention drops whole old parts.
+fn by_day(column: &str) -> String {
+    format!("PARTITION BY toYYYYMMDD(toDateTime(intDiv({column}, 1000000000)))")
+}
+
+/// Every table's statement; `{t}` is the windows table's name.
+fn statements(t: &str) -> Vec<String> {
+    let samples_cols = "kind UInt8, pid UInt32, phase UInt64, phaseset UInt64, stack UInt64, \
+                        nr UInt32, value UInt64, value2 UInt64, value3 UInt64, fvalue Float64";
+    let key = "kind, pid, phase, phaseset, stack, nr";
+    let mut v = vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (id Int64, agent String, labels String, \
+             start_ns UInt64, end_ns UInt64, bytes UInt64, body String, idem String DEFAULT '') \
+             ENGINE = MergeTree() {} ORDER BY (start_ns, id)",
+            by_day("start_ns")
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_samples (labelset UInt64, start_ns UInt64, \
+             window Int64, {samples_cols}) ENGINE = MergeTree() {} \
+             ORDER BY (labelset, start_ns, kind)",
+            by_day("start_ns")
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_phase_stats (labelset UInt64, start_ns UInt64, \
+             window Int64, phase UInt64, calls UInt64, wall_ns UInt64, wall_max_ns UInt64, \
+             hist_idx Array(UInt32), hist_n Array(UInt64), cpu_ns UInt64, offcpu_ns UInt64, \
+             gowait_ns UInt64, syscalls UInt64, syscall_ns UInt64, cost_names Array(String), \
+             cost_values Array(UInt64), alloc_bytes UInt64, allocs UInt64, frees UInt64, \
+             page_faults UInt64) ENGINE = MergeTree() {} ORDER BY (labelset, start_ns)",
+            by_day("start_ns")
+        ),
+    ];
+    for (suffix, len) in [("1m", 60_000_000_000u64), ("1h", HOUR_NS)] {
+        v.push(format!(
+            "CREATE TABLE IF NOT EXISTS {t}_samples_{suffix} (labelset UInt64, t UInt64, \
+             {samples_cols}) ENGINE = SummingMergeTree((value, value2, value3, fvalue)) {} \
+             ORDER BY (labelset, t, {key})",
+            by_day("t")
+        ));
+        v.push(format!(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS {t}_samples_{suffix}_mv TO {t}_samples_{suffix} \
+             AS SELECT labelset, intDiv(start_ns, {len}) * {len} AS t, {key}, \
+             sum(value) AS value, sum(value2) AS value2, sum(value3) AS value3, \
+             sum(fvalue) AS fvalue FROM {t}_samples GROUP BY labelset, t, {key}"
+        ));
+    }
+    for (name, cols) in [
+        ("labelsets", "id UInt64, labels String"),
+        ("functions", "id UInt64, name String"),
+        ("mappings", "id UInt64, name String"),
+        (
+            "stacks",
+            "id UInt64, functions Array(UInt64), mappings Array(UInt64), flags Array(UInt8)",
+        ),
+        ("phasesets", "id UInt64, phases Array(UInt64)"),
+    ] {
+        v.push(format!(
+            "CREATE TABLE IF NOT EXISTS {t}_{name} ({cols}) \
+             ENGINE = ReplacingMergeTree() ORDER BY id"
+        ));
+    }
+    v
+}
+
+/// Columns the windows table gained with rows (18.16 has no ADD COLUMN IF NOT EXISTS).
+const WINDOW_COLUMNS: &[(&str, &str)] = &[
+    ("idem", "String DEFAULT ''"),
+    ("labelset", "UInt64 DEFAULT 0"),
+    ("events", "UInt8 DEFAULT 0"),
+    ("head", "String DEFAULT ''"),
+    ("counter_names", "Array(String)"),
+    ("counter_values", "Array(UInt64)"),
+    ("rows", "UInt64 DEFAULT 0"),
+];
+
+pub fn create(http: &Http, t: &str) -> Result<(), StoreError> {
+    let mut made = statements(t).into_iter();
+    if let Some(windows) = made.next() {
+        http.run(&windows, None)?;
+    }
+    for (name, ty) in WINDOW_COLUMNS {
+        let has = http.number(&format!(
+            "SELECT count() FROM system.columns WHERE database = currentDatabase() \
+             AND table = {} AND name = {}",
+            quoted(t),
+            quoted(name)
+        ))?;
+        if has == 0 {
+            http.run(&format!("ALTER TABLE {t} ADD COLUMN {name} {ty}"), None)?;
+        }
+    }
+    for s in made {
+        http.run(&s, None)?;
+    }
+    Ok(())
+}
+
+/// Deletes the windows that started before the hour `before_ns` falls in, with their rows
+/// and rollups (whole buckets: what rollups sum is always what the windows hold).
+pub fn retain(http: &Http, t: &str, before_ns: u64) -> Result<usize, StoreError> {
+    let cutoff = before_ns / HOUR_NS * HOUR_NS;
+    let n = http.number(&format!(
+        "SELECT count() FROM {t} WHERE start_ns < {cutoff}"
+    ))?;
+    if n > 0 {
+        for (table, column) in [
+            (t.to_string(), "start_ns"),
+            (format!("{t}_samples"), "start_ns"),
+            (format!("{t}_phase_stats"), "start_ns"),
+            (format!("{t}_samples_1m"), "t"),
+            (format!("{t}_samples_1h"), "t"),
+        ] {
+            http.run(
+                &format!("ALTER TABLE {table} DELETE WHERE {column} < {cutoff}"),
+                None,
+            )?;
+        }
+    }
+    Ok(n as usize)
+}
+
+/// Rows and compressed bytes on disk per table (active parts).
+pub fn footprint(http: &Http, t: &str) -> Result<Footprint, StoreError> {
+    let out = http.run(
+        &format!(
+            "SELECT table, sum(rows), sum(bytes_on_disk) FROM system.parts \
+             WHERE active AND database = currentDatabase() AND (table = {} OR table LIKE {}) \
+             GROUP BY table ORDER BY table FORMAT TabSeparated",
+            quoted(t),
+            quoted(&format!("{t}\\_%"))
+        ),
+        None,
+    )?;
+    let tables = String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            Some(TableSize {
+                table: f.next()?.to_string(),
+                rows: f.next()?.parse().ok()?,
+                bytes: f.next()?.parse().ok()?,
+            })
+        })
+        .collect();
+    Ok(Footprint { tables })
+}

@@ -1,0 +1,285 @@
+//! Batches of windows into ClickHouse: the dictionary rows not known to be stored, sample
+//! rows (the rollups follow by materialized views), phase totals, then the windows
+//! themselves, each table one INSERT per batch. ClickHouse has no transactions: a batch that
+//! fails part-way is answered with the error and may leave the rows of the tables already
+//! written (the windows table is last, so such a window is never listed).
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex};
+
+use super::http::{quoted, Http};
+use super::rowbinary::*;
+use crate::rows::{self, SampleKey};
+use crate::store::{Inserted, NewWindow, StoreError};
+
+/// Dictionary ids known to be stored (cleared past this many).
+const KNOWN_MAX: usize = 4_000_000;
+
+pub struct Writer {
+    http: Http,
+    table: String,
+    known: HashSet<(u8, u64)>,
+}
+
+/// A fresh id: ClickHouse has no sequences, and collectors sharing a table must not collide.
+/// 63 random bits (std's per-process random hasher keys, fed the time and a counter).
+fn new_id() -> i64 {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    (h.finish() >> 1) as i64
+}
+
+/// One INSERT's data per table.
+#[derive(Default)]
+struct Tables {
+    windows: Vec<u8>,
+    samples: Vec<u8>,
+    phase_stats: Vec<u8>,
+    dict: [Vec<u8>; 5],
+}
+
+const DICT_TABLES: [&str; 5] = ["labelsets", "functions", "mappings", "stacks", "phasesets"];
+
+impl Writer {
+    pub fn new(http: Http, table: &str) -> Self {
+        Writer {
+            http,
+            table: table.to_string(),
+            known: HashSet::new(),
+        }
+    }
+
+    pub fn write(&mut self, batch: Vec<NewWindow>) -> Vec<Result<Inserted, StoreError>> {
+        let n = batch.len();
+        let mut added = Vec::new();
+        match self.insert(batch, &mut added) {
+            Ok(r) => {
+                if self.known.len() > KNOWN_MAX {
+                    self.known.clear();
+                }
+                self.known.extend(added);
+                r
+            }
+            Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
+        }
+    }
+
+    /// Ids of windows stored before under the batch's keys, by (agent, key).
+    fn stored_keys(&self, batch: &[NewWindow]) -> Result<HashMap<(String, String), i64>, StoreError> {
+        let keys: Vec<String> = batch.iter().filter_map(|w| w.key.as_deref().map(quoted)).collect();
+        let mut out = HashMap::new();
+        if keys.is_empty() {
+            return Ok(out);
+        }
+        let reply = self.http.run(
+            &format!(
+                "SELECT agent, idem, id FROM {} WHERE idem IN ({}) FORMAT RowBinary",
+                self.table,
+                keys.join(",")
+            ),
+            None,
+        )?;
+        let mut r = RowReader(&reply);
+        while !r.is_empty() {
+            let (agent, key, id) = (r.string()?, r.string()?, r.i64()?);
+            out.entry((agent, key)).or_insert(id);
+        }
+        Ok(out)
+    }
+
+    fn insert(
+        &mut self,
+        batch: Vec<NewWindow>,
+        added: &mut Vec<(u8, u64)>,
+    ) -> Result<Vec<Result<Inserted, StoreError>>, StoreError> {
+        let mut stored = self.stored_keys(&batch)?;
+        let mut t = Tables::default();
+        let mut out = Vec::with_capacity(batch.len());
+        let mut fresh: HashSet<(u8, u64)> = HashSet::new();
+        for w in &batch {
+            let pair = w.key.clone().map(|k| (w.agent.clone(), k));
+            if let Some(id) = pair.as_ref().and_then(|p| stored.get(p)) {
+                out.push(Ok(Inserted {
+                    id: *id,
+                    duplicate: true,
+                }));
+                continue;
+            }
+            let id = new_id();
+            if let Some(p) = pair {
+                stored.insert(p, id);
+            }
+            let mut new = |table: u8, key: u64| {
+                !self.known.contains(&(table, key)) && fresh.insert((table, key))
+            };
+            put_dictionary(&mut t, &w.rows, &mut new);
+            put_rows(&mut t, id, &w.rows);
+            put_window(&mut t, id, w);
+            out.push(Ok(Inserted {
+                id,
+                duplicate: false,
+            }));
+        }
+        let tb = &self.table;
+        for (i, name) in DICT_TABLES.iter().enumerate() {
+            self.insert_into(&format!("{tb}_{name}"), &t.dict[i])?;
+        }
+        self.insert_into(&format!("{tb}_samples"), &t.samples)?;
+        self.insert_into(&format!("{tb}_phase_stats"), &t.phase_stats)?;
+        self.insert_into(
+            &format!(
+                "{tb} (id, agent, labels, start_ns, end_ns, bytes, body, idem, labelset, events, \
+                 head, counter_names, counter_values, rows)"
+            ),
+            &t.windows,
+        )?;
+        added.extend(fresh);
+        Ok(out)
+    }
+
+    fn insert_into(&self, table: &str, data: &[u8]) -> Result<(), StoreError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.http
+            .run(&format!("INSERT INTO {table} FORMAT RowBinary"), Some(data))
+            .map(|_| ())
+    }
+}
+
+fn put_dictionary(t: &mut Tables, r: &rows::WindowRows, new: &mut impl FnMut(u8, u64) -> bool) {
+    if new(0, r.labelset) {
+        put_u64(&mut t.dict[0], r.labelset);
+        put_string(&mut t.dict[0], r.labels.as_bytes());
+    }
+    for (table, names) in [(1u8, &r.dict.functions), (2, &r.dict.mappings)] {
+        for (id, name) in names {
+            if new(table, *id) {
+                put_u64(&mut t.dict[table as usize], *id);
+                put_string(&mut t.dict[table as usize], name.as_bytes());
+            }
+        }
+    }
+    for (id, s) in &r.dict.stacks {
+        if new(3, *id) {
+            let d = &mut t.dict[3];
+            put_u64(d, *id);
+            put_u64s(d, &s.functions);
+            put_u64s(d, &s.mappings);
+            put_string(d, &s.flags);
+        }
+    }
+    for (id, set) in &r.dict.phasesets {
+        if new(4, *id) {
+            put_u64(&mut t.dict[4], *id);
+            put_u64s(&mut t.dict[4], set);
+        }
+    }
+}
+
+fn put_key(out: &mut Vec<u8>, k: &SampleKey) {
+    out.push(k.kind);
+    out.extend_from_slice(&k.pid.to_le_bytes());
+    put_u64(out, k.phase);
+    put_u64(out, k.phaseset);
+    put_u64(out, k.stack);
+    out.extend_from_slice(&k.nr.to_le_bytes());
+}
+
+fn put_rows(t: &mut Tables, id: i64, r: &rows::WindowRows) {
+    for (k, v) in &r.agg.samples {
+        let s = &mut t.samples;
+        put_u64(s, r.labelset);
+        put_u64(s, r.start_ns);
+        put_i64(s, id);
+        put_key(s, k);
+        put_u64(s, v.value);
+        put_u64(s, v.value2);
+        put_u64(s, v.value3);
+        put_u64(s, v.fvalue.to_bits());
+    }
+    for (phase, s) in &r.agg.phase_stats {
+        let o = &mut t.phase_stats;
+        put_u64(o, r.labelset);
+        put_u64(o, r.start_ns);
+        put_i64(o, id);
+        put_u64(o, *phase);
+        for v in [s.calls, s.wall_ns, s.wall_max_ns] {
+            put_u64(o, v);
+        }
+        put_len(o, s.wall_hist.len());
+        for (i, _) in &s.wall_hist {
+            o.extend_from_slice(&i.to_le_bytes());
+        }
+        put_u64s(o, &s.wall_hist.iter().map(|(_, n)| *n).collect::<Vec<_>>());
+        for v in [s.cpu_ns, s.offcpu_ns, s.gowait_ns, s.syscalls, s.syscall_ns] {
+            put_u64(o, v);
+        }
+        put_len(o, s.costs.len());
+        for k in s.costs.keys() {
+            put_string(o, k.as_bytes());
+        }
+        put_u64s(o, &s.costs.values().copied().collect::<Vec<_>>());
+        for v in [s.alloc_bytes, s.allocs, s.frees, s.page_faults] {
+            put_u64(o, v);
+        }
+    }
+}
+
+fn put_window(t: &mut Tables, id: i64, w: &NewWindow) {
+    let (o, r) = (&mut t.windows, &w.rows);
+    put_i64(o, id);
+    put_string(o, w.agent.as_bytes());
+    put_string(o, r.labels.as_bytes());
+    put_u64(o, r.start_ns);
+    put_u64(o, r.end_ns);
+    put_u64(o, w.body.len() as u64);
+    put_string(o, &w.body);
+    put_string(o, w.key.as_deref().unwrap_or("").as_bytes());
+    put_u64(o, r.labelset);
+    o.push(r.agg.events);
+    let head = serde_json::to_vec(&r.agg.head).unwrap_or_default();
+    put_string(o, &head);
+    put_len(o, r.agg.counters.len());
+    for k in r.agg.counters.keys() {
+        put_string(o, k.as_bytes());
+    }
+    put_u64s(o, &r.agg.counters.values().copied().collect::<Vec<_>>());
+    put_u64(o, r.agg.samples.len() as u64);
+}
+
+/// Stores as rows the windows a first-layout collector kept as bodies only (their `head` is
+/// empty): re-inserted with their rows under new ids, then the old rows deleted.
+pub fn migrate(http: &Http, t: &str, writer: &Arc<Mutex<Writer>>) -> Result<(), StoreError> {
+    let old = http.number(&format!("SELECT count() FROM {t} WHERE head = ''"))?;
+    if old == 0 {
+        return Ok(());
+    }
+    let reply = http.run(
+        &format!("SELECT agent, idem, body FROM {t} WHERE head = '' ORDER BY start_ns, id FORMAT RowBinary"),
+        None,
+    )?;
+    let mut r = RowReader(&reply);
+    let mut batch = Vec::new();
+    while !r.is_empty() {
+        // Their keys are dropped: the old rows still hold them until the deletion is applied.
+        let (agent, _key, body) = (r.string()?, r.string()?, r.bytes()?);
+        batch.push(NewWindow::from_body(&agent, None, body)?);
+    }
+    http.run(&format!("ALTER TABLE {t} DELETE WHERE head = ''"), None)?;
+    let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+    while !batch.is_empty() {
+        let rest = batch.split_off(batch.len().min(super::BATCH_ROWS));
+        for res in w.write(std::mem::replace(&mut batch, rest)) {
+            res?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Summed rows back into a `Profile`, for everything that reads profiles (pages, the JSON
+//! summary, diffs, downloads). Per-thread detail is not in the rows: samples come back with
+//! tid 0, and thread names are the earliest window's.
+use phaseprof_model::phase_stats::PhaseStats;
+use phaseprof_model::{
+    EventKind, Frame, FrameKind, Lost, PhaseAt, Profile, ProfileBuilder, PHASE_NONE_NAME,
+};
+
+use super::{
+    Aggregate, Dictionary, SampleKey, KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU, KIND_PAGEFAULT,
+    KIND_SYSCALL,
+};
+
+fn frame_kind(flags: u8) -> FrameKind {
+    match flags & 3 {
+        1 => FrameKind::Kernel,
+        2 => FrameKind::Synthetic,
+        _ => FrameKind::User,
+    }
+}
+
+/// The profile `agg` sums, its stacks and names from `dict`.
+pub fn rebuild(agg: &Aggregate, dict: &Dictionary) -> Profile {
+    let head = agg.head.clone().unwrap_or_default();
+    let mut meta = head.meta;
+    meta.start_unix_ns = agg.start_ns;
+    meta.end_unix_ns = agg.end_ns;
+    meta.events = (EventKind::ALL.iter().enumerate())
+        .filter(|(i, _)| agg.events & (1 << i) != 0)
+        .map(|(_, k)| *k)
+        .collect();
+    let counter = |k: &str| agg.counters.get(k).copied().unwrap_or(0);
+    meta.notes.remove("targets_cpu_ns");
+    if agg.windows > 0 && counter("windows_with_targets_cpu") == agg.windows {
+        let cpu = counter("targets_cpu_ns").to_string();
+        meta.notes.insert("targets_cpu_ns".into(), cpu);
+    }
+    if let Some(u) = &mut meta.unwind {
+        u.unwound_samples = counter("unwind.unwound_samples");
+        u.complete = counter("unwind.complete");
+        u.copied_bytes = counter("unwind.copied_bytes");
+        u.walks.stacks = counter("unwind.walks.stacks");
+        u.walks.complete = counter("unwind.walks.complete");
+        u.walks.frames = counter("unwind.walks.frames");
+        u.walks.fp_frames = counter("unwind.walks.fp_frames");
+        u.walks.truncated = counter("unwind.walks.truncated");
+    }
+    // Phases: the earliest window's in its order, then the others by name.
+    let name_of = |id: u64| -> String {
+        if id == 0 {
+            PHASE_NONE_NAME.to_string()
+        } else {
+            (dict.functions.get(&id).cloned()).unwrap_or_else(|| format!("[phase {id:x}]"))
+        }
+    };
+    let mut phases: Vec<String> = head.phases;
+    let mut others: Vec<String> = (agg.phase_stats.keys().copied())
+        .chain(agg.samples.keys().map(|k| k.phase))
+        .chain(agg.samples.keys().flat_map(|k| {
+            dict.phasesets.get(&k.phaseset).cloned().unwrap_or_default()
+        }))
+        .map(name_of)
+        .filter(|n| !phases.contains(n))
+        .collect();
+    others.sort();
+    others.dedup();
+    if phases.is_empty() {
+        phases.push(PHASE_NONE_NAME.into());
+    }
+    phases.extend(others);
+    let index: std::collections::HashMap<u64, u32> = (phases.iter().enumerate())
+        .map(|(i, n)| (super::phase_id(n), i as u32))
+        .collect();
+    let mut b = ProfileBuilder::new(meta, phases.clone());
+    add_samples(&mut b, agg, dict, &index);
+    if !agg.phase_stats.is_empty() {
+        let mut stats = vec![PhaseStats::default(); phases.len()];
+        for (id, s) in &agg.phase_stats {
+            if let Some(&i) = index.get(id) {
+                stats[i as usize].absorb(s);
+            }
+        }
+        *b.phase_stats_mut() = stats;
+    }
+    *b.lost_mut() = lost(agg);
+    let mut p = b.finish();
+    p.costs = (agg.counters.iter())
+        .filter_map(|(k, v)| Some((k.strip_prefix("cost.")?.to_string(), *v)))
+        .collect();
+    p
+}
+
+fn lost(agg: &Aggregate) -> Lost {
+    let counter = |k: &str| agg.counters.get(k).copied().unwrap_or(0);
+    Lost {
+        events: counter("lost.events"),
+        stacks: counter("lost.stacks"),
+        by_reason: (agg.counters.iter())
+            .filter_map(|(k, v)| Some((k.strip_prefix("lost.reason.")?.to_string(), *v)))
+            .collect(),
+        syscalls_in_flight_at_start: counter("lost.syscalls_in_flight_at_start"),
+        phase_exits_before_start: counter("lost.phase_exits_before_start"),
+    }
+}
+
+/// Every sample row into `b`, in key order (the same rows always build the same profile).
+fn add_samples(
+    b: &mut ProfileBuilder,
+    agg: &Aggregate,
+    dict: &Dictionary,
+    index: &std::collections::HashMap<u64, u32>,
+) {
+    let mut keys: Vec<&SampleKey> = agg.samples.keys().collect();
+    keys.sort();
+    let mut stacks = std::collections::HashMap::new();
+    for k in keys {
+        let v = &agg.samples[k];
+        let mut mask = 0u64;
+        for id in dict.phasesets.get(&k.phaseset).into_iter().flatten() {
+            if let Some(&i) = index.get(id).filter(|&&i| i < 64) {
+                mask |= 1 << i;
+            }
+        }
+        let at = PhaseAt {
+            phase: index.get(&k.phase).copied().unwrap_or(0),
+            mask: if mask == 0 { 1 } else { mask },
+        };
+        let stack = (k.stack != 0).then(|| {
+            *stacks
+                .entry(k.stack)
+                .or_insert_with(|| intern_stack(b, dict, k.stack))
+        });
+        let s = stack.unwrap_or(0);
+        match k.kind {
+            KIND_CPU => b.add_cpu(k.pid, 0, at, s, v.value),
+            KIND_OFFCPU => b.add_offcpu(k.pid, 0, at, s, v.value),
+            KIND_SYSCALL => b.add_syscall(k.pid, at, k.nr, stack, v.value, v.value2),
+            KIND_ALLOC => b.add_alloc(k.pid, at, s, v.value, v.fvalue, v.value2),
+            KIND_ALLOC_TOTAL => b.add_alloc_total(k.pid, at, v.value, v.value2, v.value3),
+            KIND_PAGEFAULT => b.add_page_faults(k.pid, 0, at, s, v.value),
+            _ => {}
+        }
+    }
+}
+
+fn intern_stack(b: &mut ProfileBuilder, dict: &Dictionary, id: u64) -> u32 {
+    let Some(row) = dict.stacks.get(&id) else {
+        let f = b.intern_frame(Frame {
+            function: format!("[stack {id:x} not stored]"),
+            module: String::new(),
+            kind: FrameKind::Synthetic,
+            inlined: false,
+        });
+        return b.intern_stack(vec![f]);
+    };
+    let frames = (row.functions.iter().zip(&row.mappings).zip(&row.flags))
+        .map(|((f, map), &flags)| {
+            b.intern_frame(Frame {
+                function: (dict.functions.get(f).cloned()).unwrap_or_else(|| format!("{f:x}")),
+                module: dict.mappings.get(map).cloned().unwrap_or_default(),
+                kind: frame_kind(flags),
+                inlined: flags & 4 != 0,
+            })
+        })
+        .collect();
+    b.intern_stack(frames)
+}

@@ -1,0 +1,176 @@
+//! A decoded window split into rows (at ingest, on the decoding worker).
+use phaseprof_model::{EventKind, FrameKind, Profile};
+
+use super::{
+    id_of, phase_id, Aggregate, Dictionary, Head, SampleKey, SampleVals, StackRow, WindowRows,
+    KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU, KIND_PAGEFAULT, KIND_SYSCALL,
+};
+
+/// The flags of a frame in a `StackRow`.
+pub fn frame_flags(kind: FrameKind, inlined: bool) -> u8 {
+    let k = match kind {
+        FrameKind::User => 0,
+        FrameKind::Kernel => 1,
+        FrameKind::Synthetic => 2,
+    };
+    k | (u8::from(inlined) << 2)
+}
+
+/// The event kinds of `p` as a bit mask (bit = position in `EventKind::ALL`).
+pub fn events_mask(events: &[EventKind]) -> u8 {
+    (EventKind::ALL.iter().enumerate())
+        .filter(|(_, k)| events.contains(k))
+        .fold(0, |m, (i, _)| m | 1 << i)
+}
+
+/// `p` (validated) as rows.
+pub fn split(p: &Profile) -> WindowRows {
+    let mut dict = Dictionary::default();
+    // Stack ids by the window's stack index.
+    let stack_ids: Vec<u64> = p
+        .stacks
+        .iter()
+        .map(|s| {
+            let mut row = StackRow::default();
+            let mut bytes = Vec::with_capacity(s.frames.len() * 17);
+            for &f in &s.frames {
+                let Some(f) = p.frames.get(f as usize) else {
+                    continue;
+                };
+                let (func, module) = (id_of(f.function.as_bytes()), id_of(f.module.as_bytes()));
+                dict.functions.entry(func).or_insert_with(|| f.function.clone());
+                dict.mappings.entry(module).or_insert_with(|| f.module.clone());
+                let flags = frame_flags(f.kind, f.inlined);
+                bytes.extend_from_slice(&func.to_le_bytes());
+                bytes.extend_from_slice(&module.to_le_bytes());
+                bytes.push(flags);
+                row.functions.push(func);
+                row.mappings.push(module);
+                row.flags.push(flags);
+            }
+            let id = id_of(&bytes);
+            dict.stacks.entry(id).or_insert(row);
+            id
+        })
+        .collect();
+    let phase_ids: Vec<u64> = p.phases.iter().map(|n| phase_id(n)).collect();
+    for (n, &id) in p.phases.iter().zip(&phase_ids) {
+        if id != 0 {
+            dict.functions.entry(id).or_insert_with(|| n.clone());
+        }
+    }
+    let mut agg = Aggregate::default();
+    let mut at = |phase: u32, mask: u64| -> (u64, u64) {
+        let phase = phase_ids.get(phase as usize).copied().unwrap_or(0);
+        let mut set: Vec<u64> = (0..phase_ids.len().min(64))
+            .filter(|&i| mask & (1 << i) != 0)
+            .map(|i| phase_ids[i])
+            .collect();
+        if set.is_empty() {
+            set.push(0);
+        }
+        set.sort_unstable();
+        set.dedup();
+        let bytes: Vec<u8> = set.iter().flat_map(|i| i.to_le_bytes()).collect();
+        let id = id_of(&bytes);
+        dict.phasesets.entry(id).or_insert(set);
+        (phase, id)
+    };
+    let mut rows: Vec<(SampleKey, SampleVals)> = Vec::new();
+    let mut push = |kind, pid, (phase, phaseset), stack: Option<u32>, nr, vals| {
+        let stack = stack.and_then(|s| stack_ids.get(s as usize).copied());
+        let key = SampleKey {
+            kind,
+            pid,
+            phase,
+            phaseset,
+            stack: stack.unwrap_or(0),
+            nr,
+        };
+        rows.push((key, vals));
+    };
+    let v = |value, value2, value3, fvalue| SampleVals {
+        value,
+        value2,
+        value3,
+        fvalue,
+    };
+    for s in &p.cpu {
+        let a = at(s.phase, s.phase_mask);
+        push(KIND_CPU, s.pid, a, Some(s.stack), 0, v(s.count, 0, 0, 0.0));
+    }
+    for s in &p.offcpu {
+        let a = at(s.phase, s.phase_mask);
+        push(KIND_OFFCPU, s.pid, a, Some(s.stack), 0, v(s.ns, 0, 0, 0.0));
+    }
+    for s in &p.syscalls {
+        let a = at(s.phase, s.phase_mask);
+        let vals = v(s.count, s.total_ns, 0, 0.0);
+        push(KIND_SYSCALL, s.pid, a, s.stack, s.nr, vals);
+    }
+    for s in &p.allocs {
+        let a = at(s.phase, s.phase_mask);
+        let vals = v(s.bytes, s.samples, 0, s.count);
+        push(KIND_ALLOC, s.pid, a, Some(s.stack), 0, vals);
+    }
+    for t in &p.alloc_totals {
+        let a = at(t.phase, t.phase_mask);
+        let vals = v(t.bytes, t.count, t.frees, 0.0);
+        push(KIND_ALLOC_TOTAL, t.pid, a, None, 0, vals);
+    }
+    for s in &p.page_faults {
+        let a = at(s.phase, s.phase_mask);
+        push(KIND_PAGEFAULT, s.pid, a, Some(s.stack), 0, v(s.count, 0, 0, 0.0));
+    }
+    for (k, vals) in rows {
+        agg.add_sample(k, &vals);
+    }
+    for (s, &id) in p.phase_stats.iter().zip(&phase_ids) {
+        agg.add_phase_stats(id, s);
+    }
+    add_counters(&mut agg, p);
+    let m = &p.meta;
+    agg.absorb_window_stats(1, m.start_unix_ns, m.end_unix_ns, events_mask(&m.events));
+    agg.offer_head(&Head {
+        meta: m.clone(),
+        phases: p.phases.clone(),
+    });
+    let labels = serde_json::to_string(&m.labels).unwrap_or_else(|_| "{}".into());
+    WindowRows {
+        labelset: id_of(labels.as_bytes()),
+        labels,
+        start_ns: m.start_unix_ns,
+        end_ns: m.end_unix_ns,
+        dict,
+        agg,
+    }
+}
+
+/// The window's counters: drops, costs, unwinding counts, the targets' CPU time.
+fn add_counters(agg: &mut Aggregate, p: &Profile) {
+    let l = &p.lost;
+    agg.add_counter("lost.events", l.events);
+    agg.add_counter("lost.stacks", l.stacks);
+    agg.add_counter("lost.syscalls_in_flight_at_start", l.syscalls_in_flight_at_start);
+    agg.add_counter("lost.phase_exits_before_start", l.phase_exits_before_start);
+    for (k, v) in &l.by_reason {
+        agg.add_counter(&format!("lost.reason.{k}"), *v);
+    }
+    for (k, v) in &p.costs {
+        agg.add_counter(&format!("cost.{k}"), *v);
+    }
+    if let Some(cpu) = (p.meta.notes.get("targets_cpu_ns")).and_then(|v| v.parse::<u64>().ok()) {
+        agg.add_counter("targets_cpu_ns", cpu);
+        agg.add_counter("windows_with_targets_cpu", 1);
+    }
+    if let Some(u) = &p.meta.unwind {
+        agg.add_counter("unwind.unwound_samples", u.unwound_samples);
+        agg.add_counter("unwind.complete", u.complete);
+        agg.add_counter("unwind.copied_bytes", u.copied_bytes);
+        agg.add_counter("unwind.walks.stacks", u.walks.stacks);
+        agg.add_counter("unwind.walks.complete", u.walks.complete);
+        agg.add_counter("unwind.walks.frames", u.walks.frames);
+        agg.add_counter("unwind.walks.fp_frames", u.walks.fp_frames);
+        agg.add_counter("unwind.walks.truncated", u.walks.truncated);
+    }
+}
