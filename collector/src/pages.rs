@@ -10,7 +10,7 @@ use phaseprof_model::Profile;
 use phaseprof_view::web::{LabelPicker, ProfileEntry, ProfileSource};
 
 use crate::merged::merged_profile;
-use crate::store::{Selector, Store, WindowInfo};
+use crate::store::{LabelSet, Selector, Store};
 use phaseprof_model::units::parse_duration;
 
 /// A merged selection is reused this long: one page view fetches its profile several times
@@ -34,9 +34,9 @@ pub struct Selections {
     /// Selection → its merge, computed once by whichever request came first. The lock is held
     /// only to find or add an entry, never while merging: other selections are not held up.
     cache: Mutex<Vec<(String, Instant, Arc<Merged>)>>,
-    /// The last day's windows (metadata): the index lists them and builds its pickers from
-    /// them, one scan of the store for both.
-    listed: Mutex<Option<(Instant, Arc<Vec<WindowInfo>>)>>,
+    /// The last day's label sets (one GROUP BY in the store): the index lists them and builds
+    /// its pickers from them.
+    listed: Mutex<Option<(Instant, Arc<Vec<LabelSet>>)>>,
 }
 
 impl Selections {
@@ -48,13 +48,13 @@ impl Selections {
         }
     }
 
-    fn listed(&self) -> Arc<Vec<WindowInfo>> {
+    fn listed(&self) -> Arc<Vec<LabelSet>> {
         let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
         match &*listed {
             Some((at, w)) if at.elapsed() < LISTED_FOR => w.clone(),
             _ => {
                 let w = Arc::new(
-                    blocking(|| self.store.windows(&self.recent(LISTED))).unwrap_or_default(),
+                    blocking(|| self.store.label_sets(&self.recent(LISTED))).unwrap_or_default(),
                 );
                 *listed = Some((Instant::now(), w.clone()));
                 w
@@ -117,8 +117,8 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 impl ProfileSource for Selections {
     fn list(&self) -> Vec<ProfileEntry> {
         let mut sets: BTreeMap<&BTreeMap<String, String>, (u64, u64)> = BTreeMap::new();
-        let windows = self.listed();
-        for w in windows.iter() {
+        let listed = self.listed();
+        for w in listed.iter() {
             let range = sets.entry(&w.labels).or_insert((u64::MAX, 0));
             range.0 = range.0.min(w.start_ns);
             range.1 = range.1.max(w.end_ns);
@@ -176,9 +176,9 @@ impl ProfileSource for Selections {
     }
 
     fn pickers(&self) -> Vec<LabelPicker> {
-        let windows = self.listed();
+        let listed = self.listed();
         let mut keys: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-        for w in windows.iter() {
+        for w in listed.iter() {
             for (k, v) in &w.labels {
                 keys.entry(k).or_default().insert(v);
             }

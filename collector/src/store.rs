@@ -87,6 +87,15 @@ pub struct WindowInfo {
     pub bytes: usize,
 }
 
+/// The selected windows of one label set: how many, and their span.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LabelSet {
+    pub labels: BTreeMap<String, String>,
+    pub windows: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
 /// What `Store::insert` did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Inserted {
@@ -122,6 +131,9 @@ impl NewWindow {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Footprint {
     pub tables: Vec<TableSize>,
+    /// Everything, and the part that is windows' bodies as received.
+    pub total_bytes: u64,
+    pub body_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -137,6 +149,8 @@ pub trait Store: Send + Sync + 'static {
     fn insert(&self, w: NewWindow) -> Result<Inserted, StoreError>;
     /// The windows `sel` selects, oldest first.
     fn windows(&self, sel: &Selector) -> Result<Vec<WindowInfo>, StoreError>;
+    /// The selected windows by label set (the index and the label pickers).
+    fn label_sets(&self, sel: &Selector) -> Result<Vec<LabelSet>, StoreError>;
     /// One window's body as received.
     fn body(&self, id: i64) -> Result<Option<Vec<u8>>, StoreError>;
     /// The windows `sel` selects summed in the store (rollups where whole buckets fit), with

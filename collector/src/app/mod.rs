@@ -22,7 +22,9 @@ mod tests;
 
 use ingest::ingest;
 pub use ingest::{IngestLimits, RateLimit};
-use queries::{diff, labels, merged, merged_download, windows, window_download};
+use queries::{
+    diff, labels, merged, merged_download, store_footprint, window_download, windows,
+};
 
 /// Counters for `/metrics`.
 #[derive(Default)]
@@ -83,6 +85,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/merged", get(merged))
         .route("/api/v1/merged.phaseprof", get(merged_download))
         .route("/api/v1/labels", get(labels))
+        .route("/api/v1/store", get(store_footprint))
         .route("/api/v1/diff", get(diff))
         .route("/metrics", get(metrics))
         .layer(axum::middleware::from_fn(auth::security_headers))

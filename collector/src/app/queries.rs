@@ -171,6 +171,28 @@ pub(super) async fn diff(
     Ok(Json(report).into_response())
 }
 
+/// What the store holds: windows, rows and bytes per table, bytes per window
+/// (`GET /api/v1/store`).
+pub(super) async fn store_footprint(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, WebError> {
+    check_read(&s, &headers)?;
+    let store = s.store.clone();
+    let (windows, f) = blocking(&s, move || Ok((store.count()?, store.footprint()?))).await?;
+    let per = |bytes: u64| (windows > 0).then(|| bytes as f64 / windows as f64);
+    Ok(Json(serde_json::json!({
+        "windows": windows,
+        "tables": f.tables,
+        "bytes": f.total_bytes,
+        "body_bytes": f.body_bytes,
+        "bytes_per_window": per(f.total_bytes),
+        "body_bytes_per_window": per(f.body_bytes),
+        "rows_bytes_per_window": per(f.total_bytes.saturating_sub(f.body_bytes)),
+    }))
+    .into_response())
+}
+
 /// Every label key with the values seen (the pages' label pickers).
 pub(super) async fn labels(
     State(s): State<AppState>,
@@ -178,8 +200,8 @@ pub(super) async fn labels(
 ) -> Result<Response, WebError> {
     check_read(&s, &headers)?;
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for w in s.store.windows(&Selector::default())? {
-        for (k, v) in w.labels {
+    for set in s.store.label_sets(&Selector::default())? {
+        for (k, v) in set.labels {
             out.entry(k).or_default().insert(v);
         }
     }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::batch::Batcher;
 use crate::rows::{Aggregate, Dictionary, Merged};
-use crate::store::{Footprint, Inserted, NewWindow, Selector, Store, StoreError, WindowInfo};
+use crate::store::{Footprint, Inserted, LabelSet, NewWindow, Selector, Store, StoreError, WindowInfo};
 use http::Http;
 
 /// Windows per batch at most, and the least time between two batches' starts: a few dozen
@@ -73,6 +73,10 @@ impl Store for ClickHouseStore {
 
     fn windows(&self, sel: &Selector) -> Result<Vec<WindowInfo>, StoreError> {
         read::windows(&self.http, &self.table, sel)
+    }
+
+    fn label_sets(&self, sel: &Selector) -> Result<Vec<LabelSet>, StoreError> {
+        read::label_sets(&self.http, &self.table, sel)
     }
 
     fn body(&self, id: i64) -> Result<Option<Vec<u8>>, StoreError> {

@@ -8,7 +8,7 @@ use phaseprof_model::phase_stats::PhaseStats;
 use super::http::Http;
 use super::rowbinary::RowReader;
 use crate::rows::{plan, Aggregate, Dictionary, Head, Merged, SampleKey, SampleVals, StackRow};
-use crate::store::{Selector, StoreError, WindowInfo};
+use crate::store::{LabelSet, Selector, StoreError, WindowInfo};
 
 /// Ids per `IN (…)` list: a query stays well under ClickHouse's 256 KiB `max_query_size`.
 const IDS_PER_QUERY: usize = 5000;
@@ -70,6 +70,33 @@ pub fn windows(http: &Http, t: &str, sel: &Selector) -> Result<Vec<WindowInfo>, 
             start_ns,
             end_ns,
             bytes,
+        });
+    }
+    Ok(v)
+}
+
+pub fn label_sets(http: &Http, t: &str, sel: &Selector) -> Result<Vec<LabelSet>, StoreError> {
+    let Some(labels) = label_filter(http, t, sel)? else {
+        return Ok(vec![]);
+    };
+    let reply = rows(
+        http,
+        &format!(
+            "SELECT any(labels), count(), min(start_ns), max(end_ns) FROM {t} \
+             WHERE {labels} AND {} GROUP BY labelset",
+            ranges("start_ns", &[(sel.from_ns, sel.to())])
+        ),
+    )?;
+    let mut r = RowReader(&reply);
+    let mut v = Vec::new();
+    while !r.is_empty() {
+        let labels =
+            serde_json::from_str(&r.string()?).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        v.push(LabelSet {
+            labels,
+            windows: r.u64()?,
+            start_ns: r.u64()?,
+            end_ns: r.u64()?,
         });
     }
     Ok(v)

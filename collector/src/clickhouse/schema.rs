@@ -126,19 +126,18 @@ pub fn retain(http: &Http, t: &str, before_ns: u64) -> Result<usize, StoreError>
     Ok(n as usize)
 }
 
-/// Rows and compressed bytes on disk per table (active parts).
+/// Rows and compressed bytes on disk per table (active parts), and the body column's.
 pub fn footprint(http: &Http, t: &str) -> Result<Footprint, StoreError> {
+    let ours = format!("(table = {} OR table LIKE {})", quoted(t), quoted(&format!("{t}\\_%")));
     let out = http.run(
         &format!(
             "SELECT table, sum(rows), sum(bytes_on_disk) FROM system.parts \
-             WHERE active AND database = currentDatabase() AND (table = {} OR table LIKE {}) \
-             GROUP BY table ORDER BY table FORMAT TabSeparated",
-            quoted(t),
-            quoted(&format!("{t}\\_%"))
+             WHERE active AND database = currentDatabase() AND {ours} \
+             GROUP BY table ORDER BY table FORMAT TabSeparated"
         ),
         None,
     )?;
-    let tables = String::from_utf8_lossy(&out)
+    let tables: Vec<TableSize> = String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| {
             let mut f = l.split('\t');
@@ -149,5 +148,14 @@ pub fn footprint(http: &Http, t: &str) -> Result<Footprint, StoreError> {
             })
         })
         .collect();
-    Ok(Footprint { tables })
+    let body_bytes = http.number(&format!(
+        "SELECT sum(data_compressed_bytes) FROM system.columns \
+         WHERE database = currentDatabase() AND table = {} AND name = 'body'",
+        quoted(t)
+    ))?;
+    Ok(Footprint {
+        total_bytes: tables.iter().map(|t| t.bytes).sum(),
+        body_bytes,
+        tables,
+    })
 }

@@ -22,7 +22,7 @@ use rusqlite::Connection;
 use crate::batch::Batcher;
 use crate::rows::{Aggregate, Dictionary, Merged};
 use crate::store::{
-    Footprint, Inserted, NewWindow, Selector, Store, StoreError, TableSize, WindowInfo,
+    Footprint, Inserted, LabelSet, NewWindow, Selector, Store, StoreError, TableSize, WindowInfo,
 };
 
 pub struct SqliteStore {
@@ -147,6 +147,10 @@ impl Store for SqliteStore {
         self.read(|c| read::windows(c, sel))
     }
 
+    fn label_sets(&self, sel: &Selector) -> Result<Vec<LabelSet>, StoreError> {
+        self.read(|c| read::label_sets(c, sel))
+    }
+
     fn body(&self, id: i64) -> Result<Option<Vec<u8>>, StoreError> {
         self.read(|c| read::body(c, id))
     }
@@ -173,7 +177,7 @@ impl Store for SqliteStore {
 
     fn footprint(&self) -> Result<Footprint, StoreError> {
         self.read(|c| {
-            let mut tables = Vec::new();
+            let mut f = Footprint::default();
             for (table, bytes) in [
                 ("windows", "length(rows)"),
                 ("bodies", "length(body)"),
@@ -189,7 +193,10 @@ impl Store for SqliteStore {
                         |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
                     )
                     .map_err(backend)?;
-                tables.push(TableSize {
+                if table == "bodies" {
+                    f.body_bytes = bytes as u64;
+                }
+                f.tables.push(TableSize {
                     table: table.into(),
                     rows: rows as u64,
                     bytes: bytes as u64,
@@ -202,12 +209,8 @@ impl Store for SqliteStore {
                     |r| r.get(0),
                 )
                 .map_err(backend)?;
-            tables.push(TableSize {
-                table: "(file)".into(),
-                rows: 0,
-                bytes: file as u64,
-            });
-            Ok(Footprint { tables })
+            f.total_bytes = file as u64;
+            Ok(f)
         })
     }
 }
@@ -220,3 +223,110 @@ pub(crate) fn labelset_list(ids: &[u64]) -> String {
         .join(",")
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::HOUR_NS;
+    use phaseprof_model::{write_profile, EventKind, Meta, Profile};
+    use std::collections::BTreeMap;
+
+    fn body(host: &str, start: u64, end: u64) -> Vec<u8> {
+        let p = Profile {
+            meta: Meta {
+                events: vec![EventKind::Cpu],
+                start_unix_ns: start,
+                end_unix_ns: end,
+                labels: BTreeMap::from([("host".to_string(), host.to_string())]),
+                ..Meta::default()
+            },
+            phases: vec!["(none)".into()],
+            ..Profile::default()
+        };
+        let mut out = Vec::new();
+        write_profile(&p, &mut out).unwrap();
+        out
+    }
+
+    fn put(s: &SqliteStore, agent: &str, key: Option<&str>, b: Vec<u8>) -> Inserted {
+        s.insert(NewWindow::from_body(agent, key, b).unwrap()).unwrap()
+    }
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("phaseprof-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    // Checks insert, selection by labels and time, retention by whole hours, durability across
+    // a reopen, that a key an agent used before stores nothing twice (other agents may use the
+    // same key), and that a body comes back as sent.
+    #[test]
+    fn stores_selects_and_survives_reopen() {
+        let dir = dir("sqlite");
+        let h = HOUR_NS;
+        {
+            let s = SqliteStore::open(&dir).unwrap();
+            put(&s, "a1", Some("w1"), body("a", 10, 20));
+            put(&s, "b1", Some("w1"), body("b", 15, 25));
+            put(&s, "a1", None, body("a", h + 30, h + 40));
+        }
+        let s = SqliteStore::open(&dir).unwrap();
+        assert_eq!(s.count().unwrap(), 3);
+        // A retry of a1's first window, after the restart: the first copy, nothing stored.
+        let again = put(&s, "a1", Some("w1"), body("a", 10, 20));
+        assert_eq!((again.id, again.duplicate), (1, true));
+        assert_eq!(s.count().unwrap(), 3);
+        let sel = |host: &str, from_ns, to_ns| Selector {
+            labels: BTreeMap::from([("host".to_string(), host.to_string())]),
+            from_ns,
+            to_ns,
+        };
+        let w = s.windows(&sel("a", 0, 0)).unwrap();
+        assert_eq!(w.iter().map(|w| w.start_ns).collect::<Vec<_>>(), vec![10, h + 30]);
+        assert_eq!(s.body(w[1].id).unwrap(), Some(body("a", h + 30, h + 40)));
+        let w = s.windows(&sel("b", 12, 30)).unwrap();
+        assert_eq!((w.len(), w[0].agent.as_str()), (1, "b1"));
+        assert_eq!(s.merged(&sel("a", 0, 0)).unwrap().agg.windows, 2);
+        // Retention removes whole hours: the first hour's two windows.
+        assert_eq!(s.retain(h + 50).unwrap(), 2);
+        assert_eq!(s.count().unwrap(), 1);
+        assert_eq!(s.merged(&sel("a", 0, 0)).unwrap().agg.windows, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Checks that a store of the first layout (bodies only) opens with every window kept:
+    // listed, merged, its body and its idempotency key as before.
+    #[test]
+    fn first_layout_stores_are_migrated() {
+        let dir = dir("sqlite-v1");
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let c = Connection::open(dir.join("windows.sqlite")).unwrap();
+            c.execute_batch(
+                "CREATE TABLE windows (id INTEGER PRIMARY KEY, agent TEXT NOT NULL, \
+                 labels TEXT NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, \
+                 body BLOB NOT NULL, idem TEXT);
+                 CREATE INDEX windows_start ON windows(start_ns);
+                 CREATE UNIQUE INDEX windows_idem ON windows(agent, idem) WHERE idem IS NOT NULL;",
+            )
+            .unwrap();
+            for (i, key) in [(1u64, "k1"), (2, "k2")] {
+                c.execute(
+                    "INSERT INTO windows (agent, labels, start_ns, end_ns, body, idem) \
+                     VALUES ('a1', '{\"host\":\"a\"}', ?1, ?2, ?3, ?4)",
+                    rusqlite::params![i as i64, i as i64 + 5, body("a", i, i + 5), key],
+                )
+                .unwrap();
+            }
+        }
+        let s = SqliteStore::open(&dir).unwrap();
+        assert_eq!(s.count().unwrap(), 2);
+        let all = Selector::default();
+        assert_eq!(s.merged(&all).unwrap().agg.windows, 2);
+        let w = s.windows(&all).unwrap();
+        assert_eq!(s.body(w[0].id).unwrap(), Some(body("a", 1, 6)));
+        assert!(put(&s, "a1", Some("k2"), body("a", 2, 7)).duplicate);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

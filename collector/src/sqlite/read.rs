@@ -6,7 +6,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{backend, int, labelset_list};
 use crate::rows::{packed, plan, Aggregate, Dictionary, Merged, HOUR_NS, MINUTE_NS};
-use crate::store::{Selector, StoreError, WindowInfo};
+use crate::store::{LabelSet, Selector, StoreError, WindowInfo};
 
 /// The label sets `sel` matches, with their labels.
 fn labelsets(c: &Connection, sel: &Selector) -> Result<BTreeMap<u64, String>, StoreError> {
@@ -59,6 +59,43 @@ pub fn windows(c: &Connection, sel: &Selector) -> Result<Vec<WindowInfo>, StoreE
             start_ns,
             end_ns,
             bytes,
+        });
+    }
+    Ok(out)
+}
+
+pub fn label_sets(c: &Connection, sel: &Selector) -> Result<Vec<LabelSet>, StoreError> {
+    let sets = labelsets(c, sel)?;
+    if sets.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids: Vec<u64> = sets.keys().copied().collect();
+    let mut s = c
+        .prepare(&format!(
+            "SELECT labelset, count(*), min(start_ns), max(end_ns) FROM windows \
+             WHERE start_ns >= ?1 AND start_ns < ?2 AND labelset IN ({}) GROUP BY labelset",
+            labelset_list(&ids)
+        ))
+        .map_err(backend)?;
+    let rows = s
+        .query_map(params![int(sel.from_ns.min(i64::MAX as u64)), int(sel.to())], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, i64>(1)? as u64,
+                r.get::<_, i64>(2)? as u64,
+                r.get::<_, i64>(3)? as u64,
+            ))
+        })
+        .map_err(backend)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (set, windows, start_ns, end_ns) = row.map_err(backend)?;
+        out.push(LabelSet {
+            labels: serde_json::from_str(&sets[&set])
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            windows,
+            start_ns,
+            end_ns,
         });
     }
     Ok(out)
