@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::rows::{Aggregate, Dictionary, Merged, WindowRows};
+use crate::rows::{Aggregate, Dictionary, Merged, Stored, WindowRows};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -115,13 +115,18 @@ pub struct NewWindow {
 
 impl NewWindow {
     /// A window from its body as received (decoded and split here: tests, migrations).
-    pub fn from_body(agent: &str, key: Option<&str>, body: Vec<u8>) -> Result<Self, StoreError> {
+    pub fn from_body(
+        agent: &str,
+        key: Option<&str>,
+        body: Vec<u8>,
+        stored: &Stored,
+    ) -> Result<Self, StoreError> {
         let p = phaseprof_model::read_profile(&body[..])
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         Ok(NewWindow {
             agent: agent.to_string(),
             key: key.map(str::to_string),
-            rows: crate::rows::split(&p),
+            rows: crate::rows::split(&p, stored),
             body,
         })
     }
@@ -144,6 +149,8 @@ pub struct TableSize {
 }
 
 pub trait Store: Send + Sync + 'static {
+    /// The dictionary rows known to be stored (splits leave them out).
+    fn stored(&self) -> &Stored;
     /// Stores one window (all of it or nothing), unless its agent stored one under the same
     /// key before.
     fn insert(&self, w: NewWindow) -> Result<Inserted, StoreError>;

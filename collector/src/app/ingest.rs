@@ -211,8 +211,10 @@ pub(super) async fn ingest(
         .acquire_owned()
         .await
         .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let (raw, max_inflated) = (body.clone(), l.max_inflated);
-    let checked = tokio::task::spawn_blocking(move || check_window(&raw, max_inflated, &entry))
+    let (raw, max_inflated, store) = (body.clone(), l.max_inflated, s.store.clone());
+    let checked = tokio::task::spawn_blocking(move || {
+        check_window(&raw, max_inflated, &entry, store.stored())
+    })
         .await
         .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     drop(decoder);
@@ -264,6 +266,7 @@ fn check_window(
     raw: &[u8],
     max_inflated: u64,
     agent: &crate::tokens::Agent,
+    stored: &crate::rows::Stored,
 ) -> Result<crate::rows::WindowRows, Rejected> {
     let profile = match phaseprof_model::read_profile_limited(raw, max_inflated) {
         Ok(p) => p,
@@ -294,7 +297,7 @@ fn check_window(
             ahead.as_secs()
         )));
     }
-    Ok(crate::rows::split(&profile))
+    Ok(crate::rows::split(&profile, stored))
 }
 
 pub(super) fn now() -> Duration {

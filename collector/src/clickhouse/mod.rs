@@ -21,11 +21,11 @@ mod rowbinary;
 mod schema;
 mod write;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::Batcher;
-use crate::rows::{Aggregate, Dictionary, Merged};
+use crate::rows::{Aggregate, Dictionary, Merged, Stored};
 use crate::store::{Footprint, Inserted, LabelSet, NewWindow, Selector, Store, StoreError, WindowInfo};
 use http::Http;
 
@@ -35,6 +35,7 @@ const BATCH_ROWS: usize = 1024;
 const INSERT_SPACING: Duration = Duration::from_millis(25);
 
 pub struct ClickHouseStore {
+    stored: Arc<Stored>,
     http: Http,
     table: String,
     batches: Batcher<NewWindow>,
@@ -52,13 +53,14 @@ impl ClickHouseStore {
         }
         let http = Http::new(url);
         schema::create(&http, table)?;
-        let writer = Arc::new(Mutex::new(write::Writer::new(http.clone(), table)));
+        let stored = Arc::new(Stored::default());
+        let writer = write::Writer::new(http.clone(), table, stored.clone());
         write::migrate(&http, table, &writer)?;
-        let w = writer.clone();
         let batches = Batcher::spawn("clickhouse-insert", BATCH_ROWS, INSERT_SPACING, move |b| {
-            w.lock().unwrap_or_else(|e| e.into_inner()).write(b)
+            writer.write(b)
         })?;
         Ok(ClickHouseStore {
+            stored,
             http,
             table: table.to_string(),
             batches,
@@ -67,6 +69,10 @@ impl ClickHouseStore {
 }
 
 impl Store for ClickHouseStore {
+    fn stored(&self) -> &Stored {
+        &self.stored
+    }
+
     fn insert(&self, w: NewWindow) -> Result<Inserted, StoreError> {
         self.batches.submit(w)
     }

@@ -5,20 +5,17 @@
 //! written (the windows table is last, so such a window is never listed).
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::http::{quoted, Http};
 use super::rowbinary::*;
-use crate::rows::{self, SampleKey};
+use crate::rows::{self, SampleKey, Stored, Table};
 use crate::store::{Inserted, NewWindow, StoreError};
-
-/// Dictionary ids known to be stored (cleared past this many).
-const KNOWN_MAX: usize = 4_000_000;
 
 pub struct Writer {
     http: Http,
     table: String,
-    known: HashSet<(u8, u64)>,
+    stored: Arc<Stored>,
 }
 
 /// A fresh id: ClickHouse has no sequences, and collectors sharing a table must not collide.
@@ -48,23 +45,20 @@ struct Tables {
 const DICT_TABLES: [&str; 5] = ["labelsets", "functions", "mappings", "stacks", "phasesets"];
 
 impl Writer {
-    pub fn new(http: Http, table: &str) -> Self {
+    pub fn new(http: Http, table: &str, stored: Arc<Stored>) -> Self {
         Writer {
             http,
             table: table.to_string(),
-            known: HashSet::new(),
+            stored,
         }
     }
 
-    pub fn write(&mut self, batch: Vec<NewWindow>) -> Vec<Result<Inserted, StoreError>> {
+    pub fn write(&self, batch: Vec<NewWindow>) -> Vec<Result<Inserted, StoreError>> {
         let n = batch.len();
         let mut added = Vec::new();
         match self.insert(batch, &mut added) {
             Ok(r) => {
-                if self.known.len() > KNOWN_MAX {
-                    self.known.clear();
-                }
-                self.known.extend(added);
+                self.stored.add(added);
                 r
             }
             Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
@@ -95,14 +89,15 @@ impl Writer {
     }
 
     fn insert(
-        &mut self,
+        &self,
         batch: Vec<NewWindow>,
-        added: &mut Vec<(u8, u64)>,
+        added: &mut Vec<(Table, u64)>,
     ) -> Result<Vec<Result<Inserted, StoreError>>, StoreError> {
         let mut stored = self.stored_keys(&batch)?;
         let mut t = Tables::default();
         let mut out = Vec::with_capacity(batch.len());
-        let mut fresh: HashSet<(u8, u64)> = HashSet::new();
+        // Rows several windows of the batch carry go in once.
+        let mut fresh: HashSet<(Table, u64)> = HashSet::new();
         for w in &batch {
             let pair = w.key.clone().map(|k| (w.agent.clone(), k));
             if let Some(id) = pair.as_ref().and_then(|p| stored.get(p)) {
@@ -116,9 +111,8 @@ impl Writer {
             if let Some(p) = pair {
                 stored.insert(p, id);
             }
-            let mut new = |table: u8, key: u64| {
-                !self.known.contains(&(table, key)) && fresh.insert((table, key))
-            };
+            let mut new =
+                |table: Table, key: u64| !self.stored.has(table, key) && fresh.insert((table, key));
             put_dictionary(&mut t, &w.rows, &mut new);
             put_rows(&mut t, id, &w.rows);
             put_window(&mut t, id, w);
@@ -154,21 +148,28 @@ impl Writer {
     }
 }
 
-fn put_dictionary(t: &mut Tables, r: &rows::WindowRows, new: &mut impl FnMut(u8, u64) -> bool) {
-    if new(0, r.labelset) {
+fn put_dictionary(
+    t: &mut Tables,
+    r: &rows::WindowRows,
+    new: &mut impl FnMut(Table, u64) -> bool,
+) {
+    if new(Table::Labelsets, r.labelset) {
         put_u64(&mut t.dict[0], r.labelset);
         put_string(&mut t.dict[0], r.labels.as_bytes());
     }
-    for (table, names) in [(1u8, &r.dict.functions), (2, &r.dict.mappings)] {
+    for (table, i, names) in [
+        (Table::Functions, 1, &r.dict.functions),
+        (Table::Mappings, 2, &r.dict.mappings),
+    ] {
         for (id, name) in names {
             if new(table, *id) {
-                put_u64(&mut t.dict[table as usize], *id);
-                put_string(&mut t.dict[table as usize], name.as_bytes());
+                put_u64(&mut t.dict[i], *id);
+                put_string(&mut t.dict[i], name.as_bytes());
             }
         }
     }
     for (id, s) in &r.dict.stacks {
-        if new(3, *id) {
+        if new(Table::Stacks, *id) {
             let d = &mut t.dict[3];
             put_u64(d, *id);
             put_u64s(d, &s.functions);
@@ -177,7 +178,7 @@ fn put_dictionary(t: &mut Tables, r: &rows::WindowRows, new: &mut impl FnMut(u8,
         }
     }
     for (id, set) in &r.dict.phasesets {
-        if new(4, *id) {
+        if new(Table::Phasesets, *id) {
             put_u64(&mut t.dict[4], *id);
             put_u64s(&mut t.dict[4], set);
         }
@@ -257,7 +258,7 @@ fn put_window(t: &mut Tables, id: i64, w: &NewWindow) {
 
 /// Stores as rows the windows a first-layout collector kept as bodies only (their `head` is
 /// empty): re-inserted with their rows under new ids, then the old rows deleted.
-pub fn migrate(http: &Http, t: &str, writer: &Arc<Mutex<Writer>>) -> Result<(), StoreError> {
+pub fn migrate(http: &Http, t: &str, writer: &Writer) -> Result<(), StoreError> {
     let old = http.number(&format!("SELECT count() FROM {t} WHERE head = ''"))?;
     if old == 0 {
         return Ok(());
@@ -271,13 +272,12 @@ pub fn migrate(http: &Http, t: &str, writer: &Arc<Mutex<Writer>>) -> Result<(), 
     while !r.is_empty() {
         // Their keys are dropped: the old rows still hold them until the deletion is applied.
         let (agent, _key, body) = (r.string()?, r.string()?, r.bytes()?);
-        batch.push(NewWindow::from_body(&agent, None, body)?);
+        batch.push(NewWindow::from_body(&agent, None, body, &writer.stored)?);
     }
     http.run(&format!("ALTER TABLE {t} DELETE WHERE head = ''"), None)?;
-    let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
     while !batch.is_empty() {
         let rest = batch.split_off(batch.len().min(super::BATCH_ROWS));
-        for res in w.write(std::mem::replace(&mut batch, rest)) {
+        for res in writer.write(std::mem::replace(&mut batch, rest)) {
             res?;
         }
     }

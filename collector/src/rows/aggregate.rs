@@ -1,11 +1,11 @@
 //! Sums of windows' rows: what a merged selection, a rollup bucket or one window holds.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use phaseprof_model::phase_stats::PhaseStats;
 use phaseprof_model::Meta;
 use serde::{Deserialize, Serialize};
 
-use super::{SampleKey, SampleVals};
+use super::{IdMap, SampleKey, SampleVals};
 
 /// What cannot be summed, kept from one window (the earliest): its metadata and its phases
 /// in the order it listed them.
@@ -29,7 +29,7 @@ pub struct Aggregate {
     pub counters: BTreeMap<String, u64>,
     /// Per-phase totals by phase id; empty when no window had phases.
     pub phase_stats: BTreeMap<u64, PhaseStats>,
-    pub samples: HashMap<SampleKey, SampleVals>,
+    pub samples: IdMap<SampleKey, SampleVals>,
 }
 
 impl Aggregate {

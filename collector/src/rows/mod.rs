@@ -11,11 +11,73 @@ pub mod packed;
 pub mod rebuild;
 mod split;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::RwLock;
 
 pub use aggregate::{Aggregate, Head};
 pub use rebuild::rebuild;
 pub use split::split;
+
+/// A fast hasher for maps keyed by ids (already hashes) and small integer keys: std's SipHash
+/// was a fifth of ingest's time.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+pub type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
+
+/// Dictionary tables, as `Stored` tells them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Table {
+    Labelsets,
+    Functions,
+    Mappings,
+    Stacks,
+    Phasesets,
+}
+
+/// Dictionary rows known to be stored (added once their batch committed): a window's split
+/// leaves them out, so most windows carry no names or stacks at all (they repeat the ones
+/// before). Cleared past `MAX` ids: memory stays bounded, and a row sent again is ignored.
+#[derive(Default)]
+pub struct Stored(RwLock<IdSet<(Table, u64)>>);
+
+impl Stored {
+    const MAX: usize = 4_000_000;
+
+    pub fn has(&self, table: Table, id: u64) -> bool {
+        (self.0.read().unwrap_or_else(|e| e.into_inner())).contains(&(table, id))
+    }
+
+    pub fn add(&self, ids: impl IntoIterator<Item = (Table, u64)>) {
+        let mut set = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if set.len() > Self::MAX {
+            set.clear();
+        }
+        set.extend(ids);
+    }
+}
 
 /// Stable 64-bit content id (FNV-1a), never 0 (0 means "none": no stack, phase `(none)`).
 /// 64 bits: a collision among a million stacks has odds of about 1 in 40 million.
@@ -25,6 +87,22 @@ pub fn id_of(bytes: &[u8]) -> u64 {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
+    h.max(1)
+}
+
+/// Stable 64-bit id of a sequence of ids (a stack's frames, a phase set): a multiply-rotate
+/// over words with a final avalanche, never 0.
+pub fn id_of_words(words: impl IntoIterator<Item = u64>) -> u64 {
+    let mut h: u64 = 0x2545_f491_4f6c_dd1d;
+    for w in words {
+        h = (h.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    // splitmix64's finalizer: every input bit reaches every output bit.
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
     h.max(1)
 }
 
@@ -93,11 +171,21 @@ pub struct StackRow {
 #[derive(Clone, Debug, Default)]
 pub struct Dictionary {
     /// Function names (phase names too: phases are functions) and module names.
-    pub functions: HashMap<u64, String>,
-    pub mappings: HashMap<u64, String>,
-    pub stacks: HashMap<u64, StackRow>,
+    pub functions: IdMap<u64, String>,
+    pub mappings: IdMap<u64, String>,
+    pub stacks: IdMap<u64, StackRow>,
     /// A phase set: its phase ids (0 for `(none)`), ascending.
-    pub phasesets: HashMap<u64, Vec<u64>>,
+    pub phasesets: IdMap<u64, Vec<u64>>,
+}
+
+impl Dictionary {
+    /// Every (table, id) this holds.
+    pub fn ids(&self) -> impl Iterator<Item = (Table, u64)> + '_ {
+        (self.functions.keys().map(|i| (Table::Functions, *i)))
+            .chain(self.mappings.keys().map(|i| (Table::Mappings, *i)))
+            .chain(self.stacks.keys().map(|i| (Table::Stacks, *i)))
+            .chain(self.phasesets.keys().map(|i| (Table::Phasesets, *i)))
+    }
 }
 
 impl Dictionary {
@@ -117,7 +205,7 @@ pub struct WindowRows {
     pub labelset: u64,
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Everything this window's rows refer to.
+    /// What this window's rows refer to, but for what was known to be stored at its split.
     pub dict: Dictionary,
     /// The window alone as an aggregate.
     pub agg: Aggregate,

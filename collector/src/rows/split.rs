@@ -2,7 +2,8 @@
 use phaseprof_model::{EventKind, FrameKind, Profile};
 
 use super::{
-    id_of, phase_id, Aggregate, Dictionary, Head, SampleKey, SampleVals, StackRow, WindowRows,
+    id_of, id_of_words, phase_id, Aggregate, Dictionary, Head, IdMap, SampleKey, SampleVals,
+    StackRow, Stored, Table, WindowRows,
     KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU, KIND_PAGEFAULT, KIND_SYSCALL,
 };
 
@@ -23,58 +24,68 @@ pub fn events_mask(events: &[EventKind]) -> u8 {
         .fold(0, |m, (i, _)| m | 1 << i)
 }
 
-/// `p` (validated) as rows.
-pub fn split(p: &Profile) -> WindowRows {
+/// `p` (validated) as rows; dictionary rows `stored` has are left out.
+pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
     let mut dict = Dictionary::default();
-    // Stack ids by the window's stack index.
-    let stack_ids: Vec<u64> = p
-        .stacks
-        .iter()
-        .map(|s| {
-            let mut row = StackRow::default();
-            let mut bytes = Vec::with_capacity(s.frames.len() * 17);
-            for &f in &s.frames {
-                let Some(f) = p.frames.get(f as usize) else {
-                    continue;
-                };
-                let (func, module) = (id_of(f.function.as_bytes()), id_of(f.module.as_bytes()));
+    // Each frame's (function, mapping, flags) ids, hashed once however many stacks hold it.
+    let frame_ids: Vec<(u64, u64, u8)> = (p.frames.iter())
+        .map(|f| {
+            let (func, module) = (id_of(f.function.as_bytes()), id_of(f.module.as_bytes()));
+            if !stored.has(Table::Functions, func) {
                 dict.functions.entry(func).or_insert_with(|| f.function.clone());
-                dict.mappings.entry(module).or_insert_with(|| f.module.clone());
-                let flags = frame_flags(f.kind, f.inlined);
-                bytes.extend_from_slice(&func.to_le_bytes());
-                bytes.extend_from_slice(&module.to_le_bytes());
-                bytes.push(flags);
-                row.functions.push(func);
-                row.mappings.push(module);
-                row.flags.push(flags);
             }
-            let id = id_of(&bytes);
-            dict.stacks.entry(id).or_insert(row);
+            if !stored.has(Table::Mappings, module) {
+                dict.mappings.entry(module).or_insert_with(|| f.module.clone());
+            }
+            (func, module, frame_flags(f.kind, f.inlined))
+        })
+        .collect();
+    // Stack ids by the window's stack index.
+    let stack_ids: Vec<u64> = (p.stacks.iter())
+        .map(|s| {
+            let frames: Vec<(u64, u64, u8)> = (s.frames.iter())
+                .filter_map(|&f| frame_ids.get(f as usize).copied())
+                .collect();
+            let words = frames.iter().flat_map(|&(f, m, fl)| [f, m, u64::from(fl)]);
+            let id = id_of_words(words);
+            if stored.has(Table::Stacks, id) {
+                return id;
+            }
+            dict.stacks.entry(id).or_insert_with(|| StackRow {
+                functions: frames.iter().map(|f| f.0).collect(),
+                mappings: frames.iter().map(|f| f.1).collect(),
+                flags: frames.iter().map(|f| f.2).collect(),
+            });
             id
         })
         .collect();
     let phase_ids: Vec<u64> = p.phases.iter().map(|n| phase_id(n)).collect();
     for (n, &id) in p.phases.iter().zip(&phase_ids) {
-        if id != 0 {
+        if id != 0 && !stored.has(Table::Functions, id) {
             dict.functions.entry(id).or_insert_with(|| n.clone());
         }
     }
     let mut agg = Aggregate::default();
+    // (innermost phase, phase set) ids by (phase index, mask): few distinct per window.
+    let mut seen: IdMap<(u32, u64), (u64, u64)> = IdMap::default();
     let mut at = |phase: u32, mask: u64| -> (u64, u64) {
-        let phase = phase_ids.get(phase as usize).copied().unwrap_or(0);
-        let mut set: Vec<u64> = (0..phase_ids.len().min(64))
-            .filter(|&i| mask & (1 << i) != 0)
-            .map(|i| phase_ids[i])
-            .collect();
-        if set.is_empty() {
-            set.push(0);
-        }
-        set.sort_unstable();
-        set.dedup();
-        let bytes: Vec<u8> = set.iter().flat_map(|i| i.to_le_bytes()).collect();
-        let id = id_of(&bytes);
-        dict.phasesets.entry(id).or_insert(set);
-        (phase, id)
+        *seen.entry((phase, mask)).or_insert_with(|| {
+            let phase = phase_ids.get(phase as usize).copied().unwrap_or(0);
+            let mut set: Vec<u64> = (0..phase_ids.len().min(64))
+                .filter(|&i| mask & (1 << i) != 0)
+                .map(|i| phase_ids[i])
+                .collect();
+            if set.is_empty() {
+                set.push(0);
+            }
+            set.sort_unstable();
+            set.dedup();
+            let id = id_of_words(set.iter().copied());
+            if !stored.has(Table::Phasesets, id) {
+                dict.phasesets.entry(id).or_insert(set);
+            }
+            (phase, id)
+        })
     };
     let mut rows: Vec<(SampleKey, SampleVals)> = Vec::new();
     let mut push = |kind, pid, (phase, phaseset), stack: Option<u32>, nr, vals| {

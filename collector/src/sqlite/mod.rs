@@ -20,12 +20,13 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use crate::batch::Batcher;
-use crate::rows::{Aggregate, Dictionary, Merged};
+use crate::rows::{Aggregate, Dictionary, Merged, Stored};
 use crate::store::{
     Footprint, Inserted, LabelSet, NewWindow, Selector, Store, StoreError, TableSize, WindowInfo,
 };
 
 pub struct SqliteStore {
+    stored: Arc<Stored>,
     writer: Arc<Mutex<write::Writer>>,
     batches: Batcher<NewWindow>,
     /// Queries' connection; the writer's in memory (a second connection would be another
@@ -102,7 +103,8 @@ impl SqliteStore {
                 .map_err(backend)?;
         }
         conn.execute_batch(SCHEMA).map_err(backend)?;
-        let writer = Arc::new(Mutex::new(write::Writer::new(conn)));
+        let stored = Arc::new(Stored::default());
+        let writer = Arc::new(Mutex::new(write::Writer::new(conn, stored.clone())));
         if old {
             lock(&writer).migrate()?;
         }
@@ -111,6 +113,7 @@ impl SqliteStore {
             lock(&w).write(batch)
         })?;
         Ok(SqliteStore {
+            stored,
             writer,
             batches,
             reader: None,
@@ -139,6 +142,10 @@ pub(crate) fn int(v: u64) -> i64 {
 }
 
 impl Store for SqliteStore {
+    fn stored(&self) -> &Stored {
+        &self.stored
+    }
+
     fn insert(&self, w: NewWindow) -> Result<Inserted, StoreError> {
         self.batches.submit(w)
     }
@@ -249,7 +256,8 @@ mod tests {
     }
 
     fn put(s: &SqliteStore, agent: &str, key: Option<&str>, b: Vec<u8>) -> Inserted {
-        s.insert(NewWindow::from_body(agent, key, b).unwrap()).unwrap()
+        s.insert(NewWindow::from_body(agent, key, b, s.stored()).unwrap())
+            .unwrap()
     }
 
     fn dir(name: &str) -> std::path::PathBuf {

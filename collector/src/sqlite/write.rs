@@ -1,20 +1,17 @@
 //! The embedded store's writes: a batch of windows in one transaction, rollups updated in it,
 //! retention, and the migration of stores made before windows were kept as rows.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{backend, int};
-use crate::rows::{packed, Aggregate, Dictionary, HOUR_NS, MINUTE_NS};
+use crate::rows::{packed, Aggregate, Dictionary, Stored, Table, HOUR_NS, MINUTE_NS};
 use crate::store::{Inserted, NewWindow, StoreError};
-
-/// Dictionary ids known to be stored, by table: most windows repeat the stacks of the ones
-/// before, which then cost no statement. Cleared past this many (memory stays bounded).
-const KNOWN_MAX: usize = 4_000_000;
 
 pub struct Writer {
     conn: Connection,
-    known: HashSet<(u8, u64)>,
+    stored: Arc<Stored>,
 }
 
 /// Whether `conn` holds a store of the first layout (windows kept as bodies only).
@@ -25,11 +22,8 @@ pub fn is_old_layout(conn: &Connection) -> Result<bool, StoreError> {
 }
 
 impl Writer {
-    pub fn new(conn: Connection) -> Self {
-        Writer {
-            conn,
-            known: HashSet::new(),
-        }
+    pub fn new(conn: Connection, stored: Arc<Stored>) -> Self {
+        Writer { conn, stored }
     }
 
     pub fn conn(&self) -> &Connection {
@@ -43,10 +37,7 @@ impl Writer {
         let mut added = Vec::new();
         match self.transaction(batch, &mut added) {
             Ok(r) => {
-                if self.known.len() > KNOWN_MAX {
-                    self.known.clear();
-                }
-                self.known.extend(added);
+                self.stored.add(added);
                 r
             }
             Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
@@ -56,7 +47,7 @@ impl Writer {
     fn transaction(
         &mut self,
         batch: Vec<NewWindow>,
-        added: &mut Vec<(u8, u64)>,
+        added: &mut Vec<(Table, u64)>,
     ) -> Result<Vec<Result<Inserted, StoreError>>, StoreError> {
         let tx = self.conn.transaction().map_err(backend)?;
         let mut out = Vec::with_capacity(batch.len());
@@ -85,7 +76,7 @@ impl Writer {
                 }
             }
             let r = &w.rows;
-            store_dictionary(&tx, &self.known, added, r.labelset, &r.labels, &r.dict)?;
+            store_dictionary(&tx, &self.stored, added, r.labelset, &r.labels, &r.dict)?;
             tx.prepare_cached(
                 "INSERT INTO windows (agent, idem, labelset, start_ns, end_ns, bytes, rows) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -183,7 +174,8 @@ impl Writer {
         for chunk in old.chunks(super::BATCH) {
             let mut batch = Vec::new();
             for (agent, key, body) in chunk {
-                batch.push(NewWindow::from_body(agent, key.as_deref(), body.clone())?);
+                let stored = &self.stored;
+                batch.push(NewWindow::from_body(agent, key.as_deref(), body.clone(), stored)?);
             }
             for r in self.write(batch) {
                 r?;
@@ -198,45 +190,35 @@ impl Writer {
 /// Stores what `dict` and the label set hold that is not known to be stored yet.
 fn store_dictionary(
     tx: &rusqlite::Transaction,
-    known: &HashSet<(u8, u64)>,
-    added: &mut Vec<(u8, u64)>,
+    stored: &Stored,
+    added: &mut Vec<(Table, u64)>,
     labelset: u64,
     labels: &str,
     dict: &Dictionary,
 ) -> Result<(), StoreError> {
-    let mut put = |table: u8, sql: &str, id: u64, value: &dyn rusqlite::ToSql| {
-        if known.contains(&(table, id)) {
-            return Ok(());
-        }
+    let put = |sql: &str, id: u64, value: &dyn rusqlite::ToSql| {
         tx.prepare_cached(sql)
             .and_then(|mut s| s.execute(params![int(id), value]))
-            .map_err(backend)?;
-        added.push((table, id));
-        Ok::<_, StoreError>(())
+            .map_err(backend)
     };
-    put(
-        0,
-        "INSERT OR IGNORE INTO labelsets (id, labels) VALUES (?1, ?2)",
-        labelset,
-        &labels,
-    )?;
+    if !stored.has(Table::Labelsets, labelset) {
+        put("INSERT OR IGNORE INTO labelsets (id, labels) VALUES (?1, ?2)", labelset, &labels)?;
+        added.push((Table::Labelsets, labelset));
+    }
     for (id, name) in &dict.functions {
-        put(1, "INSERT OR IGNORE INTO functions (id, name) VALUES (?1, ?2)", *id, name)?;
+        put("INSERT OR IGNORE INTO functions (id, name) VALUES (?1, ?2)", *id, name)?;
     }
     for (id, name) in &dict.mappings {
-        put(2, "INSERT OR IGNORE INTO mappings (id, name) VALUES (?1, ?2)", *id, name)?;
+        put("INSERT OR IGNORE INTO mappings (id, name) VALUES (?1, ?2)", *id, name)?;
     }
     for (id, s) in &dict.stacks {
-        if !known.contains(&(3, *id)) {
-            let frames = packed::encode_stack(s);
-            put(3, "INSERT OR IGNORE INTO stacks (id, frames) VALUES (?1, ?2)", *id, &frames)?;
-        }
+        let frames = packed::encode_stack(s);
+        put("INSERT OR IGNORE INTO stacks (id, frames) VALUES (?1, ?2)", *id, &frames)?;
     }
     for (id, set) in &dict.phasesets {
-        if !known.contains(&(4, *id)) {
-            let bytes: Vec<u8> = set.iter().flat_map(|p| p.to_le_bytes()).collect();
-            put(4, "INSERT OR IGNORE INTO phasesets (id, phases) VALUES (?1, ?2)", *id, &bytes)?;
-        }
+        let bytes: Vec<u8> = set.iter().flat_map(|p| p.to_le_bytes()).collect();
+        put("INSERT OR IGNORE INTO phasesets (id, phases) VALUES (?1, ?2)", *id, &bytes)?;
     }
+    added.extend(dict.ids());
     Ok(())
 }

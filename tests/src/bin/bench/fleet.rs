@@ -1,62 +1,115 @@
-//! Fleet: collector ingest and merged queries over an hour of windows, SQLite and ClickHouse.
+//! Fleet: collector ingest, merged views and what is stored, on SQLite and ClickHouse. An
+//! hour of 10 hosts at 1 s windows (36,000) on both; a day of 20 hosts at 10 s windows
+//! (172,800) on ClickHouse.
 use phaseprof_e2e::{read_until, root};
-use std::process::{Command, Stdio};
+use phaseprof_model::{PhaseStats, Profile};
+use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use super::*;
 
-/// An hour of 10 hosts' windows, ending now (older windows would fall to the collector's 7-day
-/// retention); bodies differ only in labels and times.
+const AGENTS: usize = 50;
+
+/// The window every host sends (bodies differ in labels and times): 500 stacks, as a 10 s
+/// window of a busy service at 99 Hz, its cpu samples spread over three phases, with
+/// phase totals.
+fn template() -> Profile {
+    let mut p = synthetic_profile(500);
+    p.phases = ["(none)", "propose", "verify", "commit"].map(String::from).to_vec();
+    for (i, s) in p.cpu.iter_mut().enumerate() {
+        s.phase = (i % 4) as u32;
+        s.phase_mask = 1 << s.phase;
+    }
+    p.phase_stats = (0..4u64)
+        .map(|i| {
+            let mut s = PhaseStats {
+                calls: 100 * i,
+                wall_ns: 1_000_000 * i,
+                wall_max_ns: 40_000 * i,
+                wall_hist: vec![(200, 60 * i), (210, 40 * i)],
+                cpu_ns: 700_000 * i,
+                syscalls: 30 * i,
+                ..PhaseStats::default()
+            };
+            s.costs.insert("flush_syscalls".into(), 10 * i);
+            s
+        })
+        .collect();
+    p
+}
+
+/// `n` bodies, window `k` of host `k % hosts` starting at `from_ns + (k / hosts) * len_ns`,
+/// encoded on every core.
+fn bodies(n: usize, hosts: usize, from_ns: u64, len_ns: u64) -> Vec<Vec<u8>> {
+    let t = template();
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); n];
+    std::thread::scope(|s| {
+        for (c, chunk) in out.chunks_mut(n.div_ceil(cores)).enumerate() {
+            let t = &t;
+            s.spawn(move || {
+                for (i, b) in chunk.iter_mut().enumerate() {
+                    let k = c * n.div_ceil(cores) + i;
+                    *b = body(t, &format!("host-{}", k % hosts), from_ns + (k / hosts) as u64 * len_ns, len_ns);
+                }
+            });
+        }
+    });
+    out
+}
+
+fn body(t: &Profile, host: &str, start: u64, len: u64) -> Vec<u8> {
+    let mut p = t.clone();
+    p.meta.start_unix_ns = start;
+    p.meta.end_unix_ns = start + len;
+    p.meta.labels.insert("host".into(), host.into());
+    p.meta.labels.insert("version".into(), "1.5".into());
+    let mut b = Vec::new();
+    phaseprof_model::write_profile(&p, &mut b).unwrap();
+    b
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// An hour of 10 hosts' 1 s windows, ending now.
 pub struct FleetHour {
-    from_ns: u64,
-    to_ns: u64,
     bodies: Vec<Vec<u8>>,
 }
 
 impl FleetHour {
     pub fn new() -> Self {
-        let to_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        let from_ns = to_ns - 3_600_000_000_000;
         let n: usize = std::env::var("PHASEPROF_BENCH_WINDOWS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(3600);
-        let template = synthetic_profile(500);
-        let bodies = (0..n)
-            .map(|k| {
-                let mut p = template.clone();
-                p.meta.start_unix_ns = from_ns + (k / 10) as u64 * 10_000_000_000;
-                p.meta.end_unix_ns = p.meta.start_unix_ns + 10_000_000_000;
-                p.meta
-                    .labels
-                    .insert("host".into(), format!("host-{}", k % 10));
-                p.meta.labels.insert("version".into(), "1.5".into());
-                let mut b = Vec::new();
-                phaseprof_model::write_profile(&p, &mut b).unwrap();
-                b
-            })
-            .collect();
+            .unwrap_or(36_000);
+        let s = 1_000_000_000;
         FleetHour {
-            from_ns,
-            to_ns,
-            bodies,
+            bodies: bodies(n, 10, now_ns() - 3600 * s, s),
         }
     }
 }
 
-/// Ingest rate and merged-query latency of a collector storing with `store`.
-pub fn fleet_bench(
-    name: &str,
-    store: &[String],
-    dir: &std::path::Path,
-    hour: &FleetHour,
-    rounds: usize,
-) {
-    const AGENTS: usize = 50;
-    // One token per agent, as a fleet has (the collector's rate limit is per agent).
+/// A collector storing with `store`, its agents' tokens, and its port.
+struct Collector {
+    child: Child,
+    port: u16,
+    tokens: Vec<String>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn collector(store: &[String], dir: &std::path::Path) -> Collector {
+    // One token per agent, as a fleet has.
     let tokens: Vec<String> = (0..AGENTS)
         .map(|i| format!("bench-agent-token-{i:012}"))
         .collect();
@@ -65,53 +118,177 @@ pub fn fleet_bench(
         .collect();
     std::fs::write(dir.join("tokens"), lines).unwrap();
     let port = phaseprof_e2e::free_port();
-    let mut coll = Command::new(root().join("target/release/phaseprof-collector"))
+    let mut child = Command::new(root().join("target/release/phaseprof-collector"))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--tokens"])
         .arg(dir.join("tokens"))
+        .args(["--agent-rate", "100000"])
         .args(store)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err = std::io::BufReader::new(coll.stderr.take().unwrap());
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
     read_until(&mut err, "listening on");
-    let bodies = &hour.bodies;
-    let size = bodies.iter().map(Vec::len).sum::<usize>() / bodies.len();
-    let url = format!("http://127.0.0.1:{port}/api/v1/windows");
+    Collector {
+        child,
+        port,
+        tokens,
+    }
+}
+
+/// Posts `n` windows from `AGENTS` concurrent agents (each sends its next window once the
+/// last is stored), `body(k)` the k-th; returns windows per second.
+fn ingest(c: &Collector, n: usize, body: &(dyn Fn(usize) -> Vec<u8> + Sync)) -> f64 {
+    let url = format!("http://127.0.0.1:{}/api/v1/windows", c.port);
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let t = Instant::now();
     std::thread::scope(|s| {
-        for (chunk, token) in bodies.chunks(bodies.len().div_ceil(AGENTS)).zip(&tokens) {
-            let url = &url;
-            s.spawn(move || {
-                for b in chunk {
-                    let (status, body) = phaseprof_e2e::http_post(url, token, b);
-                    assert_eq!(status, 201, "{body}");
+        for token in &c.tokens {
+            let (url, next) = (&url, &next);
+            s.spawn(move || loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if k >= n {
+                    break;
                 }
+                let (status, text) = phaseprof_e2e::http_post(url, token, &body(k));
+                assert_eq!(status, 201, "{text}");
             });
         }
     });
-    let secs = t.elapsed().as_secs_f64();
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Seconds to show a merged selection as a user opens it: the profile page (phase table, top
+/// functions) and its cpu flamegraph, each round a selection not cached yet.
+fn view_seconds(c: &Collector, selections: &[String]) -> Vec<f64> {
+    selections
+        .iter()
+        .map(|id| {
+            let t = Instant::now();
+            let base = format!("http://127.0.0.1:{}/profile/{id}", c.port);
+            for url in [base.clone(), format!("{base}/flamegraph/cpu.svg")] {
+                let (status, body) = phaseprof_e2e::http_get(&url);
+                assert_eq!(status, 200, "{url}: {}", &body[..body.len().min(300)]);
+            }
+            t.elapsed().as_secs_f64()
+        })
+        .collect()
+}
+
+/// Seconds of `GET /api/v1/merged` (the JSON summary with the phase table) over `[from, to)`.
+fn merged_seconds(c: &Collector, from: u64, to: u64) -> f64 {
+    let t = Instant::now();
+    let url = format!(
+        "http://127.0.0.1:{}/api/v1/merged?sel=version%3D1.5&from={from}&to={to}",
+        c.port
+    );
+    let (status, body) = phaseprof_e2e::http_get(&url);
+    assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
+    t.elapsed().as_secs_f64()
+}
+
+/// What the store holds: rows and bytes per table, bytes per window.
+fn print_footprint(name: &str, c: &Collector) {
+    let (status, body) =
+        phaseprof_e2e::http_get(&format!("http://127.0.0.1:{}/api/v1/store", c.port));
+    assert_eq!(status, 200, "{body}");
+    let f: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tables: Vec<String> = (f["tables"].as_array().unwrap().iter())
+        .map(|t| {
+            format!(
+                "{} {} rows {:.1} MiB",
+                t["table"].as_str().unwrap(),
+                t["rows"],
+                t["bytes"].as_f64().unwrap() / 1048576.0
+            )
+        })
+        .collect();
+    let kib = |k: &str| f[k].as_f64().unwrap_or(0.0) / 1024.0;
     println!(
-        "collector ({name}) ingest: {} windows of {:.1} KiB from {AGENTS} agents in {secs:.1} s = {:.0} windows/s",
+        "collector ({name}) stored: {} windows, {:.1} MiB; per window {:.1} KiB = body {:.1} KiB (kept for download) + rows and rollups {:.1} KiB; tables: {}",
+        f["windows"],
+        f["bytes"].as_f64().unwrap() / 1048576.0,
+        kib("bytes_per_window"),
+        kib("body_bytes_per_window"),
+        kib("rows_bytes_per_window"),
+        tables.join(", ")
+    );
+}
+
+/// Ingest rate and merged-view latency over an hour of 10 hosts at 1 s windows.
+pub fn fleet_bench(
+    name: &str,
+    store: &[String],
+    dir: &std::path::Path,
+    hour: &FleetHour,
+    rounds: usize,
+) {
+    let c = collector(store, dir);
+    let bodies = &hour.bodies;
+    let size = bodies.iter().map(Vec::len).sum::<usize>() / bodies.len();
+    let rate = ingest(&c, bodies.len(), &|k| bodies[k].clone());
+    println!(
+        "collector ({name}) ingest: {} windows of {:.1} KiB from {AGENTS} agents = {rate:.0} windows/s",
         bodies.len(),
         size as f64 / 1024.0,
-        bodies.len() as f64 / secs
     );
-    let mut q = vec![];
-    for _ in 0..rounds.min(3) {
-        let t = Instant::now();
-        let (status, body) = phaseprof_e2e::http_get(&format!(
-            "http://127.0.0.1:{port}/api/v1/merged?sel=version%3D1.5&from={}&to={}",
-            hour.from_ns, hour.to_ns
-        ));
-        assert_eq!(status, 200, "{}", &body[..body.len().min(300)]);
-        q.push(t.elapsed().as_secs_f64());
-    }
+    // The same selection spelled differently each round: never served from the page cache.
+    let ids: Vec<String> = ["1h", "60m", "3600s", "59m", "58m"][..rounds.clamp(1, 5)]
+        .iter()
+        .map(|last| format!("version%3D1.5%40{last}"))
+        .collect();
+    let views = view_seconds(&c, &ids);
+    let to = now_ns();
+    let merged: Vec<f64> = (0..rounds.clamp(1, 5))
+        .map(|_| merged_seconds(&c, to - 3_600_000_000_000, to))
+        .collect();
     println!(
-        "collector ({name}) merged query over 1 hour of 10 hosts ({} windows): {:.2} s (median of {})",
+        "collector ({name}) merged view of the last hour of 10 hosts ({} windows): page with phase table and top functions + cpu flamegraph {:.0} ms, /api/v1/merged {:.0} ms (medians of {})",
         bodies.len(),
-        median(q),
-        rounds.min(3)
+        median(views) * 1e3,
+        median(merged) * 1e3,
+        rounds.clamp(1, 5)
     );
-    let _ = coll.kill();
-    let _ = coll.wait();
+    print_footprint(name, &c);
+}
+
+/// A day of 20 hosts at 10 s windows (172,800) on ClickHouse: rows, bytes on disk, the
+/// merged view's time.
+pub fn fleet_day_bench(store: &[String], dir: &std::path::Path, rounds: usize) {
+    let (hosts, per_host) = (20usize, 8640usize);
+    let n = std::env::var("PHASEPROF_BENCH_DAY_WINDOWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(hosts * per_host);
+    let c = collector(store, dir);
+    let len = 10_000_000_000u64;
+    let to = now_ns();
+    let from = to - (n / hosts) as u64 * len;
+    let t = template();
+    let rate = ingest(&c, n, &|k| {
+        body(&t, &format!("host-{}", k % hosts), from + (k / hosts) as u64 * len, len)
+    });
+    println!(
+        "collector (ClickHouse) loaded a day of {hosts} hosts at 10 s windows: {n} windows at {rate:.0} windows/s (bodies encoded by the loading agents on the same cores)"
+    );
+    let merged: Vec<f64> = (0..rounds.clamp(1, 5))
+        .map(|_| merged_seconds(&c, from, to + 1))
+        .collect();
+    let ids: Vec<String> = ["24h", "1440m", "86400s", "1d", "23h"][..rounds.clamp(1, 5)]
+        .iter()
+        .map(|last| format!("version%3D1.5%40{last}"))
+        .collect();
+    let views = view_seconds(&c, &ids);
+    println!(
+        "collector (ClickHouse) merged view of the day ({n} windows): /api/v1/merged {:.2} s, page with phase table and top functions + cpu flamegraph {:.2} s (medians of {})",
+        median(merged),
+        median(views),
+        rounds.clamp(1, 5)
+    );
+    print_footprint("ClickHouse", &c);
+}
+
+/// Writes the fleet window template (a bench aid).
+pub fn write_template(path: &str) {
+    let b = body(&template(), "host-0", now_ns(), 1_000_000_000);
+    std::fs::write(path, b).unwrap();
 }

@@ -24,7 +24,7 @@ mod phases;
 mod unwind;
 
 use defaults::defaults_bench;
-use fleet::{fleet_bench, FleetHour};
+use fleet::{fleet_bench, fleet_day_bench, FleetHour};
 use phases::phases_bench;
 use unwind::unwind_bench;
 
@@ -389,12 +389,18 @@ fn main() {
             median(graph) * 1e3
         );
     }
+    if let Ok(p) = std::env::var("PHASEPROF_WRITE_TEMPLATE") {
+        fleet::write_template(&p);
+        return;
+    }
     if wanted("fleet") {
         // 6. The collector: sustained ingest of typical windows (500 stacks, as a 10 s window
-        //    of a busy service at 99 Hz) from 50 concurrent agents (a fleet of 2,000 hosts
-        //    pushing every 10 s is 200 windows/s with ~50 requests in flight), then the latency
-        //    of a merged query over 1 hour of 10 hosts (3,600 windows of 10 s); with the
-        //    embedded SQLite store and with ClickHouse (Debian's clickhouse-server, started here).
+        //    of a busy service at 99 Hz, over three phases) from 50 concurrent agents, then
+        //    the merged view of the last hour of 10 hosts at 1 s windows (36,000), as a user
+        //    opens it (page with phase table and top functions, cpu flamegraph) and as JSON,
+        //    and what is stored per window; with the embedded SQLite store and with
+        //    ClickHouse (Debian's clickhouse-server, started here). Then a day of 20 hosts at
+        //    10 s windows (172,800) on ClickHouse.
         let dir =
             std::env::temp_dir().join(format!("phaseprof-bench-fleet-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -415,6 +421,11 @@ fn main() {
                 &hour,
                 rounds,
             ),
+            None => println!("collector (ClickHouse): skipped, clickhouse-server not installed"),
+        }
+        drop(hour);
+        match phaseprof_e2e::ClickHouse::start("bench-clickhouse-day") {
+            Some(ch) => fleet_day_bench(&["--clickhouse".into(), ch.url.clone()], &dir, rounds),
             None => println!("collector (ClickHouse): skipped, clickhouse-server not installed"),
         }
         let _ = std::fs::remove_dir_all(&dir);
