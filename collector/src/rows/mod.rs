@@ -61,33 +61,50 @@ pub enum Table {
 /// leaves them out, so most windows carry no names or stacks at all (they repeat the ones
 /// before). Cleared past `MAX` ids: memory stays bounded, and a row sent again is ignored.
 #[derive(Default)]
-pub struct Stored(RwLock<IdSet<(Table, u64)>>);
+pub struct Stored(RwLock<[IdSet<u64>; 5]>);
+
+/// `Stored` read at once (a split asks thousands of times).
+pub struct StoredView<'a>(std::sync::RwLockReadGuard<'a, [IdSet<u64>; 5]>);
+
+impl StoredView<'_> {
+    pub fn has(&self, table: Table, id: u64) -> bool {
+        self.0[table as usize].contains(&id)
+    }
+}
 
 impl Stored {
     const MAX: usize = 4_000_000;
 
+    pub fn read(&self) -> StoredView<'_> {
+        StoredView(self.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     pub fn has(&self, table: Table, id: u64) -> bool {
-        (self.0.read().unwrap_or_else(|e| e.into_inner())).contains(&(table, id))
+        self.read().has(table, id)
     }
 
     pub fn add(&self, ids: impl IntoIterator<Item = (Table, u64)>) {
-        let mut set = self.0.write().unwrap_or_else(|e| e.into_inner());
-        if set.len() > Self::MAX {
-            set.clear();
+        let mut sets = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if sets.iter().map(|s| s.len()).sum::<usize>() > Self::MAX {
+            sets.iter_mut().for_each(|s| s.clear());
         }
-        set.extend(ids);
+        for (t, id) in ids {
+            sets[t as usize].insert(id);
+        }
     }
 }
 
-/// Stable 64-bit content id (FNV-1a), never 0 (0 means "none": no stack, phase `(none)`).
-/// 64 bits: a collision among a million stacks has odds of about 1 in 40 million.
+/// Stable 64-bit content id of a string, never 0 (0 means "none": no stack, phase
+/// `(none)`): its length and its bytes as little-endian words (the last zero-padded) through
+/// `id_of_words`. 64 bits: a collision among a million names has odds of about 1 in 40
+/// million.
 pub fn id_of(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h.max(1)
+    let chunks = bytes.chunks(8).map(|c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(w)
+    });
+    id_of_words(std::iter::once(bytes.len() as u64).chain(chunks))
 }
 
 /// Stable 64-bit id of a sequence of ids (a stack's frames, a phase set): a multiply-rotate
@@ -291,5 +308,17 @@ mod tests {
         // An open end (to = u64::MAX) never overflows.
         let p = plan(h, u64::MAX);
         assert!(!p.hours.is_empty());
+    }
+
+    // Checks that content ids stay what stores already hold (a changed id would split every
+    // stack and name stored before from the same ones stored after), and differ with length
+    // and content.
+    #[test]
+    fn ids_are_stable() {
+        assert_eq!(id_of(b"main"), 0x7107_6c53_86be_2fee);
+        assert_eq!(id_of_words([1, 2, 3]), 0x87cc_3fb9_8d5e_b609);
+        assert_ne!(id_of(b"main"), id_of(b"main\0"));
+        assert_ne!(id_of(b""), id_of(b"\0"));
+        assert_eq!(phase_id("(none)"), 0);
     }
 }

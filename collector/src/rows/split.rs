@@ -26,6 +26,7 @@ pub fn events_mask(events: &[EventKind]) -> u8 {
 
 /// `p` (validated) as rows; dictionary rows `stored` has are left out.
 pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
+    let stored = stored.read();
     let mut dict = Dictionary::default();
     // Each frame's (function, mapping, flags) ids, hashed once however many stacks hold it.
     let frame_ids: Vec<(u64, u64, u8)> = (p.frames.iter())
