@@ -267,7 +267,9 @@ mod tests {
             let mut body = Vec::new();
             write_profile(&p, &mut body).unwrap();
             store
-                .insert(crate::store::NewWindow::from_body(host, None, body, store.stored()).unwrap())
+                .insert(
+                    crate::store::NewWindow::from_body(host, None, body, store.stored()).unwrap(),
+                )
                 .unwrap();
         }
         let app = phaseprof_view::web::app(phaseprof_view::web::AppState {

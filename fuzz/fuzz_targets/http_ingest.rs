@@ -100,8 +100,12 @@ fuzz_target!(|data: &[u8]| {
     assert!(stored <= 1);
     if stored == 1 {
         assert_eq!(status, 201);
-        let all = s.store.bodies(&Default::default()).unwrap();
-        let p = phaseprof_model::read_profile(&all[0][..]).unwrap();
+        let all = s.store.windows(&Default::default()).unwrap();
+        let body = s.store.body(all[0].id).unwrap().unwrap();
+        let p = phaseprof_model::read_profile(&body[..]).unwrap();
         p.validate().unwrap();
+        // Its rows sum back into a profile that validates too.
+        let m = s.store.merged(&Default::default()).unwrap();
+        phaseprof_collector::rows::rebuild(&m.agg, &m.dict).validate().unwrap();
     }
 });

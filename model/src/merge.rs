@@ -43,7 +43,6 @@ pub fn phase_stats_since(later: &PhaseStats, earlier: &PhaseStats) -> PhaseStats
     }
 }
 
-
 /// One profile holding everything of `profiles` (which should share their phases; phases are
 /// matched by name). Metadata comes from the first, its time range spans all.
 pub fn merge(profiles: &[&Profile]) -> Profile {

@@ -39,7 +39,8 @@ impl PhaseStats {
     /// the larger.
     pub fn absorb(&mut self, s: &PhaseStats) {
         let into = self;
-        let mut hist: std::collections::BTreeMap<u32, u64> = into.wall_hist.iter().copied().collect();
+        let mut hist: std::collections::BTreeMap<u32, u64> =
+            into.wall_hist.iter().copied().collect();
         for &(i, n) in &s.wall_hist {
             let e = hist.entry(i).or_default();
             *e = e.saturating_add(n);

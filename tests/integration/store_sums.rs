@@ -80,7 +80,11 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
             b.intern_frame(Frame {
                 function: format!("node::module_{}::f{i}", i % 5),
                 module: ["node", "libc.so.6", "[kernel]"][(i % 3) as usize].into(),
-                kind: if i % 3 == 2 { FrameKind::Kernel } else { FrameKind::User },
+                kind: if i % 3 == 2 {
+                    FrameKind::Kernel
+                } else {
+                    FrameKind::User
+                },
                 inlined: i % 7 == 0,
             })
         })
@@ -110,7 +114,14 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
         let (s, a) = (stacks[r.below(12) as usize], at(r));
         let stack = (r.below(3) > 0).then_some(s);
         let nr = [0, 1, 202, 232][r.below(4) as usize];
-        b.add_syscall(100 + r.below(2) as u32, a, nr, stack, 1 + r.below(40), r.below(1 << 24));
+        b.add_syscall(
+            100 + r.below(2) as u32,
+            a,
+            nr,
+            stack,
+            1 + r.below(40),
+            r.below(1 << 24),
+        );
     }
     for _ in 0..r.below(10) {
         let (s, a) = (stacks[r.below(12) as usize], at(r));
@@ -128,7 +139,9 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
                 calls: r.below(500),
                 wall_ns: r.below(1 << 34),
                 wall_max_ns: r.below(1 << 30),
-                wall_hist: (0..r.below(5)).map(|i| (20 + i as u32 * 7, 1 + r.below(99))).collect(),
+                wall_hist: (0..r.below(5))
+                    .map(|i| (20 + i as u32 * 7, 1 + r.below(99)))
+                    .collect(),
                 cpu_ns: r.below(1 << 32),
                 offcpu_ns: r.below(1 << 32),
                 syscalls: r.below(10_000),
@@ -148,7 +161,8 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
     lost.events = r.below(5);
     lost.stacks = r.below(50);
     lost.by_reason.insert("ring_full".into(), r.below(5));
-    lost.by_reason.insert("phase_depth_exceeded".into(), r.below(2));
+    lost.by_reason
+        .insert("phase_depth_exceeded".into(), r.below(2));
     let mut p = b.finish();
     p.costs.insert("flush_syscalls".into(), r.below(1000));
     p
@@ -173,7 +187,13 @@ fn assert_same_views(what: &str, got: &Profile, want: &Profile) {
         (want.meta.start_unix_ns, want.meta.end_unix_ns),
         "{what}: span"
     );
-    let set = |p: &Profile| p.meta.events.iter().copied().collect::<std::collections::BTreeSet<_>>();
+    let set = |p: &Profile| {
+        p.meta
+            .events
+            .iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+    };
     assert_eq!(set(got), set(want), "{what}: events");
     assert_eq!(got.lost, want.lost, "{what}: lost");
     assert_eq!(got.costs, want.costs, "{what}: costs");
@@ -201,7 +221,10 @@ fn assert_same_views(what: &str, got: &Profile, want: &Profile) {
     }
     let alloc_count = |p: &Profile| p.allocs.iter().map(|a| a.count).sum::<f64>();
     let (g, w) = (alloc_count(got), alloc_count(want));
-    assert!(g == w || rel_diff(g, w) < 1e-9, "{what}: allocation counts {g} vs {w}");
+    assert!(
+        g == w || rel_diff(g, w) < 1e-9,
+        "{what}: allocation counts {g} vs {w}"
+    );
 }
 
 /// Numbers equal to 1e-9 (sums of fractions in another order), everything else exactly.
@@ -219,7 +242,11 @@ fn assert_json_close(path: &str, got: &serde_json::Value, want: &serde_json::Val
             }
         }
         (Value::Object(a), Value::Object(b)) => {
-            assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "{path}");
+            assert_eq!(
+                a.keys().collect::<Vec<_>>(),
+                b.keys().collect::<Vec<_>>(),
+                "{path}"
+            );
             for (k, x) in a {
                 assert_json_close(&format!("{path}.{k}"), x, &b[k]);
             }
@@ -229,8 +256,14 @@ fn assert_json_close(path: &str, got: &serde_json::Value, want: &serde_json::Val
 }
 
 fn download(url: &str) -> Vec<u8> {
-    let mut resp = ureq::get(url).call().unwrap_or_else(|e| panic!("{url}: {e}"));
-    resp.body_mut().with_config().limit(1 << 30).read_to_vec().unwrap()
+    let mut resp = ureq::get(url)
+        .call()
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    resp.body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_vec()
+        .unwrap()
 }
 
 fn sums_equal_merge(name: &str, store: &[String]) {
@@ -239,15 +272,20 @@ fn sums_equal_merge(name: &str, store: &[String]) {
     let lines: String = TOKENS.iter().map(|(h, t)| format!("{h} {t}\n")).collect();
     std::fs::write(&tokens, lines).unwrap();
     let port = free_port();
-    let mut coll = Killed(Command::new(collector_bin())
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--tokens"])
-        .arg(&tokens)
-        .args(["--agent-rate", "1000"])
-        .args(store)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap());
-    read_until(&mut BufReader::new(coll.0.stderr.take().unwrap()), "listening on");
+    let mut coll = Killed(
+        Command::new(collector_bin())
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--tokens"])
+            .arg(&tokens)
+            .args(["--agent-rate", "1000"])
+            .args(store)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    read_until(
+        &mut BufReader::new(coll.0.stderr.take().unwrap()),
+        "listening on",
+    );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -265,8 +303,11 @@ fn sums_equal_merge(name: &str, store: &[String]) {
             let p = window(&mut r, host, version, t, len);
             let mut body = Vec::new();
             write_profile(&p, &mut body).unwrap();
-            let (status, text) =
-                http_post(&format!("http://127.0.0.1:{port}/api/v1/windows"), token, &body);
+            let (status, text) = http_post(
+                &format!("http://127.0.0.1:{port}/api/v1/windows"),
+                token,
+                &body,
+            );
             assert_eq!(status, 201, "{text}");
             windows.push(p);
             t += 20 * s + r.below(100 * s);
@@ -317,8 +358,8 @@ fn sums_equal_merge(name: &str, store: &[String]) {
         w.sort_by_key(|p| p.meta.start_unix_ns);
         w
     };
-    let want = serde_json::to_value(diff(&side("1.4"), &side("1.5"), &DiffOptions::default()))
-        .unwrap();
+    let want =
+        serde_json::to_value(diff(&side("1.4"), &side("1.5"), &DiffOptions::default())).unwrap();
     let (status, got) = http_get(&format!("{url}/diff?a=version%3D1.4&b=version%3D1.5"));
     assert_eq!(status, 200, "{got}");
     let got: serde_json::Value = serde_json::from_str(&got).unwrap();
@@ -351,9 +392,22 @@ fn store_sums_equal_merge_sqlite() {
     sums_equal_merge("SQLite", &["--data".into(), dir.display().to_string()]);
 }
 
-// The same on a real clickhouse-server (Debian's 18.16, installed by scripts/setup.sh).
+// The same on a real clickhouse-server (Debian's 18.16, installed by scripts/setup.sh), or on
+// the one `PHASEPROF_TEST_CLICKHOUSE` names (a URL; with `PHASEPROF_TEST_CLICKHOUSE_TABLE`, e.g.
+// Distributed tables over a cluster's shards, docs/fleet-store.md).
 #[test]
 fn store_sums_equal_merge_clickhouse() {
+    if let Ok(url) = std::env::var("PHASEPROF_TEST_CLICKHOUSE") {
+        let table = std::env::var("PHASEPROF_TEST_CLICKHOUSE_TABLE")
+            .unwrap_or_else(|_| "phaseprof_windows".into());
+        let args = [
+            "--clickhouse".into(),
+            url,
+            "--clickhouse-table".into(),
+            table,
+        ];
+        return sums_equal_merge("ClickHouse (given)", &args);
+    }
     let Some(ch) = ClickHouse::start("store-sums-clickhouse") else {
         panic!("clickhouse-server is not installed: run scripts/setup.sh");
     };

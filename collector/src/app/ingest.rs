@@ -215,8 +215,8 @@ pub(super) async fn ingest(
     let checked = tokio::task::spawn_blocking(move || {
         check_window(&raw, max_inflated, &entry, store.stored())
     })
-        .await
-        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    .await
+    .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     drop(decoder);
     let rows = match checked {
         Ok(m) => m,
@@ -238,8 +238,8 @@ pub(super) async fn ingest(
     };
     let store = s.store.clone();
     let inserted = tokio::task::spawn_blocking(move || store.insert(window))
-    .await
-    .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+        .await
+        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     if inserted.duplicate {
         s.metrics.windows_duplicate.fetch_add(1, Ordering::Relaxed);
         return Ok(

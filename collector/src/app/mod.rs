@@ -22,9 +22,7 @@ mod tests;
 
 use ingest::ingest;
 pub use ingest::{IngestLimits, RateLimit};
-use queries::{
-    diff, labels, merged, merged_download, store_footprint, window_download, windows,
-};
+use queries::{diff, labels, merged, merged_download, store_footprint, window_download, windows};
 
 /// Counters for `/metrics`.
 #[derive(Default)]

@@ -72,13 +72,15 @@ pub(super) async fn window_download(
 ) -> Result<Response, WebError> {
     check_read(&s, &headers)?;
     let id: i64 = (name.strip_suffix(".phaseprof").unwrap_or(&name).parse()).map_err(|_| {
-        WebError::new(StatusCode::BAD_REQUEST, format!("`{name}` is not a window id"))
+        WebError::new(
+            StatusCode::BAD_REQUEST,
+            format!("`{name}` is not a window id"),
+        )
     })?;
     let store = s.store.clone();
     let body = blocking(&s, move || Ok(store.body(id)?)).await?;
-    let body = body.ok_or_else(|| {
-        WebError::new(StatusCode::NOT_FOUND, format!("no window has id {id}"))
-    })?;
+    let body =
+        body.ok_or_else(|| WebError::new(StatusCode::NOT_FOUND, format!("no window has id {id}")))?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
 }
 

@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use crate::batch::Batcher;
 use crate::rows::{Aggregate, Dictionary, Merged, Stored};
-use crate::store::{Footprint, Inserted, LabelSet, NewWindow, Selector, Store, StoreError, WindowInfo};
+use crate::store::{
+    Footprint, Inserted, LabelSet, NewWindow, Selector, Store, StoreError, WindowInfo,
+};
 use http::Http;
 
 /// Windows per batch at most, and the least time between two batches' starts: a few dozen

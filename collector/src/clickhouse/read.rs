@@ -24,7 +24,10 @@ fn list(ids: &[u64]) -> String {
 /// The selection as a WHERE clause on a table with `labelset` and a time column, None when
 /// no label set matches.
 fn label_filter(http: &Http, t: &str, sel: &Selector) -> Result<Option<String>, StoreError> {
-    let reply = rows(http, &format!("SELECT DISTINCT id, labels FROM {t}_labelsets"))?;
+    let reply = rows(
+        http,
+        &format!("SELECT DISTINCT id, labels FROM {t}_labelsets"),
+    )?;
     let mut r = RowReader(&reply);
     let mut sets = Vec::new();
     while !r.is_empty() {
@@ -103,7 +106,10 @@ pub fn label_sets(http: &Http, t: &str, sel: &Selector) -> Result<Vec<LabelSet>,
 }
 
 pub fn body(http: &Http, t: &str, id: i64) -> Result<Option<Vec<u8>>, StoreError> {
-    let reply = rows(http, &format!("SELECT body FROM {t} WHERE id = {id} LIMIT 1"))?;
+    let reply = rows(
+        http,
+        &format!("SELECT body FROM {t} WHERE id = {id} LIMIT 1"),
+    )?;
     let mut r = RowReader(&reply);
     if r.is_empty() {
         return Ok(None);
@@ -140,7 +146,11 @@ fn window_sums(
     filter: &str,
     by_window: bool,
 ) -> Result<HashMap<i64, Aggregate>, StoreError> {
-    let (group, id) = if by_window { ("GROUP BY id", "id") } else { ("", "toInt64(0)") };
+    let (group, id) = if by_window {
+        ("GROUP BY id", "id")
+    } else {
+        ("", "toInt64(0)")
+    };
     let reply = rows(
         http,
         &format!(
@@ -240,7 +250,10 @@ pub fn merged(http: &Http, t: &str, sel: &Selector) -> Result<Merged, StoreError
     let Some(labels) = label_filter(http, t, sel)? else {
         return Ok(Merged::default());
     };
-    let whole = format!("{labels} AND {}", ranges("start_ns", &[(sel.from_ns, sel.to())]));
+    let whole = format!(
+        "{labels} AND {}",
+        ranges("start_ns", &[(sel.from_ns, sel.to())])
+    );
     let mut parts = window_sums(http, t, &whole, false)?;
     phase_sums(http, t, &whole, false, &mut parts)?;
     let mut agg = parts.remove(&0).unwrap_or_default();
@@ -269,11 +282,18 @@ pub fn merged(http: &Http, t: &str, sel: &Selector) -> Result<Merged, StoreError
     Ok(Merged { agg, dict })
 }
 
-pub fn per_window(http: &Http, t: &str, sel: &Selector) -> Result<(Vec<Aggregate>, Dictionary), StoreError> {
+pub fn per_window(
+    http: &Http,
+    t: &str,
+    sel: &Selector,
+) -> Result<(Vec<Aggregate>, Dictionary), StoreError> {
     let Some(labels) = label_filter(http, t, sel)? else {
         return Ok(Default::default());
     };
-    let filter = format!("{labels} AND {}", ranges("start_ns", &[(sel.from_ns, sel.to())]));
+    let filter = format!(
+        "{labels} AND {}",
+        ranges("start_ns", &[(sel.from_ns, sel.to())])
+    );
     let mut by = window_sums(http, t, &filter, true)?;
     phase_sums(http, t, &filter, true, &mut by)?;
     let reply = rows(

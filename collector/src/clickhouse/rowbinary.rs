@@ -100,7 +100,9 @@ impl RowReader<'_> {
             }
         }
         if n as usize > self.0.len() {
-            return Err(StoreError::Corrupt("ClickHouse reply ends mid-array".into()));
+            return Err(StoreError::Corrupt(
+                "ClickHouse reply ends mid-array".into(),
+            ));
         }
         Ok(n as usize)
     }

@@ -128,7 +128,11 @@ pub fn retain(http: &Http, t: &str, before_ns: u64) -> Result<usize, StoreError>
 
 /// Rows and compressed bytes on disk per table (active parts), and the body column's.
 pub fn footprint(http: &Http, t: &str) -> Result<Footprint, StoreError> {
-    let ours = format!("(table = {} OR table LIKE {})", quoted(t), quoted(&format!("{t}\\_%")));
+    let ours = format!(
+        "(table = {} OR table LIKE {})",
+        quoted(t),
+        quoted(&format!("{t}\\_%"))
+    );
     let out = http.run(
         &format!(
             "SELECT table, sum(rows), sum(bytes_on_disk) FROM system.parts \

@@ -66,8 +66,14 @@ impl Writer {
     }
 
     /// Ids of windows stored before under the batch's keys, by (agent, key).
-    fn stored_keys(&self, batch: &[NewWindow]) -> Result<HashMap<(String, String), i64>, StoreError> {
-        let keys: Vec<String> = batch.iter().filter_map(|w| w.key.as_deref().map(quoted)).collect();
+    fn stored_keys(
+        &self,
+        batch: &[NewWindow],
+    ) -> Result<HashMap<(String, String), i64>, StoreError> {
+        let keys: Vec<String> = batch
+            .iter()
+            .filter_map(|w| w.key.as_deref().map(quoted))
+            .collect();
         let mut out = HashMap::new();
         if keys.is_empty() {
             return Ok(out);
@@ -148,11 +154,7 @@ impl Writer {
     }
 }
 
-fn put_dictionary(
-    t: &mut Tables,
-    r: &rows::WindowRows,
-    new: &mut impl FnMut(Table, u64) -> bool,
-) {
+fn put_dictionary(t: &mut Tables, r: &rows::WindowRows, new: &mut impl FnMut(Table, u64) -> bool) {
     if new(Table::Labelsets, r.labelset) {
         put_u64(&mut t.dict[0], r.labelset);
         put_string(&mut t.dict[0], r.labels.as_bytes());

@@ -302,9 +302,15 @@ mod tests {
             ]
         );
         let p = plan(10, 20);
-        assert_eq!((p.raw, p.minutes.len(), p.hours.len()), (vec![(10, 20)], 0, 0));
+        assert_eq!(
+            (p.raw, p.minutes.len(), p.hours.len()),
+            (vec![(10, 20)], 0, 0)
+        );
         let p = plan(h, 2 * h);
-        assert_eq!((p.raw.len(), p.minutes.len(), p.hours), (0, 0, vec![(h, 2 * h)]));
+        assert_eq!(
+            (p.raw.len(), p.minutes.len(), p.hours),
+            (0, 0, vec![(h, 2 * h)])
+        );
         // An open end (to = u64::MAX) never overflows.
         let p = plan(h, u64::MAX);
         assert!(!p.hours.is_empty());

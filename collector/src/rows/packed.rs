@@ -74,7 +74,9 @@ impl Reader<'_> {
 
     fn index<'t>(&mut self, ids: &'t [u64]) -> Result<u64, StoreError> {
         let i = self.varint()? as usize;
-        ids.get(i).copied().ok_or_else(|| corrupt("an id index out of range"))
+        ids.get(i)
+            .copied()
+            .ok_or_else(|| corrupt("an id index out of range"))
     }
 }
 
@@ -135,12 +137,16 @@ pub fn absorb(into: &mut Aggregate, bytes: &[u8]) -> Result<(), StoreError> {
         return Err(corrupt("an unknown version"));
     }
     let n = r.varint()? as usize;
-    let header: Header =
-        serde_json::from_slice(r.take(n)?).map_err(|e| corrupt(&e.to_string()))?;
+    let header: Header = serde_json::from_slice(r.take(n)?).map_err(|e| corrupt(&e.to_string()))?;
     if header.windows == 0 {
         return Ok(());
     }
-    into.absorb_window_stats(header.windows, header.start_ns, header.end_ns, header.events);
+    into.absorb_window_stats(
+        header.windows,
+        header.start_ns,
+        header.end_ns,
+        header.events,
+    );
     if let Some(h) = &header.head {
         into.offer_head(h);
     }
@@ -241,7 +247,10 @@ mod tests {
         assert_eq!(b.samples[&k].value, 1 << 41);
         assert_eq!(b.samples[&k].fvalue, 5.0);
         for cut in 0..bytes.len() {
-            assert!(absorb(&mut Aggregate::default(), &bytes[..cut]).is_err(), "{cut}");
+            assert!(
+                absorb(&mut Aggregate::default(), &bytes[..cut]).is_err(),
+                "{cut}"
+            );
         }
         let s = StackRow {
             functions: vec![1, 2],

@@ -7,8 +7,8 @@ use phaseprof_model::{
 };
 
 use super::{
-    Aggregate, Dictionary, SampleKey, KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU, KIND_PAGEFAULT,
-    KIND_SYSCALL,
+    Aggregate, Dictionary, SampleKey, KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU,
+    KIND_PAGEFAULT, KIND_SYSCALL,
 };
 
 fn frame_kind(flags: u8) -> FrameKind {
@@ -29,6 +29,13 @@ pub fn rebuild(agg: &Aggregate, dict: &Dictionary) -> Profile {
         .filter(|(i, _)| agg.events & (1 << i) != 0)
         .map(|(_, k)| *k)
         .collect();
+    // Processes: the earliest window's, then the others samples name.
+    let mut more: Vec<u32> = (agg.samples.keys().map(|k| k.pid))
+        .filter(|p| !meta.pids.contains(p))
+        .collect();
+    more.sort_unstable();
+    more.dedup();
+    meta.pids.extend(more);
     let counter = |k: &str| agg.counters.get(k).copied().unwrap_or(0);
     meta.notes.remove("targets_cpu_ns");
     if agg.windows > 0 && counter("windows_with_targets_cpu") == agg.windows {
@@ -56,9 +63,11 @@ pub fn rebuild(agg: &Aggregate, dict: &Dictionary) -> Profile {
     let mut phases: Vec<String> = head.phases;
     let mut others: Vec<String> = (agg.phase_stats.keys().copied())
         .chain(agg.samples.keys().map(|k| k.phase))
-        .chain(agg.samples.keys().flat_map(|k| {
-            dict.phasesets.get(&k.phaseset).cloned().unwrap_or_default()
-        }))
+        .chain(
+            agg.samples
+                .keys()
+                .flat_map(|k| dict.phasesets.get(&k.phaseset).cloned().unwrap_or_default()),
+        )
         .map(name_of)
         .filter(|n| !phases.contains(n))
         .collect();

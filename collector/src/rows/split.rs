@@ -3,8 +3,8 @@ use phaseprof_model::{EventKind, FrameKind, Profile};
 
 use super::{
     id_of, id_of_words, phase_id, Aggregate, Dictionary, Head, IdMap, SampleKey, SampleVals,
-    StackRow, Stored, Table, WindowRows,
-    KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU, KIND_PAGEFAULT, KIND_SYSCALL,
+    StackRow, Stored, Table, WindowRows, KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU,
+    KIND_PAGEFAULT, KIND_SYSCALL,
 };
 
 /// The flags of a frame in a `StackRow`.
@@ -33,10 +33,14 @@ pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
         .map(|f| {
             let (func, module) = (id_of(f.function.as_bytes()), id_of(f.module.as_bytes()));
             if !stored.has(Table::Functions, func) {
-                dict.functions.entry(func).or_insert_with(|| f.function.clone());
+                dict.functions
+                    .entry(func)
+                    .or_insert_with(|| f.function.clone());
             }
             if !stored.has(Table::Mappings, module) {
-                dict.mappings.entry(module).or_insert_with(|| f.module.clone());
+                dict.mappings
+                    .entry(module)
+                    .or_insert_with(|| f.module.clone());
             }
             (func, module, frame_flags(f.kind, f.inlined))
         })
@@ -132,7 +136,14 @@ pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
     }
     for s in &p.page_faults {
         let a = at(s.phase, s.phase_mask);
-        push(KIND_PAGEFAULT, s.pid, a, Some(s.stack), 0, v(s.count, 0, 0, 0.0));
+        push(
+            KIND_PAGEFAULT,
+            s.pid,
+            a,
+            Some(s.stack),
+            0,
+            v(s.count, 0, 0, 0.0),
+        );
     }
     for (k, vals) in rows {
         agg.add_sample(k, &vals);
@@ -163,7 +174,10 @@ fn add_counters(agg: &mut Aggregate, p: &Profile) {
     let l = &p.lost;
     agg.add_counter("lost.events", l.events);
     agg.add_counter("lost.stacks", l.stacks);
-    agg.add_counter("lost.syscalls_in_flight_at_start", l.syscalls_in_flight_at_start);
+    agg.add_counter(
+        "lost.syscalls_in_flight_at_start",
+        l.syscalls_in_flight_at_start,
+    );
     agg.add_counter("lost.phase_exits_before_start", l.phase_exits_before_start);
     for (k, v) in &l.by_reason {
         agg.add_counter(&format!("lost.reason.{k}"), *v);

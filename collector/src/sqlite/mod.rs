@@ -100,7 +100,7 @@ impl SqliteStore {
                  DROP INDEX IF EXISTS windows_start;
                  DROP INDEX IF EXISTS windows_idem;",
             )
-                .map_err(backend)?;
+            .map_err(backend)?;
         }
         conn.execute_batch(SCHEMA).map_err(backend)?;
         let stored = Arc::new(Stored::default());
@@ -230,7 +230,6 @@ pub(crate) fn labelset_list(ids: &[u64]) -> String {
         .join(",")
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,7 +290,10 @@ mod tests {
             to_ns,
         };
         let w = s.windows(&sel("a", 0, 0)).unwrap();
-        assert_eq!(w.iter().map(|w| w.start_ns).collect::<Vec<_>>(), vec![10, h + 30]);
+        assert_eq!(
+            w.iter().map(|w| w.start_ns).collect::<Vec<_>>(),
+            vec![10, h + 30]
+        );
         assert_eq!(s.body(w[1].id).unwrap(), Some(body("a", h + 30, h + 40)));
         let w = s.windows(&sel("b", 12, 30)).unwrap();
         assert_eq!((w.len(), w[0].agent.as_str()), (1, "b1"));

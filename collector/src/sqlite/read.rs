@@ -19,7 +19,10 @@ fn labelsets(c: &Connection, sel: &Selector) -> Result<BTreeMap<u64, String>, St
         .collect::<Result<_, _>>()
         .map_err(backend)?;
     let wanted: HashSet<u64> = sel.matching_labelsets(&all)?.into_iter().collect();
-    Ok(all.into_iter().filter(|(id, _)| wanted.contains(id)).collect())
+    Ok(all
+        .into_iter()
+        .filter(|(id, _)| wanted.contains(id))
+        .collect())
 }
 
 pub fn windows(c: &Connection, sel: &Selector) -> Result<Vec<WindowInfo>, StoreError> {
@@ -36,22 +39,25 @@ pub fn windows(c: &Connection, sel: &Selector) -> Result<Vec<WindowInfo>, StoreE
         ))
         .map_err(backend)?;
     let rows = s
-        .query_map(params![int(sel.from_ns.min(i64::MAX as u64)), int(sel.to())], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)? as u64,
-                r.get::<_, i64>(3)? as u64,
-                r.get::<_, i64>(4)? as u64,
-                r.get::<_, i64>(5)? as usize,
-            ))
-        })
+        .query_map(
+            params![int(sel.from_ns.min(i64::MAX as u64)), int(sel.to())],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)? as u64,
+                    r.get::<_, i64>(3)? as u64,
+                    r.get::<_, i64>(4)? as u64,
+                    r.get::<_, i64>(5)? as usize,
+                ))
+            },
+        )
         .map_err(backend)?;
     let mut out = Vec::new();
     for row in rows {
         let (id, agent, set, start_ns, end_ns, bytes) = row.map_err(backend)?;
-        let labels = serde_json::from_str(&sets[&set])
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let labels =
+            serde_json::from_str(&sets[&set]).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         out.push(WindowInfo {
             id,
             agent,
@@ -78,14 +84,17 @@ pub fn label_sets(c: &Connection, sel: &Selector) -> Result<Vec<LabelSet>, Store
         ))
         .map_err(backend)?;
     let rows = s
-        .query_map(params![int(sel.from_ns.min(i64::MAX as u64)), int(sel.to())], |r| {
-            Ok((
-                r.get::<_, i64>(0)? as u64,
-                r.get::<_, i64>(1)? as u64,
-                r.get::<_, i64>(2)? as u64,
-                r.get::<_, i64>(3)? as u64,
-            ))
-        })
+        .query_map(
+            params![int(sel.from_ns.min(i64::MAX as u64)), int(sel.to())],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, i64>(2)? as u64,
+                    r.get::<_, i64>(3)? as u64,
+                ))
+            },
+        )
         .map_err(backend)?;
     let mut out = Vec::new();
     for row in rows {
@@ -102,9 +111,11 @@ pub fn label_sets(c: &Connection, sel: &Selector) -> Result<Vec<LabelSet>, Store
 }
 
 pub fn body(c: &Connection, id: i64) -> Result<Option<Vec<u8>>, StoreError> {
-    c.query_row("SELECT body FROM bodies WHERE id = ?1", params![id], |r| r.get(0))
-        .optional()
-        .map_err(backend)
+    c.query_row("SELECT body FROM bodies WHERE id = ?1", params![id], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map_err(backend)
 }
 
 /// Each packed row of `sql` (its parameters: from, to) absorbed by `f`.
@@ -116,12 +127,17 @@ fn each_packed(
 ) -> Result<(), StoreError> {
     let mut s = c.prepare(sql).map_err(backend)?;
     let mut rows = s
-        .query(params![int(from.min(i64::MAX as u64)), int(to.min(i64::MAX as u64))])
+        .query(params![
+            int(from.min(i64::MAX as u64)),
+            int(to.min(i64::MAX as u64))
+        ])
         .map_err(backend)?;
     while let Some(r) = rows.next().map_err(backend)? {
-        let bytes = r.get_ref(0).map_err(backend)?.as_blob().map_err(|e| {
-            StoreError::Corrupt(format!("a stored row is not a blob: {e}"))
-        })?;
+        let bytes = r
+            .get_ref(0)
+            .map_err(backend)?
+            .as_blob()
+            .map_err(|e| StoreError::Corrupt(format!("a stored row is not a blob: {e}")))?;
         f(bytes)?;
     }
     Ok(())
@@ -155,7 +171,10 @@ pub fn merged(c: &Connection, sel: &Selector) -> Result<Merged, StoreError> {
     Ok(Merged { agg, dict })
 }
 
-pub fn per_window(c: &Connection, sel: &Selector) -> Result<(Vec<Aggregate>, Dictionary), StoreError> {
+pub fn per_window(
+    c: &Connection,
+    sel: &Selector,
+) -> Result<(Vec<Aggregate>, Dictionary), StoreError> {
     let sets = labelsets(c, sel)?;
     if sets.is_empty() {
         return Ok(Default::default());

@@ -175,7 +175,12 @@ impl Writer {
             let mut batch = Vec::new();
             for (agent, key, body) in chunk {
                 let stored = &self.stored;
-                batch.push(NewWindow::from_body(agent, key.as_deref(), body.clone(), stored)?);
+                batch.push(NewWindow::from_body(
+                    agent,
+                    key.as_deref(),
+                    body.clone(),
+                    stored,
+                )?);
             }
             for r in self.write(batch) {
                 r?;
@@ -202,22 +207,42 @@ fn store_dictionary(
             .map_err(backend)
     };
     if !stored.has(Table::Labelsets, labelset) {
-        put("INSERT OR IGNORE INTO labelsets (id, labels) VALUES (?1, ?2)", labelset, &labels)?;
+        put(
+            "INSERT OR IGNORE INTO labelsets (id, labels) VALUES (?1, ?2)",
+            labelset,
+            &labels,
+        )?;
         added.push((Table::Labelsets, labelset));
     }
     for (id, name) in &dict.functions {
-        put("INSERT OR IGNORE INTO functions (id, name) VALUES (?1, ?2)", *id, name)?;
+        put(
+            "INSERT OR IGNORE INTO functions (id, name) VALUES (?1, ?2)",
+            *id,
+            name,
+        )?;
     }
     for (id, name) in &dict.mappings {
-        put("INSERT OR IGNORE INTO mappings (id, name) VALUES (?1, ?2)", *id, name)?;
+        put(
+            "INSERT OR IGNORE INTO mappings (id, name) VALUES (?1, ?2)",
+            *id,
+            name,
+        )?;
     }
     for (id, s) in &dict.stacks {
         let frames = packed::encode_stack(s);
-        put("INSERT OR IGNORE INTO stacks (id, frames) VALUES (?1, ?2)", *id, &frames)?;
+        put(
+            "INSERT OR IGNORE INTO stacks (id, frames) VALUES (?1, ?2)",
+            *id,
+            &frames,
+        )?;
     }
     for (id, set) in &dict.phasesets {
         let bytes: Vec<u8> = set.iter().flat_map(|p| p.to_le_bytes()).collect();
-        put("INSERT OR IGNORE INTO phasesets (id, phases) VALUES (?1, ?2)", *id, &bytes)?;
+        put(
+            "INSERT OR IGNORE INTO phasesets (id, phases) VALUES (?1, ?2)",
+            *id,
+            &bytes,
+        )?;
     }
     added.extend(dict.ids());
     Ok(())

@@ -1,7 +1,7 @@
 //! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
 //!
 //! Run as root after `cargo build --release --workspace`:
-//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|agent|unwind|defaults]`.
+//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|fleet-day|agent|unwind|defaults]`.
 //! Prints: ns per syscall of a getppid loop bare / with our probes attached but the loop not a
 //! target (the floor) / under `record` (stacks on and off) / under bpftrace doing the same
 //! counting; validator-sim's wall time bare vs recorded; the agent's CPU% and peak RSS while
@@ -389,10 +389,6 @@ fn main() {
             median(graph) * 1e3
         );
     }
-    if let Ok(p) = std::env::var("PHASEPROF_WRITE_TEMPLATE") {
-        fleet::write_template(&p);
-        return;
-    }
     if wanted("fleet") {
         // 6. The collector: sustained ingest of typical windows (500 stacks, as a 10 s window
         //    of a busy service at 99 Hz, over three phases) from 50 concurrent agents, then
@@ -423,7 +419,14 @@ fn main() {
             ),
             None => println!("collector (ClickHouse): skipped, clickhouse-server not installed"),
         }
-        drop(hour);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    if wanted("fleet-day") {
+        // 7. A day of 20 hosts at 10 s windows (172,800) on ClickHouse: its merged view, rows
+        //    and bytes on disk.
+        let dir = std::env::temp_dir().join(format!("phaseprof-bench-day-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
         match phaseprof_e2e::ClickHouse::start("bench-clickhouse-day") {
             Some(ch) => fleet_day_bench(&["--clickhouse".into(), ch.url.clone()], &dir, rounds),
             None => println!("collector (ClickHouse): skipped, clickhouse-server not installed"),
