@@ -255,6 +255,9 @@ fn assert_json_close(path: &str, got: &serde_json::Value, want: &serde_json::Val
     }
 }
 
+/// Which windows a selection picks.
+type Pick = dyn Fn(&Profile) -> bool;
+
 fn download(url: &str) -> Vec<u8> {
     let mut resp = ureq::get(url)
         .call()
@@ -323,7 +326,7 @@ fn sums_equal_merge(name: &str, store: &[String]) {
         (0, 0),
     ];
     for (from, to) in ranges {
-        let selections: [(&str, &dyn Fn(&Profile) -> bool); 2] = [
+        let selections: [(&str, &Pick); 2] = [
             ("service%3Dnode", &|_| true),
             ("host%3Dhost-b,version%3D1.5", &|p| {
                 p.meta.labels["host"] == "host-b" && p.meta.labels["version"] == "1.5"

@@ -72,7 +72,7 @@ impl Reader<'_> {
         Ok(u64::from_le_bytes(b.try_into().unwrap_or_default()))
     }
 
-    fn index<'t>(&mut self, ids: &'t [u64]) -> Result<u64, StoreError> {
+    fn index(&mut self, ids: &[u64]) -> Result<u64, StoreError> {
         let i = self.varint()? as usize;
         ids.get(i)
             .copied()
@@ -199,7 +199,7 @@ pub fn encode_stack(s: &StackRow) -> Vec<u8> {
 }
 
 pub fn decode_stack(bytes: &[u8]) -> Result<StackRow, StoreError> {
-    if bytes.len() % 17 != 0 {
+    if !bytes.len().is_multiple_of(17) {
         return Err(corrupt("a stack's frames"));
     }
     let mut s = StackRow::default();

@@ -3,8 +3,8 @@ use phaseprof_model::{EventKind, FrameKind, Profile};
 
 use super::{
     id_of, id_of_words, phase_id, Aggregate, Dictionary, Head, IdMap, SampleKey, SampleVals,
-    StackRow, Stored, Table, WindowRows, KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU,
-    KIND_PAGEFAULT, KIND_SYSCALL,
+    StackRow, Stored, StoredView, Table, WindowRows, KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU,
+    KIND_OFFCPU, KIND_PAGEFAULT, KIND_SYSCALL,
 };
 
 /// The flags of a frame in a `StackRow`.
@@ -28,6 +28,38 @@ pub fn events_mask(events: &[EventKind]) -> u8 {
 pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
     let stored = stored.read();
     let mut dict = Dictionary::default();
+    let stack_ids = stack_ids(p, &stored, &mut dict);
+    let phase_ids: Vec<u64> = p.phases.iter().map(|n| phase_id(n)).collect();
+    for (n, &id) in p.phases.iter().zip(&phase_ids) {
+        if id != 0 && !stored.has(Table::Functions, id) {
+            dict.functions.entry(id).or_insert_with(|| n.clone());
+        }
+    }
+    let mut agg = Aggregate::default();
+    add_samples(p, &stack_ids, &phase_ids, &stored, &mut dict, &mut agg);
+    for (s, &id) in p.phase_stats.iter().zip(&phase_ids) {
+        agg.add_phase_stats(id, s);
+    }
+    add_counters(&mut agg, p);
+    let m = &p.meta;
+    agg.absorb_window_stats(1, m.start_unix_ns, m.end_unix_ns, events_mask(&m.events));
+    agg.offer_head(&Head {
+        meta: m.clone(),
+        phases: p.phases.clone(),
+    });
+    let labels = serde_json::to_string(&m.labels).unwrap_or_else(|_| "{}".into());
+    WindowRows {
+        labelset: id_of(labels.as_bytes()),
+        labels,
+        start_ns: m.start_unix_ns,
+        end_ns: m.end_unix_ns,
+        dict,
+        agg,
+    }
+}
+
+/// The id of each of `p`'s stacks (by index), with the names and stacks not stored yet.
+fn stack_ids(p: &Profile, stored: &StoredView, dict: &mut Dictionary) -> Vec<u64> {
     // Each frame's (function, mapping, flags) ids, hashed once however many stacks hold it.
     let frame_ids: Vec<(u64, u64, u8)> = (p.frames.iter())
         .map(|f| {
@@ -45,8 +77,7 @@ pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
             (func, module, frame_flags(f.kind, f.inlined))
         })
         .collect();
-    // Stack ids by the window's stack index.
-    let stack_ids: Vec<u64> = (p.stacks.iter())
+    (p.stacks.iter())
         .map(|s| {
             let frames: Vec<(u64, u64, u8)> = (s.frames.iter())
                 .filter_map(|&f| frame_ids.get(f as usize).copied())
@@ -63,14 +94,18 @@ pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
             });
             id
         })
-        .collect();
-    let phase_ids: Vec<u64> = p.phases.iter().map(|n| phase_id(n)).collect();
-    for (n, &id) in p.phases.iter().zip(&phase_ids) {
-        if id != 0 && !stored.has(Table::Functions, id) {
-            dict.functions.entry(id).or_insert_with(|| n.clone());
-        }
-    }
-    let mut agg = Aggregate::default();
+        .collect()
+}
+
+/// Every sample of `p` as a sample row of `agg`.
+fn add_samples(
+    p: &Profile,
+    stack_ids: &[u64],
+    phase_ids: &[u64],
+    stored: &StoredView,
+    dict: &mut Dictionary,
+    agg: &mut Aggregate,
+) {
     // (innermost phase, phase set) ids by (phase index, mask): few distinct per window.
     let mut seen: IdMap<(u32, u64), (u64, u64)> = IdMap::default();
     let mut at = |phase: u32, mask: u64| -> (u64, u64) {
@@ -147,25 +182,6 @@ pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
     }
     for (k, vals) in rows {
         agg.add_sample(k, &vals);
-    }
-    for (s, &id) in p.phase_stats.iter().zip(&phase_ids) {
-        agg.add_phase_stats(id, s);
-    }
-    add_counters(&mut agg, p);
-    let m = &p.meta;
-    agg.absorb_window_stats(1, m.start_unix_ns, m.end_unix_ns, events_mask(&m.events));
-    agg.offer_head(&Head {
-        meta: m.clone(),
-        phases: p.phases.clone(),
-    });
-    let labels = serde_json::to_string(&m.labels).unwrap_or_else(|_| "{}".into());
-    WindowRows {
-        labelset: id_of(labels.as_bytes()),
-        labels,
-        start_ns: m.start_unix_ns,
-        end_ns: m.end_unix_ns,
-        dict,
-        agg,
     }
 }
 
