@@ -7,7 +7,9 @@ use phaseprof_model::phase_stats::PhaseStats;
 
 use super::http::Http;
 use super::rowbinary::RowReader;
-use crate::rows::{plan, Aggregate, Dictionary, Head, Merged, SampleKey, SampleVals, StackRow};
+use crate::rows::{
+    plan, Aggregate, Dictionary, Head, Merged, References, SampleKey, SampleVals, StackRow,
+};
 use crate::store::{LabelSet, Selector, StoreError, WindowInfo};
 
 /// Ids per `IN (…)` list: a query stays well under ClickHouse's 256 KiB `max_query_size`.
@@ -335,17 +337,11 @@ fn by_ids(
 /// The stacks, names and phase sets `aggs` refer to.
 fn dictionary(http: &Http, t: &str, aggs: &[&Aggregate]) -> Result<Dictionary, StoreError> {
     let mut d = Dictionary::default();
-    let (mut stacks, mut sets, mut names) = (HashSet::new(), HashSet::new(), HashSet::new());
-    for a in aggs {
-        for k in a.samples.keys() {
-            if k.stack != 0 {
-                stacks.insert(k.stack);
-            }
-            sets.insert(k.phaseset);
-            names.insert(k.phase);
-        }
-        names.extend(a.phase_stats.keys());
-    }
+    let References {
+        stacks,
+        phasesets: sets,
+        mut names,
+    } = References::of(aggs);
     let mut maps = HashSet::new();
     let q = |ids: &str| {
         format!("SELECT id, functions, mappings, flags FROM {t}_stacks WHERE id IN ({ids})")

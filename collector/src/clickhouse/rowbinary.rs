@@ -49,16 +49,7 @@ impl RowReader<'_> {
 }
 
 pub fn put_len(out: &mut Vec<u8>, n: usize) {
-    let mut n = n as u64;
-    loop {
-        let byte = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
+    crate::rows::packed::put_varint(out, n as u64);
 }
 
 pub fn put_u64s(out: &mut Vec<u8>, v: &[u64]) {

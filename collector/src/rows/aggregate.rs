@@ -94,3 +94,29 @@ impl Aggregate {
         }
     }
 }
+
+/// The dictionary rows sums refer to: stacks, phase sets, names (phases; a stack's functions are
+/// found with the stack).
+#[derive(Default)]
+pub struct References {
+    pub stacks: std::collections::HashSet<u64>,
+    pub phasesets: std::collections::HashSet<u64>,
+    pub names: std::collections::HashSet<u64>,
+}
+
+impl References {
+    pub fn of(aggs: &[&Aggregate]) -> Self {
+        let mut r = References::default();
+        for a in aggs {
+            for k in a.samples.keys() {
+                if k.stack != 0 {
+                    r.stacks.insert(k.stack);
+                }
+                r.phasesets.insert(k.phaseset);
+                r.names.insert(k.phase);
+            }
+            r.names.extend(a.phase_stats.keys());
+        }
+        r
+    }
+}

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::RwLock;
 
-pub use aggregate::{Aggregate, Head};
+pub use aggregate::{Aggregate, Head, References};
 pub use rebuild::rebuild;
 pub use split::split;
 

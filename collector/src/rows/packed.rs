@@ -23,7 +23,8 @@ struct Header {
     phase_stats: Vec<(u64, PhaseStats)>,
 }
 
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+/// LEB128, as RowBinary writes lengths too.
+pub fn put_varint(out: &mut Vec<u8>, mut n: u64) {
     loop {
         let byte = (n & 0x7f) as u8;
         n >>= 7;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{backend, int, labelset_list};
-use crate::rows::{packed, plan, Aggregate, Dictionary, Merged, HOUR_NS, MINUTE_NS};
+use crate::rows::{packed, plan, Aggregate, Dictionary, Merged, References, HOUR_NS, MINUTE_NS};
 use crate::store::{LabelSet, Selector, StoreError, WindowInfo};
 
 /// The label sets `sel` matches, with their labels.
@@ -198,19 +198,11 @@ pub fn per_window(
 /// The stacks, names and phase sets `aggs` refer to.
 fn dictionary(c: &Connection, aggs: &[&Aggregate]) -> Result<Dictionary, StoreError> {
     let mut d = Dictionary::default();
-    let mut stacks = HashSet::new();
-    let mut sets = HashSet::new();
-    let mut names: HashSet<u64> = HashSet::new();
-    for a in aggs {
-        for k in a.samples.keys() {
-            if k.stack != 0 {
-                stacks.insert(k.stack);
-            }
-            sets.insert(k.phaseset);
-            names.insert(k.phase);
-        }
-        names.extend(a.phase_stats.keys());
-    }
+    let References {
+        stacks,
+        phasesets: sets,
+        mut names,
+    } = References::of(aggs);
     let get = |sql: &str, id: u64| -> Result<Option<Vec<u8>>, StoreError> {
         c.prepare_cached(sql)
             .and_then(|mut s| s.query_row(params![int(id)], |r| r.get(0)).optional())
