@@ -22,6 +22,7 @@
 #define NR_URETPROBE 335
 #define NR_UPROBE 336
 #define TASK_DEAD 0x80
+#define TASK_STOPPED_BIT 0x4 /* __TASK_STOPPED */
 
 /* Set by user space between open and load. */
 /* Syscall stacks: 0 none, 1 every syscall's, N: one in N on average per thread (the gaps drawn

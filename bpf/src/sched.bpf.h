@@ -23,11 +23,15 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
 	/* A dying thread's last switch-out is never followed by a switch-in. */
 	__u32 prev_tid = BPF_CORE_READ(prev, pid);
-	if (entry_holds && !bpf_map_delete_elem(&entry_held, &prev_tid)) {
+	__u64 state = task_state(prev);
+	/* Only the stop itself is ours: a held thread preempted before its SIGSTOP lands, or whose
+	 * SIGSTOP a SIGCONT cancelled, keeps the hold until it really stops, and its waits count. */
+	if (entry_holds && (state & TASK_STOPPED_BIT) &&
+	    !bpf_map_delete_elem(&entry_held, &prev_tid)) {
 		__sync_fetch_and_add(&entry_holds, -1);
 		prev_tgid = 0; /* stopped by us: no wait of its own */
 	}
-	if (prev_tgid && is_active(prev_tgid) && !(task_state(prev) & TASK_DEAD)) {
+	if (prev_tgid && is_active(prev_tgid) && !(state & TASK_DEAD)) {
 		__u64 mask = 1;
 		__u32 phase = PHASE_NONE;
 		if (phases_enabled) {

@@ -143,7 +143,14 @@ impl Engine<'_> {
     }
 
     /// Continues `pid`, stopped at its exec or entry point (SIGCONT; harmless if it is not).
+    /// Waits for the stop first (a few ms at most): a SIGCONT sent while our SIGSTOP is still
+    /// pending would cancel it, and the program would run on before its tables are in.
     pub fn resume(&self, pid: u32) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        let waiting = || matches!(crate::targets::process_state(pid), Some('R' | 'S' | 'D'));
+        while waiting() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
         // SAFETY: kill with a valid signal.
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
     }
