@@ -12,11 +12,12 @@ use anyhow::{bail, Context, Result};
 use phaseprof_model::{write_profile, EventKind, Meta, Profile};
 
 use crate::alloc::recorder::AllocRecorder;
+use crate::command::{CommandChild, HeldChild, STOP_GRACE};
 use crate::engine::SyscallStacks;
 use crate::engine::{Engine, EngineConfig};
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::session::{Session, Turn};
-use crate::targets::{self, HeldChild, TargetSpec};
+use crate::targets::{self, TargetSpec};
 use crate::unwind::UnwindMode;
 
 /// Everything `record` needs, independent of how the CLI spells it.
@@ -45,7 +46,11 @@ pub struct RecordOptions {
 pub enum StopReason {
     Duration,
     Interrupted,
-    CommandExited(i32),
+    /// The command's exit status (as a shell gives it) and what ended it.
+    CommandExited {
+        status: i32,
+        fate: String,
+    },
     TargetsExited,
 }
 
@@ -211,7 +216,7 @@ fn record_into(
     let (mut session, engine_cfg) = open_session(opts, plan, deferred, &mut storage)?;
 
     let start = SystemTime::now();
-    let mut child: Option<u32> = None;
+    let mut child: Option<CommandChild> = None;
     match &opts.target {
         TargetSpec::Pids(pids) => {
             for &pid in pids {
@@ -244,7 +249,7 @@ fn record_into(
                 .map(|n| n.to_string_lossy().chars().take(15).collect())
                 .unwrap_or_default();
             meta.build_id = targets::build_id_hex(&path);
-            child = Some(held.pid);
+            child = Some(CommandChild::new(held.pid));
             held.release()?;
         }
     }
@@ -281,19 +286,32 @@ fn record_into(
             session.drain_window()?;
             return Ok(None);
         }
-        Ok(
-            if let Some(status) = child.and_then(targets::child_exited) {
-                Some(StopReason::CommandExited(status))
-            } else if interrupted.load(Ordering::SeqCst) {
-                Some(StopReason::Interrupted)
-            } else if deadline.is_some_and(|d| Instant::now() >= d) {
-                Some(StopReason::Duration)
-            } else if by_pid && session.prune_exited() == 0 {
-                Some(StopReason::TargetsExited)
-            } else {
-                None
-            },
-        )
+        let duration_over = deadline.is_some_and(|d| Instant::now() >= d);
+        if let Some(c) = &mut child {
+            // The command decides when recording ends: until it exits, its shutdown is its work.
+            if let Some(status) = c.exited() {
+                return Ok(Some(StopReason::CommandExited {
+                    status,
+                    fate: c.fate(),
+                }));
+            }
+            if let Some(i) = crate::signals::last().filter(|_| interrupted.load(Ordering::SeqCst)) {
+                c.interrupted(i);
+            } else if duration_over {
+                c.duration_ended();
+            }
+            c.kill_if_overdue(STOP_GRACE);
+            return Ok(None);
+        }
+        Ok(if interrupted.load(Ordering::SeqCst) {
+            Some(StopReason::Interrupted)
+        } else if duration_over {
+            Some(StopReason::Duration)
+        } else if by_pid && session.prune_exited() == 0 {
+            Some(StopReason::TargetsExited)
+        } else {
+            None
+        })
     })?;
     let profile = session.finish(start, SystemTime::now())?;
     if profile.meta.pids.is_empty() {

@@ -1,6 +1,4 @@
 //! Finding, describing and starting the processes to record.
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -146,6 +144,34 @@ pub fn all_pids() -> Vec<u32> {
     pids
 }
 
+/// The parent pid of `pid` (`/proc/PID/stat`'s fourth field).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `pid` and every process descending from it, parents before their children.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = all_pids()
+        .into_iter()
+        .filter_map(|p| Some((p, parent_pid(p)?)))
+        .collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree
+}
+
 /// The ELF files with code in process `pid`: its executable, then every shared object mapped
 /// executable, each once.
 pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
@@ -206,99 +232,6 @@ pub fn resolve_command(program: &str) -> Result<PathBuf> {
         }
     }
     bail!("command not found: `{program}` is not in PATH")
-}
-
-/// A child forked for `record -- CMD` and held before its execve until every probe is attached.
-pub struct HeldChild {
-    pub pid: u32,
-    release_fd: i32,
-}
-
-impl HeldChild {
-    /// Forks a child that waits on a pipe, then execs `argv` (argv[0] already resolved).
-    pub fn spawn(path: &Path, argv: &[String]) -> Result<HeldChild> {
-        let c_path =
-            CString::new(path.as_os_str().as_bytes()).context("command path contains NUL")?;
-        let c_args: Vec<CString> = argv
-            .iter()
-            .map(|a| CString::new(a.as_bytes()))
-            .collect::<Result<_, _>>()
-            .context("command argument contains NUL")?;
-        let mut c_argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
-        c_argv.push(std::ptr::null());
-        let mut fds = [0i32; 2];
-        // SAFETY: fds is a valid array of two ints for pipe2 to fill.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            bail!("pipe2: {}", std::io::Error::last_os_error());
-        }
-        // SAFETY: fork in a multithreaded process; the child only calls async-signal-safe
-        // functions (read, close, execv, _exit) on memory prepared before the fork.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            bail!("fork: {}", std::io::Error::last_os_error());
-        }
-        if pid == 0 {
-            // SAFETY: child side, see above; all pointers stay valid (copied address space).
-            unsafe {
-                libc::close(fds[1]);
-                let mut b = 0u8;
-                let n = libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
-                if n != 1 {
-                    libc::_exit(126); // phaseprof went away before releasing us
-                }
-                libc::close(fds[0]);
-                // Ignored signals survive exec; start the command with the defaults a shell
-                // would give it (Rust ignores SIGPIPE), as std's Command does.
-                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-                let mut none: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut none);
-                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-                libc::execv(c_path.as_ptr(), c_argv.as_ptr());
-                libc::_exit(127);
-            }
-        }
-        // SAFETY: closing our copy of the read end, which we own.
-        unsafe { libc::close(fds[0]) };
-        Ok(HeldChild {
-            pid: pid as u32,
-            release_fd: fds[1],
-        })
-    }
-
-    /// Lets the child exec.
-    pub fn release(self) -> Result<()> {
-        let b = 1u8;
-        // SAFETY: release_fd is the pipe's write end, owned by us; one byte from a valid buffer.
-        let n = unsafe { libc::write(self.release_fd, (&b as *const u8).cast(), 1) };
-        // SAFETY: closing the fd we own, once.
-        unsafe { libc::close(self.release_fd) };
-        if n != 1 {
-            bail!(
-                "could not release the command: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(())
-    }
-}
-
-/// Non-blocking check of a child we started: Some(exit status) once it has ended.
-pub fn child_exited(pid: u32) -> Option<i32> {
-    let mut status = 0;
-    // SAFETY: waitpid on our own child with a valid status pointer.
-    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
-    if r == pid as i32 {
-        if libc::WIFEXITED(status) {
-            return Some(libc::WEXITSTATUS(status));
-        }
-        if libc::WIFSIGNALED(status) {
-            return Some(128 + libc::WTERMSIG(status));
-        }
-    }
-    if r < 0 {
-        return Some(-1);
-    }
-    None
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod real_servers;
 mod soak;
 mod store_sums;
 mod symbols;
+mod terminal;
 mod unwind;
 
 /// Root tests are `#[ignore = "needs root…"]`: a non-root `cargo test` reports them ignored, and

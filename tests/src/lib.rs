@@ -7,12 +7,14 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 mod clickhouse;
 mod go;
 mod http;
+mod pty;
 
 pub use clickhouse::ClickHouse;
 pub use go::{go_binary, go_body_offset, go_third_party, go_workload};
 pub use http::{
     free_port, http_get, http_post, https_get, served_url, tls_files, try_http_request,
 };
+pub use pty::Pty;
 
 /// The workspace root.
 pub fn root() -> PathBuf {

@@ -1,8 +1,6 @@
 //! The command line: clap types, each subcommand converting into its options struct and run by
 //! its room (`record`, `live`: attach, agent, soak; `files`: report, export, diff, serve).
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -68,14 +66,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-/// A flag raised by Ctrl-C or SIGTERM, for the command's loop to stop at.
-pub(crate) fn on_interrupt() -> Result<Arc<AtomicBool>> {
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let flag = interrupted.clone();
-    ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
-        .context("installing the Ctrl-C/SIGTERM handler")?;
-    Ok(interrupted)
-}
+pub(crate) use crate::signals::on_interrupt;
 
 pub(crate) fn parse_event(s: &str) -> Result<EventKind> {
     EventKind::parse(s.trim()).ok_or_else(|| {

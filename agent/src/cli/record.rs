@@ -92,11 +92,11 @@ pub fn run_record(args: RecordArgs) -> Result<i32> {
     let samples: u64 = p.cpu.iter().map(|s| s.count).sum();
     let syscalls: u64 = p.syscalls.iter().map(|s| s.count).sum();
     let offcpu: u64 = p.offcpu.iter().map(|s| s.ns).sum();
-    let why = match rec.stop {
-        StopReason::Duration => "duration reached".to_string(),
-        StopReason::Interrupted => "interrupted".to_string(),
-        StopReason::CommandExited(s) => format!("command exited with status {s}"),
-        StopReason::TargetsExited => "every target exited".to_string(),
+    let (why, status) = match rec.stop {
+        StopReason::Duration => ("duration reached".to_string(), 0),
+        StopReason::Interrupted => ("interrupted".to_string(), 0),
+        StopReason::CommandExited { status, fate } => (fate, status),
+        StopReason::TargetsExited => ("every target exited".to_string(), 0),
     };
     eprintln!(
         "phaseprof: {why}; wrote {}: {samples} cpu samples, {} off-cpu, {syscalls} syscalls, lost {} events / {} stacks",
@@ -105,5 +105,6 @@ pub fn run_record(args: RecordArgs) -> Result<i32> {
         p.lost.events,
         p.lost.stacks
     );
-    Ok(0)
+    // As perf and strace do: a script sees the command's own status.
+    Ok(status)
 }
