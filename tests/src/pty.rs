@@ -12,6 +12,7 @@ pub struct Pty {
     pub child: Child,
     master: std::fs::File,
     output: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Pty {
@@ -58,7 +59,7 @@ impl Pty {
             master.try_clone().expect("dup of the master"),
             output.clone(),
         );
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             // EIO once every slave fd is closed: the program and its children are gone.
             while let Ok(n) = reader.read(&mut buf) {
@@ -74,6 +75,7 @@ impl Pty {
             child,
             master,
             output,
+            reader: Some(reader),
         }
     }
 
@@ -105,6 +107,10 @@ impl Pty {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(st) = self.child.try_wait().expect("waiting for the program") {
+                // Its last lines may still be in the pty: read up to the end.
+                if let Some(r) = self.reader.take() {
+                    r.join().expect("pty reader");
+                }
                 return st
                     .code()
                     .unwrap_or_else(|| panic!("killed by a signal: {st:?}"));
