@@ -122,6 +122,7 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
                 .with_context(|| format!("writing {}", opts.output.display()))?;
             std::io::Write::flush(&mut w)?;
             if !special {
+                keep_as_old(&opts.output)?;
                 std::fs::rename(&write_to, &opts.output)
                     .with_context(|| format!("writing {}", opts.output.display()))?;
             }
@@ -135,6 +136,23 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
             Err(e)
         }
     }
+}
+
+/// An existing output file is kept as `FILE.old` (one generation, as perf keeps perf.data.old),
+/// never silently overwritten.
+fn keep_as_old(output: &std::path::Path) -> Result<()> {
+    if output.is_file() {
+        let mut old = output.as_os_str().to_os_string();
+        old.push(".old");
+        std::fs::rename(output, &old)
+            .with_context(|| format!("keeping the previous {} as .old", output.display()))?;
+        eprintln!(
+            "phaseprof: kept the previous {} as {}",
+            output.display(),
+            std::path::Path::new(&old).display()
+        );
+    }
+    Ok(())
 }
 
 /// Loads and attaches the engine for `opts` and `plan` (phase probes included) and wraps it in
@@ -223,15 +241,14 @@ fn record_into(
                 session.add_target(pid)?;
             }
         }
-        TargetSpec::Name(re) => {
-            for pid in targets::scan_name(re) {
+        TargetSpec::Name(name) => {
+            for pid in name.scan() {
                 session.add_target(pid)?;
-                if opts.verbose {
-                    eprintln!("phaseprof: pid {pid} matches /{re}/: recording it");
-                }
+                let pick = targets::NameMatch::describe_pick(pid);
+                eprintln!("phaseprof: recording {pick} (its {name} matches)");
             }
             if session.live().is_empty() {
-                eprintln!("phaseprof: no process matches /{re}/ yet; waiting for one to start (Ctrl-C to stop)");
+                eprintln!("phaseprof: no process's {name} matches yet; waiting for one to start (Ctrl-C to stop)");
             }
         }
         TargetSpec::Command(argv) => {
@@ -316,7 +333,7 @@ fn record_into(
     let profile = session.finish(start, SystemTime::now())?;
     if profile.meta.pids.is_empty() {
         if let Some(re) = name {
-            bail!("no process matching /{re}/ appeared during the recording; nothing recorded");
+            bail!("no process whose {re} matches appeared during the recording; nothing recorded");
         }
     }
     Ok(Recorded { profile, stop })

@@ -8,7 +8,7 @@ use regex::Regex;
 #[derive(Clone, Debug)]
 pub enum TargetSpec {
     Pids(Vec<u32>),
-    Name(Regex),
+    Name(NameMatch),
     Command(Vec<String>),
 }
 
@@ -115,21 +115,72 @@ fn cmdline(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-/// True when `pid`'s comm or command line matches (never phaseprof itself).
-pub fn matches_name(pid: u32, re: &Regex) -> bool {
-    if pid == std::process::id() {
-        return false;
-    }
-    let comm = read_comm(pid, pid).unwrap_or_default();
-    re.is_match(&comm) || re.is_match(&cmdline(pid))
+/// How `--name` picks processes: by process name (its comm, or its executable's file name when
+/// the 15-byte comm cuts it), as `pgrep` does; or by the whole command line (`--name-full`, as
+/// `pgrep -f`), which also matches `timeout 60 etcd` or `tail -f etcd.log`. Never phaseprof.
+#[derive(Clone, Debug)]
+pub struct NameMatch {
+    pub re: Regex,
+    pub full: bool,
 }
 
-/// Every running process matching `re`.
-pub fn scan_name(re: &Regex) -> Vec<u32> {
-    all_pids()
-        .into_iter()
-        .filter(|&pid| matches_name(pid, re))
-        .collect()
+impl NameMatch {
+    pub fn matches(&self, pid: u32) -> bool {
+        if pid == std::process::id() {
+            return false;
+        }
+        if self.full {
+            return self.re.is_match(&cmdline(pid));
+        }
+        let comm = read_comm(pid, pid).unwrap_or_default();
+        self.re.is_match(&comm)
+            || std::fs::read_link(exe_link(pid)).is_ok_and(|exe| {
+                exe.file_name()
+                    .is_some_and(|n| self.re.is_match(&n.to_string_lossy()))
+            })
+    }
+
+    /// Every running process that matches.
+    pub fn scan(&self) -> Vec<u32> {
+        all_pids()
+            .into_iter()
+            .filter(|&pid| self.matches(pid))
+            .collect()
+    }
+
+    /// `pid 812 (etcd): /usr/bin/etcd --data-dir …`, for saying which processes were picked.
+    pub fn describe_pick(pid: u32) -> String {
+        let comm = read_comm(pid, pid).unwrap_or_default();
+        let mut line = cmdline(pid);
+        if line.chars().count() > 100 {
+            line = line.chars().take(100).collect::<String>() + "…";
+        }
+        format!("pid {pid} ({comm}): {line}")
+    }
+}
+
+impl std::fmt::Display for NameMatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.full {
+            "command line"
+        } else {
+            "process name"
+        };
+        write!(f, "{what} /{}/", self.re)
+    }
+}
+
+/// The process a pid names: itself, or for a thread's id, the process the thread belongs to
+/// (`/proc/TID` exists for threads too, though `/proc` does not list them).
+pub fn process_of(pid: u32) -> Result<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|_| anyhow::anyhow!("no process with pid {pid} (nothing in /proc/{pid})"))?;
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("/proc/{pid}/status has no Tgid"))?;
+    Ok(tgid)
 }
 
 /// Every process on the host, ascending.
@@ -257,6 +308,41 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         assert!(!process_alive(pid));
+    }
+
+    // Checks --name like pgrep: the process name by default, the command line with --name-full
+    // (so `--name 4242` does not pick `sleep 4242`), and a thread id resolved to its process.
+    #[test]
+    fn names_match_like_pgrep() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("4242")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let name = |re: &str, full| NameMatch {
+            re: Regex::new(re).unwrap(),
+            full,
+        };
+        assert!(name("^sleep$", false).matches(pid));
+        assert!(!name("4242", false).matches(pid));
+        assert!(name("sleep 4242", true).matches(pid));
+        assert!(!name("^sleep$", true).matches(pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let me = std::process::id();
+        assert_ne!(tid, me);
+        assert_eq!(process_of(tid).unwrap(), me);
+        assert_eq!(process_of(me).unwrap(), me);
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
     }
 
     // Checks that a pid that does not exist is reported with the pid in the message.

@@ -74,7 +74,7 @@ fn name_matching_nothing() {
     assert!(!o.status.success());
     assert!(err.contains("waiting for one to start"), "{err}");
     assert!(
-        err.contains("no process matching /^no-such-process-xyz$/ appeared"),
+        err.contains("no process whose process name /^no-such-process-xyz$/ matches appeared"),
         "{err}"
     );
     assert!(

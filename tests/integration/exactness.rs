@@ -245,6 +245,7 @@ fn name_finds_processes_started_later() {
             phases.to_str().unwrap(),
             "--name",
             "validator-sim.*--flushes 17",
+            "--name-full",
             "--duration",
             "5s",
             "-o",
@@ -261,7 +262,7 @@ fn name_finds_processes_started_later() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let line = read_until(&mut stderr, "recording it");
+    let line = read_until(&mut stderr, "started)");
     assert!(
         line.contains(&format!("pid {}", target.id())),
         "not picked up: {line}"

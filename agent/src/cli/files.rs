@@ -13,6 +13,8 @@ use super::{load, parse_event, phase_of};
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
+    /// The recording (default: phaseprof.data, where `record` writes).
+    #[arg(default_value = "phaseprof.data", value_name = "FILE.phaseprof")]
     pub file: PathBuf,
     /// Print the JSON summary instead of tables.
     #[arg(long)]
@@ -41,7 +43,10 @@ pub enum FormatArg {
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
+    /// The recording (default: phaseprof.data, where `record` writes).
+    #[arg(default_value = "phaseprof.data", value_name = "FILE.phaseprof")]
     pub file: PathBuf,
+    /// Output format.
     #[arg(long, value_enum)]
     pub format: FormatArg,
     /// Event kind to export.
@@ -50,9 +55,9 @@ pub struct ExportArgs {
     /// Only stacks recorded in this phase.
     #[arg(long)]
     pub phase: Option<String>,
-    /// Output file (`-` for stdout).
+    /// Output file (default, or `-`: standard output).
     #[arg(short, long)]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -83,10 +88,12 @@ pub struct DiffArgs {
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    /// Recordings to serve (each its own page; pick two for a diff).
     #[arg(required = true, value_name = "FILE.phaseprof")]
     pub files: Vec<PathBuf>,
-    /// Address to listen on. Anything but loopback needs --token.
-    #[arg(long, default_value = "127.0.0.1:7070")]
+    /// Address to listen on (host:port; a name such as localhost:7070 is resolved). Anything
+    /// but loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1:7070", value_parser = super::parse_listen)]
     pub listen: std::net::SocketAddr,
     /// Require this token on every request (`Authorization: Bearer TOKEN`, or ?token= once).
     #[arg(long, env = "PHASEPROF_TOKEN", hide_env_values = true)]
@@ -141,12 +148,13 @@ pub fn run_export(args: ExportArgs) -> Result<i32> {
             profile.phase_name(p)
         );
     }
-    if args.output.as_os_str() == "-" {
-        export(&profile, &opts, std::io::stdout().lock())?;
-    } else {
-        let f = std::fs::File::create(&args.output)
-            .with_context(|| format!("cannot write {}", args.output.display()))?;
-        export(&profile, &opts, std::io::BufWriter::new(f))?;
+    match args.output.filter(|o| o.as_os_str() != "-") {
+        None => export(&profile, &opts, std::io::stdout().lock())?,
+        Some(path) => {
+            let f = std::fs::File::create(&path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            export(&profile, &opts, std::io::BufWriter::new(f))?;
+        }
     }
     Ok(0)
 }

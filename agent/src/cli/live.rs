@@ -17,7 +17,8 @@ use crate::targets::TargetSpec;
 
 #[derive(Args, Debug)]
 pub struct AttachArgs {
-    #[arg(long)]
+    /// Process to record, with all its threads (a thread's id records its process).
+    #[arg(short = 'p', long)]
     pub pid: u32,
     /// Phases to attribute costs to.
     #[arg(long, value_name = "PHASES.toml")]
@@ -33,7 +34,9 @@ pub struct AttachArgs {
     /// How much history to keep (older windows are dropped).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub keep: Duration,
-    #[arg(long, default_value = "127.0.0.1:7070")]
+    /// Address to serve the windows on (host:port; a name such as localhost:7070 is resolved).
+    /// Anything but loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1:7070", value_parser = super::parse_listen)]
     pub listen: std::net::SocketAddr,
     /// Require this token on every request (needed to listen beyond loopback).
     #[arg(long, env = "PHASEPROF_TOKEN", hide_env_values = true)]
@@ -41,6 +44,7 @@ pub struct AttachArgs {
     /// On exit, save the windows kept as one .phaseprof.
     #[arg(short, long, value_name = "OUT.phaseprof")]
     pub output: Option<PathBuf>,
+    /// Print attach time, target changes and how each target's stacks are walked.
     #[arg(short, long)]
     pub verbose: bool,
 }
@@ -54,7 +58,8 @@ pub struct AgentArgs {
 
 #[derive(Args, Debug)]
 pub struct SoakArgs {
-    #[arg(long)]
+    /// Process whose memory is sampled (a thread's id stands for its process).
+    #[arg(short = 'p', long)]
     pub pid: u32,
     /// How long to sample.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
@@ -112,7 +117,8 @@ impl SoakArgs {
 }
 
 /// Records in windows and serves them until Ctrl-C.
-pub fn run_attach(args: AttachArgs) -> Result<i32> {
+pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
+    args.pid = super::processes_of(&[args.pid])?[0];
     let events = parse_events(&args.events)?;
     if args.window < Duration::from_millis(100) {
         bail!("--window must be at least 100ms");
@@ -149,11 +155,12 @@ pub fn run_agent(args: AgentArgs) -> Result<i32> {
 }
 
 /// Samples memory classes (and records alongside), then prints the slopes.
-pub fn run_soak(args: SoakArgs) -> Result<i32> {
+pub fn run_soak(mut args: SoakArgs) -> Result<i32> {
     if args.interval.is_zero() {
         bail!("--interval must be greater than zero");
     }
     crate::soak::check_pid(args.pid)?;
+    args.pid = super::processes_of(&[args.pid])?[0];
     let recording = args.recording()?.map(|opts| {
         let keep = args.output.is_some();
         std::thread::spawn(move || {

@@ -6,6 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use phaseprof_model::{read_profile, EventKind, Profile};
 
+mod docs;
 mod engine_args;
 mod files;
 mod live;
@@ -49,6 +50,10 @@ pub enum Command {
     Diff(DiffArgs),
     /// The unwind table `--unwind dwarf` builds for a binary: rows, kernel memory, build time.
     UnwindTable(unwind_table::UnwindTableArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(docs::CompletionsArgs),
+    /// Print the man page, or write every page into a directory.
+    Man(docs::ManArgs),
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -63,10 +68,43 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Diff(args) => files::run_diff(args),
         Command::Serve(args) => files::run_serve(args),
         Command::UnwindTable(args) => unwind_table::run_unwind_table(args),
+        Command::Completions(args) => docs::run_completions(args),
+        Command::Man(args) => docs::run_man(args),
     }
 }
 
 pub(crate) use crate::signals::on_interrupt;
+
+/// `--pid` values as processes: a thread's id stands for its process (said once), each once.
+pub(crate) fn processes_of(pids: &[u32]) -> Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for &pid in pids {
+        let process = crate::targets::process_of(pid)?;
+        if process != pid {
+            let comm = crate::targets::read_comm(process, process).unwrap_or_default();
+            eprintln!("phaseprof: {pid} is a thread of process {process} ({comm}): recording the whole process");
+        }
+        if !out.contains(&process) {
+            out.push(process);
+        }
+    }
+    Ok(out)
+}
+
+/// A listening address: `127.0.0.1:7070`, `[::1]:7070`, or a host name and port
+/// (`localhost:7070`, resolved now; the first address wins, as most servers bind).
+pub(crate) fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let mut addrs = s
+        .to_socket_addrs()
+        .map_err(|e| format!("`{s}` is not host:port ({e})"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("`{s}` resolves to no address"))
+}
 
 pub(crate) fn parse_event(s: &str) -> Result<EventKind> {
     EventKind::parse(s.trim()).ok_or_else(|| {
@@ -95,6 +133,23 @@ pub(crate) fn phase_of(profile: &Profile, name: Option<&String>) -> Result<Optio
 mod tests {
     use super::*;
     use crate::targets::TargetSpec;
+    use clap::CommandFactory;
+
+    // Checks that every flag and argument of every subcommand says what it does in --help.
+    #[test]
+    fn every_flag_has_help() {
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.get_help().is_none() && !["help", "version"].contains(&id) {
+                    missing.push(format!("{} {id}", sub.get_name()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "flags without help: {missing:?}");
+    }
 
     // Checks that record refuses zero or two targets with one clear message.
     #[test]

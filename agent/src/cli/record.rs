@@ -13,13 +13,20 @@ use crate::targets::TargetSpec;
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Process to record, with all its threads (repeatable).
-    #[arg(long = "pid", value_name = "PID")]
+    /// Process to record, with all its threads (repeatable, or comma separated). A thread's id
+    /// records the process it belongs to.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
     pub pids: Vec<u32>,
-    /// Record processes whose comm or command line matches, including ones that start later.
+    /// Record processes whose name matches (the comm, or the executable's file name), as
+    /// `pgrep` does, including ones that start later; each one picked is printed.
     #[arg(long, value_name = "REGEX")]
     pub name: Option<String>,
-    /// Stop after this long (e.g. 30s, 500ms, 2m). Default: until the command exits or Ctrl-C.
+    /// With --name: match the whole command line instead (as `pgrep -f`).
+    #[arg(long, requires = "name")]
+    pub name_full: bool,
+    /// Stop after this long (e.g. 30s, 500ms, 1m30s). Default: until the command exits or
+    /// Ctrl-C. With `-- CMD`, the command is sent SIGTERM then (SIGKILL 5 s later if it still
+    /// runs) and phaseprof exits with its status, as `timeout --preserve-status` does.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Event kinds, comma separated: cpu, offcpu, syscall, alloc, pagefault.
@@ -37,13 +44,20 @@ pub struct RecordArgs {
     pub alloc_placement: String,
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Output file.
-    #[arg(short, long, value_name = "OUT.phaseprof")]
+    /// Output file; an existing one is kept as FILE.old.
+    #[arg(
+        short,
+        long,
+        value_name = "OUT.phaseprof",
+        default_value = "phaseprof.data"
+    )]
     pub output: PathBuf,
     /// Print attach time and target changes.
     #[arg(short, long)]
     pub verbose: bool,
-    /// Command to start and record until it exits.
+    /// Command to start and record until it exits. Ctrl-C reaches it as at any terminal; a
+    /// SIGINT, SIGTERM or SIGHUP sent to phaseprof alone is forwarded to it; a second Ctrl-C
+    /// kills it. phaseprof exits with the command's status.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -59,11 +73,13 @@ impl RecordArgs {
             bail!("name exactly one target: --pid PID (repeatable), --name REGEX, or -- CMD [ARGS...]");
         }
         let target = if !self.pids.is_empty() {
-            TargetSpec::Pids(self.pids)
+            TargetSpec::Pids(super::processes_of(&self.pids)?)
         } else if let Some(re) = self.name {
-            TargetSpec::Name(
-                regex::Regex::new(&re).with_context(|| format!("--name: invalid regex `{re}`"))?,
-            )
+            TargetSpec::Name(crate::targets::NameMatch {
+                re: regex::Regex::new(&re)
+                    .with_context(|| format!("--name: invalid regex `{re}`"))?,
+                full: self.name_full,
+            })
         } else {
             TargetSpec::Command(self.command)
         };

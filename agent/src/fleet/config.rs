@@ -87,7 +87,7 @@ fn default_events() -> Vec<String> {
 /// How a target is recognized.
 #[derive(Clone, Debug)]
 pub enum TargetRule {
-    Name(Regex),
+    Name(crate::targets::NameMatch),
     Exe(PathBuf),
     Cgroup(String),
 }
@@ -95,7 +95,7 @@ pub enum TargetRule {
 impl TargetRule {
     pub fn matches(&self, pid: u32) -> bool {
         match self {
-            TargetRule::Name(re) => crate::targets::matches_name(pid, re),
+            TargetRule::Name(name) => name.matches(pid),
             TargetRule::Exe(path) => {
                 std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| &e == path)
             }
@@ -190,9 +190,12 @@ impl AgentConfig {
         let mut targets = Vec::new();
         for (i, t) in raw.targets.into_iter().enumerate() {
             let rule = match (t.name, t.exe, t.cgroup) {
-                (Some(n), None, None) => TargetRule::Name(Regex::new(&n).map_err(|e| {
-                    anyhow::anyhow!("{file}: target {}: bad regex `{n}`: {e}", i + 1)
-                })?),
+                (Some(n), None, None) => TargetRule::Name(crate::targets::NameMatch {
+                    re: Regex::new(&n).map_err(|e| {
+                        anyhow::anyhow!("{file}: target {}: bad regex `{n}`: {e}", i + 1)
+                    })?,
+                    full: false,
+                }),
                 (None, Some(p), None) => TargetRule::Exe(p),
                 (None, None, Some(c)) => TargetRule::Cgroup(c),
                 _ => bail!(

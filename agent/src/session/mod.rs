@@ -6,7 +6,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
 use phaseprof_model::{Meta, Profile};
-use regex::Regex;
 
 use crate::aggregate::Aggregator;
 use crate::alloc::recorder::AllocRecorder;
@@ -262,7 +261,11 @@ impl<'obj> Session<'obj> {
 
     /// Handles process events for up to `timeout`: processes matching `name` that exec are
     /// added; execs, forks and new code mappings of targets refresh their cached mappings.
-    pub fn handle_events(&mut self, timeout: Duration, name: Option<&Regex>) -> Result<()> {
+    pub fn handle_events(
+        &mut self,
+        timeout: Duration,
+        name: Option<&crate::targets::NameMatch>,
+    ) -> Result<()> {
         // New code mappings are announced from syscall events only; without them (and for
         // libraries mapped between two events) mappings are re-read often enough to catch a
         // short-lived process's libraries before it exits.
@@ -297,11 +300,10 @@ impl<'obj> Session<'obj> {
                     if self.hold_execs {
                         self.engine.resume(pid);
                     }
-                    if let Some(re) = name.filter(|re| targets::matches_name(pid, re)) {
+                    if let Some(name) = name.filter(|n| n.matches(pid)) {
                         self.add_target(pid)?;
-                        if self.verbose {
-                            eprintln!("phaseprof: pid {pid} matches /{re}/: recording it");
-                        }
+                        let pick = targets::NameMatch::describe_pick(pid);
+                        eprintln!("phaseprof: recording {pick} (its {name} started)");
                     }
                 }
                 TargetEvent::Exec { pid, .. } => {
@@ -342,7 +344,7 @@ impl<'obj> Session<'obj> {
     pub fn run_until<T>(
         &mut self,
         every: Duration,
-        name: Option<&Regex>,
+        name: Option<&crate::targets::NameMatch>,
         mut on: impl FnMut(&mut Self, Turn) -> Result<Option<T>>,
     ) -> Result<(T, SystemTime)> {
         let mut start = SystemTime::now();
