@@ -34,6 +34,8 @@ pub fn skewness(xs: &[f64]) -> f64 {
 pub enum Method {
     Welch,
     Bootstrap,
+    /// Welch over a phase's calls pooled from runs that agree (see `diff::per_call`).
+    Calls,
 }
 
 /// B − A with a two-sided confidence interval at level 1 − `alpha`.
@@ -73,6 +75,109 @@ pub fn welch(a: &[f64], b: &[f64], alpha: f64) -> Difference {
         high: delta + t * se,
         method: Method::Welch,
     }
+}
+
+/// A mean's standard error and its degrees of freedom (infinite: known exactly or from many
+/// values).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    pub mean: f64,
+    pub se: f64,
+    pub df: f64,
+}
+
+impl Estimate {
+    /// The mean of `xs` as the sample of runs.
+    pub fn of_runs(xs: &[f64]) -> Estimate {
+        let (mean, sd) = mean_sd(xs);
+        Estimate {
+            mean,
+            se: sd / (xs.len().max(1) as f64).sqrt(),
+            df: (xs.len() as f64 - 1.0).max(0.0),
+        }
+    }
+}
+
+/// `b − a` with its standard error and Welch–Satterthwaite degrees of freedom.
+fn combine(a: &Estimate, b: &Estimate) -> (f64, f64, f64) {
+    let delta = b.mean - a.mean;
+    let (va, vb) = (a.se * a.se, b.se * b.se);
+    let se = (va + vb).sqrt();
+    let part = |v: f64, df: f64| if v == 0.0 { 0.0 } else { v * v / df };
+    let denom = part(va, a.df) + part(vb, b.df);
+    let df = if denom > 0.0 {
+        (va + vb).powi(2) / denom
+    } else {
+        f64::INFINITY
+    };
+    (delta, se, df)
+}
+
+fn t_quantile(df: f64, p: f64) -> f64 {
+    if !df.is_finite() || df > 1e6 {
+        return statrs::distribution::Normal::standard().inverse_cdf(p);
+    }
+    StudentsT::new(0.0, 1.0, df.max(1e-3))
+        .map(|d| d.inverse_cdf(p))
+        .unwrap_or(f64::INFINITY)
+}
+
+/// Two-sided p-value of `b − a` against no difference (Welch's t): 0 for an exact nonzero
+/// difference, 1 for an exact zero, NaN-free.
+pub fn p_value(a: &Estimate, b: &Estimate) -> f64 {
+    let (delta, se, df) = combine(a, b);
+    if se <= 1e-12 * a.mean.abs().max(b.mean.abs()) || se == 0.0 {
+        return if delta == 0.0 { 1.0 } else { 0.0 };
+    }
+    if df < 1e-9 {
+        return 1.0;
+    }
+    let t = (delta / se).abs();
+    let tail = if !df.is_finite() || df > 1e6 {
+        1.0 - statrs::distribution::Normal::standard().cdf(t)
+    } else {
+        StudentsT::new(0.0, 1.0, df)
+            .map(|d| 1.0 - d.cdf(t))
+            .unwrap_or(0.5)
+    };
+    (2.0 * tail).clamp(0.0, 1.0)
+}
+
+/// The interval for `b − a` at level 1 − `alpha` from two estimates.
+pub fn interval(a: &Estimate, b: &Estimate, alpha: f64) -> Difference {
+    let (delta, se, df) = combine(a, b);
+    let exact = se == 0.0 || se <= 1e-12 * a.mean.abs().max(b.mean.abs());
+    let half = if exact {
+        0.0
+    } else {
+        t_quantile(df, 1.0 - alpha / 2.0) * se
+    };
+    Difference {
+        delta,
+        low: delta - half,
+        high: delta + half,
+        method: Method::Welch,
+    }
+}
+
+/// Holm's step-down levels for p-values `ps` at family-wise `alpha`: the level each test is held
+/// to (alpha / (m − rank) in ascending order of p, until the first test that fails; every later
+/// test is held to that failing level, so it fails too). Uniformly more powerful than
+/// Bonferroni's alpha / m with the same guarantee.
+pub fn holm_levels(ps: &[f64], alpha: f64) -> Vec<f64> {
+    let m = ps.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&i, &j| ps[i].total_cmp(&ps[j]));
+    let mut levels = vec![alpha / m.max(1) as f64; m];
+    let mut failed: Option<f64> = None;
+    for (rank, &i) in order.iter().enumerate() {
+        let level = failed.unwrap_or(alpha / (m - rank) as f64);
+        if failed.is_none() && ps[i] > level {
+            failed = Some(level);
+        }
+        levels[i] = level;
+    }
+    levels
 }
 
 /// A small deterministic generator (xorshift64*): bootstrap results must not change between
@@ -121,7 +226,7 @@ pub fn bootstrap(a: &[f64], b: &[f64], alpha: f64) -> Difference {
 /// Fewest runs per side for which the bootstrap is trusted. With fewer, the resampled means take
 /// few distinct values and the percentile interval ignores the small-sample (t) widening: at five
 /// runs a single slow run made a same-build comparison look "regressed" with a 95% interval.
-const MIN_BOOTSTRAP_RUNS: usize = 10;
+pub const MIN_BOOTSTRAP_RUNS: usize = 10;
 
 /// Welch, or the bootstrap when either side is clearly skewed (|skewness| > 1) and both sides
 /// have enough runs for it, where the t interval's normality assumption fails.
@@ -230,6 +335,35 @@ mod tests {
             v => panic!("{v:?}"),
         }
         assert_eq!(verdict(&exact, 1, 1.0), Verdict::Unreplicated);
+    }
+
+    // Checks Holm's levels: the smallest p at alpha/m, the next at alpha/(m-1), and every test
+    // after the first failure held to the failing level (so the order of rejections is kept).
+    #[test]
+    fn holm_steps_down() {
+        let levels = holm_levels(&[0.04, 0.001, 0.015, 0.5], 0.05);
+        assert_eq!(levels[1], 0.05 / 4.0);
+        assert_eq!(levels[2], 0.05 / 3.0);
+        // 0.04 > 0.05/2: fails, and 0.5 after it is held to the same level.
+        assert_eq!(levels[0], 0.05 / 2.0);
+        assert_eq!(levels[3], 0.05 / 2.0);
+    }
+
+    // Checks the p-value and interval from estimates against Welch on the runs themselves.
+    #[test]
+    fn estimates_agree_with_welch() {
+        let a = [10.0, 11.0, 12.0, 11.0, 10.0];
+        let b = [12.0, 13.0, 14.0, 13.0, 12.0];
+        let (ea, eb) = (Estimate::of_runs(&a), Estimate::of_runs(&b));
+        let d = interval(&ea, &eb, 0.05);
+        let w = welch(&a, &b, 0.05);
+        assert!((d.low - w.low).abs() < 1e-9 && (d.high - w.high).abs() < 1e-9);
+        // t = 2 / 0.52915 = 3.78 on 8 df: p = 0.0054 (t tables: 3.355 at 0.01, 4.501 at 0.002).
+        let p = p_value(&ea, &eb);
+        assert!(p > 0.002 && p < 0.01, "{p}");
+        // The interval at level 1 − p just touches zero.
+        let at_p = interval(&ea, &eb, p);
+        assert!(at_p.low.abs() < 1e-6, "{at_p:?}");
     }
 
     // Checks that skewed samples switch to the bootstrap with ten runs a side and that it is

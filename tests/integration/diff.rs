@@ -127,3 +127,72 @@ fn diff_writes_svg_and_html() {
         );
     }
 }
+
+// Checks 3 runs against 3 with finalize's sleep doubled (5 ms → 10 ms a block): finalize's wall
+// time per call judged `regressed` (over its calls: method `calls`), with units in the text
+// (`ms`, never `1.0e7`) and a warning when one side is a different program.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn doubled_phase_wall_time_over_3_runs_is_regressed() {
+    require_root!();
+    let _g = bpf_lock();
+    let sleep = |name: &str, ms: &str| {
+        record_sim_with_phases(
+            name,
+            &[
+                "--blocks",
+                "20",
+                "--burn-ms",
+                "2",
+                "--flushes",
+                "3",
+                "--sleep-ms",
+                ms,
+            ],
+        )
+    };
+    let (a, b): (Vec<PathBuf>, Vec<PathBuf>) = (0..3)
+        .map(|i| {
+            (
+                sleep(&format!("wall-a-{i}"), "5"),
+                sleep(&format!("wall-b-{i}"), "10"),
+            )
+        })
+        .unzip();
+    let r = diff_json(&a, &b);
+    let wall = metric(&r, "finalize", "wall_ns");
+    eprintln!("finalize wall_ns: {wall}");
+    assert_eq!(wall["verdict"], "regressed", "{wall}");
+    assert_eq!(wall["diff"]["method"], "calls", "{wall}");
+    assert_eq!(wall["unit"], "ns");
+    let rel = wall["relative"].as_f64().unwrap();
+    assert!((0.8..1.2).contains(&rel), "doubled: {rel}");
+    assert!(
+        r["warnings"].as_array().unwrap().is_empty(),
+        "{}",
+        r["warnings"]
+    );
+
+    let mut args: Vec<&str> = vec!["diff"];
+    args.extend(a.iter().map(|p| p.to_str().unwrap()));
+    args.push("--vs");
+    args.extend(b.iter().map(|p| p.to_str().unwrap()));
+    let text = String::from_utf8(phaseprof_ok(&args).stdout).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("finalize") && l.contains("wall_ns"))
+        .expect("a finalize wall_ns row");
+    assert!(row.contains(" ms") && row.contains("regressed"), "{row}");
+    assert!(!text.contains("e6") && !text.contains("e7"), "{text}");
+
+    // A recording of another program on the B side is called out.
+    let other = scratch("wall-other").join("true.phaseprof");
+    phaseprof_ok(&["record", "-o", other.to_str().unwrap(), "--", "true"]);
+    let r = diff_json(&a[..1], &[other]);
+    let warnings = r["warnings"].to_string();
+    assert!(warnings.contains("different programs"), "{warnings}");
+    assert!(
+        warnings.contains("recorded with phases and B without"),
+        "{warnings}"
+    );
+}

@@ -2,7 +2,7 @@
 //! flamegraph (SVG) or a self-contained HTML page (verdict table + graph).
 use std::io::Write;
 
-use crate::format::{fmt_interval, fmt_num, fmt_side};
+use crate::format::{fmt_delta, fmt_interval, fmt_side};
 use anyhow::{bail, Result};
 use phaseprof_flamegraphs::{folded_lines, write_diff_svg, GraphOptions, Selection};
 use phaseprof_model::diff::{diff, DiffOptions, DiffReport};
@@ -73,31 +73,47 @@ pub fn diff_svg(
     Ok(())
 }
 
-pub fn write_text(r: &DiffReport, mut out: impl Write) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "A: {} run(s), B: {} run(s). Intervals: {:.0}% for all {} metrics together (Bonferroni), Welch's t, bootstrap where a side is skewed; \
-         changes under {:.1}% are noise. Phase metrics are per call.",
+/// How the comparison was made, in one sentence per point (text, HTML and web pages alike).
+pub fn method_note(r: &DiffReport) -> String {
+    format!(
+        "A: {} run(s), B: {} run(s). Intervals: {:.0}% for all {} metrics together (Holm); Welch's t over runs, \
+         a phase's wall time over its calls when the runs agree, bootstrap where a side is skewed; \
+         changes under {:.1}% are noise. Phase metrics are per call; (total) rows per second of recording.",
         r.a_runs,
         r.b_runs,
         r.confidence * 100.0,
         r.compared,
         r.threshold * 100.0
-    )?;
+    )
+}
+
+fn fmt_p(p: Option<f64>) -> String {
+    match p {
+        Some(p) if p < 1e-4 => "<0.0001".into(),
+        Some(p) => format!("{p:.4}"),
+        None => String::new(),
+    }
+}
+
+pub fn write_text(r: &DiffReport, mut out: impl Write) -> std::io::Result<()> {
+    for w in &r.warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    writeln!(out, "{}", method_note(r))?;
     writeln!(
         out,
-        "{:<14} {:<16} {:>22} {:>22} {:>12} {:>28} {:>9}  verdict",
+        "{:<14} {:<16} {:>24} {:>24} {:>14} {:>28} {:>9}  verdict",
         "phase", "metric", "A", "B", "B-A", "interval", "change"
     )?;
     for m in &r.metrics {
         writeln!(
             out,
-            "{:<14} {:<16} {:>22} {:>22} {:>12} {:>28} {:>9}  {}",
+            "{:<14} {:<16} {:>24} {:>24} {:>14} {:>28} {:>9}  {}",
             m.phase,
             m.metric,
             fmt_side(m, false),
             fmt_side(m, true),
-            fmt_num(m.diff.delta),
+            fmt_delta(m),
             fmt_interval(m),
             m.relative
                 .map(|r| format!("{:+.1}%", r * 100.0))
@@ -106,29 +122,26 @@ pub fn write_text(r: &DiffReport, mut out: impl Write) -> std::io::Result<()> {
         )?;
     }
     if !r.stacks.is_empty() {
-        writeln!(out, "\nstacks whose share changed, most significant first:")?;
         writeln!(
             out,
-            "{:<10} {:>8} {:>8} {:>8} {:>7}  stack (leaf last)",
-            "event", "A %", "B %", "Δ pts", "|t|"
+            "\nstacks whose share changed: significant (*, Holm over each kind's stacks) first, by size of change; whole stacks, root first:"
+        )?;
+        writeln!(
+            out,
+            "{:<10} {:>8} {:>8} {:>8} {:>8}",
+            "event", "A %", "B %", "Δ pts", "p"
         )?;
         for s in &r.stacks {
-            let frames: Vec<&str> = s.stack.split(';').collect();
-            let tail = frames[frames.len().saturating_sub(4)..].join(";");
             writeln!(
                 out,
-                "{:<10} {:>8.2} {:>8.2} {:>+8.2} {:>7}  …{}",
+                "{:<10} {:>8.2} {:>8.2} {:>+8.2} {:>8} {}\n    {}",
                 s.event.name(),
                 s.a_share * 100.0,
                 s.b_share * 100.0,
                 s.diff.delta * 100.0,
-                s.t.map(|t| if t.is_infinite() {
-                    "inf".into()
-                } else {
-                    format!("{t:.1}")
-                })
-                .unwrap_or_default(),
-                tail
+                fmt_p(s.p),
+                if s.significant { "*" } else { "" },
+                s.stack
             )?;
         }
     }
@@ -159,13 +172,17 @@ pub fn write_html(r: &DiffReport, svg: &str, mut out: impl Write) -> std::io::Re
         out,
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>phaseprof diff</title>"
     )?;
-    writeln!(out, "<style>body{{font-family:sans-serif;margin:1em}}table{{border-collapse:collapse;font-size:13px}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}}td:nth-child(-n+2){{text-align:left}}.improved{{color:#070}}.regressed{{color:#b00}}.inconclusive{{color:#a60}}</style></head><body>")?;
+    writeln!(out, "<style>body{{font-family:sans-serif;margin:1em}}table{{border-collapse:collapse;font-size:13px}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}}td:nth-child(-n+2){{text-align:left}}.improved{{color:#070}}.regressed{{color:#b00}}.inconclusive{{color:#a60}}.warning{{color:#b00;font-weight:bold}}#graph>svg{{width:100%;height:auto;display:block}}</style></head><body>")?;
     writeln!(out, "<div id=\"graph\">{svg}</div>")?;
     writeln!(
         out,
-        "<h2>A: {} run(s) vs B: {} run(s)</h2><p>Intervals at {:.0}% for all {} metrics together; changes under {:.1}% are noise; phase metrics per call.</p>",
-        r.a_runs, r.b_runs, r.confidence * 100.0, r.compared, r.threshold * 100.0
+        "<h2>A: {} run(s) vs B: {} run(s)</h2>",
+        r.a_runs, r.b_runs
     )?;
+    for w in &r.warnings {
+        writeln!(out, "<p class=\"warning\">warning: {}</p>", html_escape(w))?;
+    }
+    writeln!(out, "<p>{}</p>", html_escape(&method_note(r)))?;
     writeln!(out, "<table id=\"verdicts\"><tr><th>phase</th><th>metric</th><th>A</th><th>B</th><th>B−A</th><th>interval</th><th>change</th><th>verdict</th></tr>")?;
     for m in &r.metrics {
         let class = verdict_class(&m.verdict);
@@ -176,7 +193,7 @@ pub fn write_html(r: &DiffReport, svg: &str, mut out: impl Write) -> std::io::Re
             html_escape(&m.metric),
             fmt_side(m, false),
             fmt_side(m, true),
-            fmt_num(m.diff.delta),
+            fmt_delta(m),
             fmt_interval(m),
             m.relative.map(|r| format!("{:+.1}%", r * 100.0)).unwrap_or_default(),
             m.verdict

@@ -8,7 +8,7 @@ use phaseprof_model::EventKind;
 use super::api::{load, parse_diff_query, phase_of, run_diff, View};
 use super::{AppState, WebError};
 use crate::compare::verdict_class;
-use crate::format::{fmt_interval, fmt_ns, fmt_num, fmt_side, fmt_value, pct};
+use crate::format::{fmt_delta, fmt_interval, fmt_ns, fmt_side, fmt_value, pct};
 use crate::report::{phase_cells, syscall_rows, top_functions};
 
 fn render(t: &impl Template) -> Result<Html<String>, WebError> {
@@ -354,11 +354,8 @@ struct DiffPage {
     has_result: bool,
     graph_ok: bool,
     query: String,
-    a_runs: usize,
-    b_runs: usize,
-    confidence: String,
-    compared: usize,
-    threshold: String,
+    note: String,
+    warnings: Vec<String>,
     rows: Vec<VerdictRow>,
 }
 
@@ -391,11 +388,8 @@ pub async fn diff(
         has_result: false,
         graph_ok: false,
         query: String::new(),
-        a_runs: 0,
-        b_runs: 0,
-        confidence: String::new(),
-        compared: 0,
-        threshold: String::new(),
+        note: String::new(),
+        warnings: vec![],
         rows: vec![],
     };
     if !q.a.is_empty() || !q.b.is_empty() {
@@ -409,11 +403,8 @@ pub async fn diff(
             q.b.join(","),
             kind.name()
         );
-        page.a_runs = r.a_runs;
-        page.b_runs = r.b_runs;
-        page.confidence = format!("{:.0}%", r.confidence * 100.0);
-        page.compared = r.compared;
-        page.threshold = format!("{:.1}%", r.threshold * 100.0);
+        page.note = crate::compare::method_note(&r);
+        page.warnings = r.warnings.clone();
         page.rows = r
             .metrics
             .iter()
@@ -422,7 +413,7 @@ pub async fn diff(
                 metric: m.metric.clone(),
                 a: fmt_side(m, false),
                 b: fmt_side(m, true),
-                delta: fmt_num(m.diff.delta),
+                delta: fmt_delta(m),
                 interval: fmt_interval(m),
                 change: m
                     .relative
