@@ -92,6 +92,7 @@ pub struct RawOffCpu {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawSyscall {
     pub pid: u32,
+    pub tid: u32,
     pub phase: u32,
     /// Every phase on the thread's stack (bit i: phase i; 1: none).
     pub phase_mask: u64,

@@ -111,6 +111,8 @@ struct syscall_key {
 	__u32 phase;
 	__u32 nr;
 	__u32 window;
+	__u32 tid; /* per-thread counts, for the thread tables */
+	__u32 _pad;
 	__u64 user_stack; /* 0 when stack capture is off */
 	__u64 phase_mask;
 };
@@ -435,6 +437,7 @@ enum target_event_kind {
 	TEV_FORK = 3,  /* a target forked a child that is now a target too */
 	TEV_MMAP = 4,  /* a target mapped executable memory: refresh its VMAs */
 	TEV_ENTRY = 5, /* a held `record -- CMD` reached its entry point and stopped */
+	TEV_THREAD_EXIT = 6, /* a target's thread exited: its name (pid: tid, ppid: tgid) */
 };
 
 struct target_event {

@@ -89,6 +89,8 @@ int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 	/* A thread's phase state (task storage) goes with the thread. */
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	/* signal->live reaches 0 when the last thread of the group exits. */
+	/* Named now, while it exists: a short-lived thread is gone by the window's drain. */
+	emit(TEV_THREAD_EXIT, (__u32)id, tgid);
 	if (BPF_CORE_READ(task, signal, live.counter) == 0)
 		emit(TEV_EXIT, tgid, 0);
 	return 0;

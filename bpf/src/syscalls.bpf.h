@@ -62,6 +62,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	__u32 phase = thread_phase_of(&mask);
 	struct syscall_key key = {
 		.tgid = tgid,
+		.tid = (__u32)bpf_get_current_pid_tgid(),
 		.phase = phase,
 		.phase_mask = mask,
 		.nr = nr,
@@ -113,6 +114,7 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	}
 	struct syscall_key key = {
 		.tgid = tgid,
+		.tid = (__u32)bpf_get_current_pid_tgid(),
 		.phase = start->phase,
 		.nr = start->nr,
 		.window = window,

@@ -356,7 +356,7 @@ mod tests {
         b.add_cpu(9, 9, PhaseAt::NONE, s1, 90);
         b.add_cpu(9, 10, PhaseAt::NONE, s1, 5);
         b.add_cpu(9, 9, PhaseAt::NONE, s2, 5);
-        b.add_syscall(9, PhaseAt::NONE, 1, Some(s1), 4, 0);
+        b.add_syscall((9, 9), PhaseAt::NONE, 1, Some(s1), 4, 0);
         b.finish()
     }
 

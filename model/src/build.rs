@@ -29,7 +29,7 @@ pub struct ProfileBuilder {
     stack_index: HashMap<Vec<u32>, u32>,
     cpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
     offcpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
-    syscall_index: HashMap<(u32, u32, u64, u32, Option<u32>), usize>,
+    syscall_index: HashMap<(u32, u32, u32, u64, u32, Option<u32>), usize>,
     alloc_index: HashMap<(u32, u32, u64, u32), usize>,
     alloc_total_index: HashMap<(u32, u32, u64), usize>,
     fault_index: HashMap<(u32, u32, u32, u64, u32), usize>,
@@ -135,7 +135,7 @@ impl ProfileBuilder {
 
     pub fn add_syscall(
         &mut self,
-        pid: u32,
+        (pid, tid): (u32, u32),
         at: PhaseAt,
         nr: u32,
         stack: Option<u32>,
@@ -143,10 +143,11 @@ impl ProfileBuilder {
         total_ns: u64,
     ) {
         let samples = &mut self.profile.syscalls;
-        let key = (pid, at.phase, at.mask, nr, stack);
+        let key = (pid, tid, at.phase, at.mask, nr, stack);
         let i = *self.syscall_index.entry(key).or_insert_with(|| {
             samples.push(SyscallSample {
                 pid,
+                tid,
                 phase: at.phase,
                 phase_mask: at.mask,
                 nr,
@@ -276,8 +277,8 @@ mod tests {
         assert_eq!(b.intern_stack(vec![c, a]), s1);
         b.add_cpu(1, 2, PhaseAt::NONE, s1, 3);
         b.add_cpu(1, 2, PhaseAt::NONE, s1, 4);
-        b.add_syscall(1, PhaseAt::NONE, 1, None, 5, 50);
-        b.add_syscall(1, PhaseAt::NONE, 1, None, 2, 20);
+        b.add_syscall((1, 1), PhaseAt::NONE, 1, None, 5, 50);
+        b.add_syscall((1, 1), PhaseAt::NONE, 1, None, 2, 20);
         let p = b.finish();
         assert_eq!(p.phases, vec!["(none)"]);
         assert_eq!(p.cpu.len(), 1);

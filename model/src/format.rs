@@ -112,7 +112,7 @@ mod tests {
         });
         let s = b.intern_stack(vec![f]);
         b.add_cpu(42, 42, PhaseAt::NONE, s, 9);
-        b.add_syscall(42, PhaseAt::NONE, 1, Some(s), 3, 300);
+        b.add_syscall((42, 42), PhaseAt::NONE, 1, Some(s), 3, 300);
         b.finish()
     }
 

@@ -23,6 +23,13 @@ pub fn folded_frame_name(name: &str) -> String {
         .collect()
 }
 
+/// Go's heap-sampling hook and the allocator frames under it, which every sampled Go allocation
+/// stack ends in (our probe sits in the hook); Go's own heap profiles leave them out, and so do
+/// allocation tables, so `self` lands on `runtime.newobject`, `makeslice` or the caller.
+pub fn is_go_sampling_hook(f: &str) -> bool {
+    f == "runtime.mProf_Malloc" || f == "runtime.profilealloc" || f.starts_with("runtime.mallocgc")
+}
+
 /// Frames of allocators and the language runtime's allocation paths, skipped when naming a stack.
 pub fn is_allocator_frame(f: &str) -> bool {
     const PREFIXES: &[&str] = &[

@@ -18,6 +18,7 @@ pub mod stats;
 pub mod summary;
 mod syscall_names;
 pub mod syscall_spread;
+pub mod threads;
 pub mod units;
 pub mod unwind_info;
 
@@ -26,7 +27,7 @@ pub use format::{
     read_profile, read_profile_limited, write_profile, FormatError, DEFAULT_MAX_INFLATED,
     FORMAT_VERSION,
 };
-pub use frames::{display_name, folded_frame_name, is_allocator_frame};
+pub use frames::{display_name, folded_frame_name, is_allocator_frame, is_go_sampling_hook};
 pub use lost::Lost;
 pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use profile::*;

@@ -179,7 +179,7 @@ impl Merger {
         }
         for s in &p.syscalls {
             b.add_syscall(
-                s.pid,
+                (s.pid, s.tid),
                 at(s.phase, s.phase_mask),
                 s.nr,
                 s.stack.map(st),

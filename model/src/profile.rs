@@ -192,6 +192,10 @@ pub struct OffCpuSample {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct SyscallSample {
     pub pid: u32,
+    /// The thread (0 in recordings made before threads were kept, and in a store's merged
+    /// views, which sum threads).
+    #[serde(default)]
+    pub tid: u32,
     pub phase: u32,
     /// Every phase on the thread's stack when it happened (bit i: phase i; bit 0 alone: none).
     #[serde(default)]
@@ -283,9 +287,24 @@ pub struct LiveSample {
 /// Page faults of one (thread, phase, user stack).
 pub type PageFaultSample = CpuSample;
 
+/// Whether an event of innermost phase `p` and phase set `mask` counts for a `want`ed phase
+/// (None: every event): inside it, or inside a phase nested in it; `(none)` only outside all.
+pub fn in_phase(want: Option<u32>, p: u32, mask: u64) -> bool {
+    want.is_none_or(|want| {
+        if want == PHASE_NONE {
+            p == PHASE_NONE
+        } else {
+            want == p || (want < 64 && mask & (1u64 << want) != 0)
+        }
+    })
+}
+
 /// A stack with a value, for one event kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Weighted {
+    /// The process, and the thread (0 where the kind is counted per process: allocations).
+    pub pid: u32,
+    pub tid: u32,
     /// Frame indices, leaf first.
     pub frames: Vec<u32>,
     /// A synthetic leaf to show above `frames` (the syscall name for syscall stacks).
@@ -414,21 +433,15 @@ impl Profile {
     /// Every stack of `kind` with its value, optionally only those recorded inside `phase`
     /// (inclusive: also while a phase nested in it was running).
     pub fn weighted_stacks(&self, kind: EventKind, phase: Option<u32>) -> Vec<Weighted> {
-        let keep = |p: u32, mask: u64| {
-            phase.is_none_or(|want| {
-                if want == PHASE_NONE {
-                    p == PHASE_NONE
-                } else {
-                    want == p || (want < 64 && mask & (1u64 << want) != 0)
-                }
-            })
-        };
+        let keep = |p: u32, mask: u64| in_phase(phase, p, mask);
         match kind {
             EventKind::Cpu => self
                 .cpu
                 .iter()
                 .filter(|s| keep(s.phase, s.phase_mask))
                 .map(|s| Weighted {
+                    pid: s.pid,
+                    tid: s.tid,
                     frames: self.stack_frames(s.stack),
                     leaf_label: None,
                     phase: s.phase,
@@ -441,6 +454,8 @@ impl Profile {
                 .iter()
                 .filter(|s| keep(s.phase, s.phase_mask))
                 .map(|s| Weighted {
+                    pid: s.pid,
+                    tid: s.tid,
                     frames: self.stack_frames(s.stack),
                     leaf_label: None,
                     phase: s.phase,
@@ -463,6 +478,8 @@ impl Profile {
                     .zip(counts)
                     .filter(|(s, n)| keep(s.phase, s.phase_mask) && *n > 0)
                     .map(|(s, n)| Weighted {
+                        pid: s.pid,
+                        tid: s.tid,
                         frames: s.stack.map(|st| self.stack_frames(st)).unwrap_or_default(),
                         leaf_label: Some(format!("syscall:{}", s.name)),
                         phase: s.phase,
@@ -476,6 +493,8 @@ impl Profile {
                 .iter()
                 .filter(|s| keep(s.phase, s.phase_mask))
                 .map(|s| Weighted {
+                    pid: s.pid,
+                    tid: 0,
                     frames: self.stack_frames(s.stack),
                     leaf_label: None,
                     phase: s.phase,
@@ -488,6 +507,8 @@ impl Profile {
                 .iter()
                 .filter(|s| keep(s.phase, s.phase_mask))
                 .map(|s| Weighted {
+                    pid: s.pid,
+                    tid: s.tid,
                     frames: self.stack_frames(s.stack),
                     leaf_label: None,
                     phase: s.phase,

@@ -121,7 +121,7 @@ mod tests {
             });
             let s = b.intern_stack(vec![f]);
             b.add_cpu(7, 7, PhaseAt { phase: 1, mask: 2 }, s, u64::from(i) + 1);
-            b.add_syscall(7, PhaseAt::NONE, i, Some(s), 2, 100);
+            b.add_syscall((7, 7), PhaseAt::NONE, i, Some(s), 2, 100);
         }
         let p = b.finish();
         p.validate().unwrap();

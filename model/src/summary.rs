@@ -276,9 +276,9 @@ mod tests {
             },
             vec![],
         );
-        b.add_syscall(7, PhaseAt::NONE, 1, None, 4, 400); // write
-        b.add_syscall(7, PhaseAt::NONE, 74, None, 1, 100); // fsync
-        b.add_syscall(7, PhaseAt::NONE, 0, None, 2, 10); // read
+        b.add_syscall((7, 7), PhaseAt::NONE, 1, None, 4, 400); // write
+        b.add_syscall((7, 7), PhaseAt::NONE, 74, None, 1, 100); // fsync
+        b.add_syscall((7, 7), PhaseAt::NONE, 0, None, 2, 10); // read
         let json = serde_json::to_value(Summary::of(&b.finish())).unwrap();
         assert_eq!(json["version"], 1);
         assert_eq!(json["duration_ns"], 100);

@@ -74,6 +74,7 @@ mod tests {
     fn sample(nr: u32, stack: Option<u32>, count: u64) -> SyscallSample {
         SyscallSample {
             pid: 1,
+            tid: 1,
             phase: 0,
             phase_mask: 1,
             nr,

@@ -114,8 +114,9 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
         let (s, a) = (stacks[r.below(12) as usize], at(r));
         let stack = (r.below(3) > 0).then_some(s);
         let nr = [0, 1, 202, 232][r.below(4) as usize];
+        let pid = 100 + r.below(2) as u32;
         b.add_syscall(
-            100 + r.below(2) as u32,
+            (pid, pid + r.below(3) as u32),
             a,
             nr,
             stack,

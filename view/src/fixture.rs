@@ -38,7 +38,7 @@ pub fn two_phases(flushes: u64) -> Profile {
     };
     b.add_cpu(42, 42, at(1), s1, 90);
     b.add_cpu(42, 42, at(2), s2, 10);
-    b.add_syscall(42, at(2), 1, Some(s2), flushes * 10, 5_000);
+    b.add_syscall((42, 43), at(2), 1, Some(s2), flushes * 10, 5_000);
     let mut stats = vec![PhaseStats::default(); 3];
     for (i, st) in stats.iter_mut().enumerate().skip(1) {
         st.calls = 10;

@@ -5,7 +5,8 @@ use std::io::Write;
 
 use crate::format::{fmt_bytes, fmt_ns, fmt_value, pct};
 use phaseprof_model::summary::{syscalls_by_name, CountNs};
-use phaseprof_model::{display_name, EventKind, Profile, Summary};
+use phaseprof_model::threads;
+use phaseprof_model::{display_name, is_go_sampling_hook, EventKind, Profile, Summary};
 
 /// Options of `report`, independent of the CLI.
 #[derive(Clone, Debug, Default)]
@@ -18,6 +19,8 @@ pub struct ReportOptions {
     pub top: usize,
     /// Show the live heap (allocations not freed at the end) by stack, with ages.
     pub live: bool,
+    /// Also say how stacks were walked, per target.
+    pub verbose: bool,
 }
 
 /// Self and inclusive value of one function.
@@ -38,12 +41,18 @@ pub fn top_functions(
     let mut grand = 0;
     for w in profile.weighted_stacks(kind, phase) {
         grand += w.value;
-        let names: Vec<String> = w
+        let mut names: Vec<String> = w
             .frames
             .iter()
             .filter_map(|&f| profile.frames.get(f as usize))
             .map(display_name)
             .collect();
+        if kind == EventKind::Alloc {
+            let hook = names.iter().take_while(|n| is_go_sampling_hook(n)).count();
+            if hook < names.len() {
+                names.drain(..hook);
+            }
+        }
         if let Some(leaf) = names.first() {
             let e = costs.entry(leaf.clone()).or_insert_with(|| FunctionCost {
                 name: leaf.clone(),
@@ -181,8 +190,7 @@ pub fn write_report(
     mut out: impl Write,
 ) -> std::io::Result<()> {
     if opts.json {
-        let summary = Summary::of(profile);
-        serde_json::to_writer_pretty(&mut out, &summary)?;
+        serde_json::to_writer_pretty(&mut out, &json_report(profile, opts))?;
         return writeln!(out);
     }
     let m = &profile.meta;
@@ -216,7 +224,7 @@ pub fn write_report(
     if let Some(cost) = m.notes.get("phase_probe_overhead") {
         writeln!(out, "phase probes: {cost}")?;
     }
-    if let Some(u) = &m.unwind {
+    if let (Some(u), true) = (&m.unwind, opts.verbose) {
         writeln!(out, "stacks: {}", u.describe())?;
     }
     if let Some(p) = opts.phase {
@@ -230,6 +238,9 @@ pub fn write_report(
         write_phase_table(profile, &mut out)?;
     }
     let top = if opts.top == 0 { 20 } else { opts.top };
+    if opts.event.is_none() {
+        write_who_table(profile, opts.phase, top, &mut out)?;
+    }
     if opts.live {
         return write_live(profile, top, &mut out);
     }
@@ -277,6 +288,83 @@ pub fn write_report(
         if kind == EventKind::Syscall {
             write_syscall_table(profile, opts.phase, &mut out)?;
         }
+    }
+    Ok(())
+}
+
+/// The JSON summary (the documented contract), plus per-process and per-thread rows and each
+/// recorded event kind's top functions (self and total), inside `--phase` when given.
+fn json_report(profile: &Profile, opts: &ReportOptions) -> serde_json::Value {
+    let mut v = serde_json::to_value(Summary::of(profile)).unwrap_or_default();
+    let top = if opts.top == 0 { 20 } else { opts.top };
+    v["processes"] = serde_json::json!(threads::processes(profile, opts.phase));
+    v["threads"] = serde_json::json!(threads::threads(profile, opts.phase));
+    let mut tops = serde_json::Map::new();
+    for kind in EventKind::ALL.into_iter().filter(|&k| profile.recorded(k)) {
+        let (funcs, grand) = top_functions(profile, kind, opts.phase);
+        let rows: Vec<serde_json::Value> = funcs
+            .iter()
+            .take(top)
+            .map(|f| serde_json::json!({"name": f.name, "self": f.self_value, "total": f.total_value}))
+            .collect();
+        tops.insert(
+            kind.name().into(),
+            serde_json::json!({"unit": kind.unit(), "total": grand, "functions": rows}),
+        );
+    }
+    v["top_functions"] = serde_json::Value::Object(tops);
+    v
+}
+
+/// Who did the work: processes (when there are several) and the busiest threads, with cpu,
+/// off-cpu, syscalls and page faults each.
+fn write_who_table(
+    profile: &Profile,
+    phase: Option<u32>,
+    top: usize,
+    mut out: impl Write,
+) -> std::io::Result<()> {
+    let rows = threads::threads(profile, phase);
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let header = |out: &mut dyn Write, what: &str| {
+        writeln!(
+            out,
+            "{what:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+            "cpu", "off-cpu", "syscalls", "syscall time", "faults"
+        )
+    };
+    let procs = threads::processes(profile, phase);
+    if procs.len() > 1 {
+        writeln!(out, "\n== processes ==")?;
+        header(&mut out, "pid (name)")?;
+        for p in procs.iter().take(top) {
+            writeln!(
+                out,
+                "{:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+                format!("{} ({}, {} threads)", p.pid, p.name, p.threads),
+                p.cpu_samples,
+                fmt_ns(p.offcpu_ns),
+                p.syscalls,
+                fmt_ns(p.syscall_ns),
+                p.page_faults
+            )?;
+        }
+    }
+    writeln!(out, "\n== threads ({} seen; cpu in samples) ==", rows.len())?;
+    header(&mut out, "tid (name) of pid")?;
+    for t in rows.iter().take(top) {
+        writeln!(
+            out,
+            "{:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+            format!("{} ({}) of {}", t.tid, t.name, t.pid),
+            t.cpu_samples,
+            fmt_ns(t.offcpu_ns),
+            t.syscalls,
+            fmt_ns(t.syscall_ns),
+            t.page_faults
+        )?;
     }
     Ok(())
 }

@@ -154,7 +154,7 @@ impl Aggregator {
                 .as_deref()
                 .map(|u| self.stack(s.pid, Some(u), None, Taken::ByProbe));
             self.builder.add_syscall(
-                s.pid,
+                (s.pid, s.tid),
                 at(s.phase, s.phase_mask),
                 s.nr,
                 stack,

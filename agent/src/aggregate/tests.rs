@@ -91,6 +91,7 @@ fn window() -> RawWindow {
         }],
         syscalls: vec![RawSyscall {
             pid: 1,
+            tid: 1,
             phase: 0,
             phase_mask: 1,
             nr: 1,

@@ -32,6 +32,9 @@ pub struct ReportArgs {
     /// with their age (needs --events alloc).
     #[arg(long)]
     pub live: bool,
+    /// Also say how each target's stacks were walked (frame pointers, DWARF tables, copies).
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -124,7 +127,11 @@ pub fn run_report(args: ReportArgs) -> Result<i32> {
         phase: phase_of(&profile, args.phase.as_ref())?,
         top: args.top,
         live: args.live,
+        verbose: args.verbose,
     };
+    if let Some(kind) = opts.event.filter(|&k| !profile.recorded(k)) {
+        bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(kind));
+    }
     write_report(&profile, &opts, std::io::stdout().lock())?;
     Ok(0)
 }

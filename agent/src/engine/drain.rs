@@ -259,6 +259,7 @@ impl Engine<'_> {
         for (k, v) in syscalls {
             raw.syscalls.push(RawSyscall {
                 pid: k.tgid,
+                tid: k.tid,
                 phase: k.phase,
                 phase_mask: k.phase_mask,
                 nr: k.nr,

@@ -231,6 +231,10 @@ impl<'obj> Engine<'obj> {
                         parent: e.ppid,
                     },
                     types::target_event_kind::TEV_ENTRY => TargetEvent::Entry { pid: e.pid },
+                    types::target_event_kind::TEV_THREAD_EXIT => TargetEvent::ThreadExit {
+                        tid: e.pid,
+                        comm: String::from_utf8_lossy(&comm).into_owned(),
+                    },
                     _ => TargetEvent::MapsChanged { pid: e.pid },
                 }
             },

@@ -160,6 +160,11 @@ pub enum TargetEvent {
     Entry {
         pid: u32,
     },
+    /// A target's thread exited, named as it was then.
+    ThreadExit {
+        tid: u32,
+        comm: String,
+    },
 }
 
 /// Which sched_switch program the load probe picked.

@@ -312,6 +312,11 @@ impl<'obj> Session<'obj> {
                     self.exec_seen(pid)?;
                 }
                 TargetEvent::Entry { pid } => self.entry_reached(pid),
+                TargetEvent::ThreadExit { tid, comm } => {
+                    if self.seen_tids.insert(tid) {
+                        self.agg.builder_mut().meta_mut().threads.insert(tid, comm);
+                    }
+                }
                 TargetEvent::MapsChanged { pid } => {
                     self.sym.track(pid);
                     if let Some(w) = &mut self.walks {
@@ -403,10 +408,13 @@ impl<'obj> Session<'obj> {
             .iter()
             .chain(&w.page_faults)
             .map(|s| (s.pid, s.tid))
-            .chain(w.offcpu.iter().map(|s| (s.pid, s.tid)));
+            .chain(w.offcpu.iter().map(|s| (s.pid, s.tid)))
+            .chain(w.syscalls.iter().map(|s| (s.pid, s.tid)));
+        // A thread already gone is named by its exit event instead (`TargetEvent::ThreadExit`).
         for (pid, tid) in tids {
-            if self.seen_tids.insert(tid) {
+            if !self.seen_tids.contains(&tid) {
                 if let Some(name) = targets::read_comm(pid, tid) {
+                    self.seen_tids.insert(tid);
                     self.agg.builder_mut().meta_mut().threads.insert(tid, name);
                 }
             }

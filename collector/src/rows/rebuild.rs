@@ -143,7 +143,7 @@ fn add_samples(
         match k.kind {
             KIND_CPU => b.add_cpu(k.pid, 0, at, s, v.value),
             KIND_OFFCPU => b.add_offcpu(k.pid, 0, at, s, v.value),
-            KIND_SYSCALL => b.add_syscall(k.pid, at, k.nr, stack, v.value, v.value2),
+            KIND_SYSCALL => b.add_syscall((k.pid, 0), at, k.nr, stack, v.value, v.value2),
             KIND_ALLOC => b.add_alloc(k.pid, at, s, v.value, v.fvalue, v.value2),
             KIND_ALLOC_TOTAL => b.add_alloc_total(k.pid, at, v.value, v.value2, v.value3),
             KIND_PAGEFAULT => b.add_page_faults(k.pid, 0, at, s, v.value),

@@ -1,0 +1,219 @@
+//! Who did the work: totals per process and per thread (its tid and name), for the report's
+//! tables, the web page's group-by switch and exports split by process or thread. Allocations
+//! are counted per process in the kernel, so they have no thread.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::profile::{in_phase, EventKind, Profile, Weighted};
+
+/// One thread's totals.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ThreadRow {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    pub cpu_samples: u64,
+    pub offcpu_ns: u64,
+    pub syscalls: u64,
+    pub syscall_ns: u64,
+    pub page_faults: u64,
+}
+
+/// One process's totals (its threads summed, plus its allocations).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub name: String,
+    pub threads: usize,
+    pub cpu_samples: u64,
+    pub offcpu_ns: u64,
+    pub syscalls: u64,
+    pub syscall_ns: u64,
+    pub page_faults: u64,
+    pub alloc_bytes: u64,
+}
+
+/// A thread's name as recorded (`?` when it was never seen by name).
+pub fn thread_name(p: &Profile, tid: u32) -> String {
+    p.meta
+        .threads
+        .get(&tid)
+        .cloned()
+        .unwrap_or_else(|| "?".into())
+}
+
+/// A process's name: its main thread's, or the target's comm for the first target.
+pub fn process_name(p: &Profile, pid: u32) -> String {
+    match p.meta.threads.get(&pid) {
+        Some(n) => n.clone(),
+        None if p.meta.pids.first() == Some(&pid) => p.meta.comm.clone(),
+        None => "?".into(),
+    }
+}
+
+/// Per thread, inside `phase` (None: everything), most CPU first.
+pub fn threads(p: &Profile, phase: Option<u32>) -> Vec<ThreadRow> {
+    let mut by: BTreeMap<(u32, u32), ThreadRow> = BTreeMap::new();
+    fn entry<'m>(
+        by: &'m mut BTreeMap<(u32, u32), ThreadRow>,
+        p: &Profile,
+        pid: u32,
+        tid: u32,
+    ) -> &'m mut ThreadRow {
+        by.entry((pid, tid)).or_insert_with(|| ThreadRow {
+            pid,
+            tid,
+            name: if tid == 0 {
+                "(per process)".into()
+            } else {
+                thread_name(p, tid)
+            },
+            ..ThreadRow::default()
+        })
+    }
+    for s in p
+        .cpu
+        .iter()
+        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
+    {
+        entry(&mut by, p, s.pid, s.tid).cpu_samples += s.count;
+    }
+    for s in p
+        .offcpu
+        .iter()
+        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
+    {
+        entry(&mut by, p, s.pid, s.tid).offcpu_ns += s.ns;
+    }
+    for s in p
+        .syscalls
+        .iter()
+        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
+    {
+        let r = entry(&mut by, p, s.pid, s.tid);
+        r.syscalls += s.count;
+        r.syscall_ns += s.total_ns;
+    }
+    for s in p
+        .page_faults
+        .iter()
+        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
+    {
+        entry(&mut by, p, s.pid, s.tid).page_faults += s.count;
+    }
+    let mut rows: Vec<ThreadRow> = by.into_values().collect();
+    rows.sort_by(|a, b| {
+        (b.cpu_samples, b.offcpu_ns, b.syscalls).cmp(&(a.cpu_samples, a.offcpu_ns, a.syscalls))
+    });
+    rows
+}
+
+/// Per process, inside `phase`, most CPU first.
+pub fn processes(p: &Profile, phase: Option<u32>) -> Vec<ProcessRow> {
+    let mut by: BTreeMap<u32, ProcessRow> = BTreeMap::new();
+    fn entry<'m>(
+        by: &'m mut BTreeMap<u32, ProcessRow>,
+        p: &Profile,
+        pid: u32,
+    ) -> &'m mut ProcessRow {
+        by.entry(pid).or_insert_with(|| ProcessRow {
+            pid,
+            name: process_name(p, pid),
+            ..ProcessRow::default()
+        })
+    }
+    for t in threads(p, phase) {
+        let r = entry(&mut by, p, t.pid);
+        r.threads += usize::from(t.tid != 0);
+        r.cpu_samples += t.cpu_samples;
+        r.offcpu_ns += t.offcpu_ns;
+        r.syscalls += t.syscalls;
+        r.syscall_ns += t.syscall_ns;
+        r.page_faults += t.page_faults;
+    }
+    for s in p
+        .alloc_totals
+        .iter()
+        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
+    {
+        entry(&mut by, p, s.pid).alloc_bytes += s.bytes;
+    }
+    let mut rows: Vec<ProcessRow> = by.into_values().collect();
+    rows.sort_by(|a, b| (b.cpu_samples, b.offcpu_ns).cmp(&(a.cpu_samples, a.offcpu_ns)));
+    rows
+}
+
+/// How exports and flamegraphs split stacks: one tree per process or per thread, under a root
+/// frame that names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    Process,
+    Thread,
+}
+
+impl GroupBy {
+    pub fn parse(s: &str) -> Option<GroupBy> {
+        match s {
+            "process" | "pid" => Some(GroupBy::Process),
+            "thread" | "tid" => Some(GroupBy::Thread),
+            _ => None,
+        }
+    }
+
+    /// The root frame of `w`'s tree: `pid 812 (etcd)`, `tid 815 (raft) of pid 812`.
+    pub fn root_frame(self, p: &Profile, w: &Weighted) -> String {
+        match (self, w.tid) {
+            (GroupBy::Process, _) => format!("pid {} ({})", w.pid, process_name(p, w.pid)),
+            (GroupBy::Thread, 0) => format!("pid {} (threads not recorded)", w.pid),
+            (GroupBy::Thread, tid) => {
+                format!("tid {tid} ({}) of pid {}", thread_name(p, tid), w.pid)
+            }
+        }
+    }
+}
+
+/// Whether `kind` is recorded per thread (allocations are per process).
+pub fn per_thread(kind: EventKind) -> bool {
+    !matches!(kind, EventKind::Alloc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{PhaseAt, ProfileBuilder};
+
+    // Checks that thread rows sum each thread's events and processes sum their threads, with
+    // names from the recording and inside a phase only that phase's events.
+    #[test]
+    fn rows_per_thread_and_process() {
+        let mut b = ProfileBuilder::new(Default::default(), vec!["(none)".into(), "io".into()]);
+        let s = b.intern_stack(vec![]);
+        let io = PhaseAt { phase: 1, mask: 2 };
+        b.add_cpu(10, 10, PhaseAt::NONE, s, 5);
+        b.add_cpu(10, 11, io, s, 7);
+        b.add_offcpu(10, 11, io, s, 1000);
+        b.add_syscall((10, 11), io, 1, None, 3, 30);
+        b.add_syscall((20, 21), PhaseAt::NONE, 0, None, 2, 20);
+        let mut p = b.finish();
+        p.meta.threads.insert(10, "server".into());
+        p.meta.threads.insert(11, "worker".into());
+        let t = threads(&p, None);
+        assert_eq!(t[0].tid, 11);
+        assert_eq!(t[0].name, "worker");
+        assert_eq!(
+            (t[0].cpu_samples, t[0].offcpu_ns, t[0].syscalls),
+            (7, 1000, 3)
+        );
+        let pr = processes(&p, None);
+        assert_eq!(pr[0].pid, 10);
+        assert_eq!(
+            (pr[0].name.as_str(), pr[0].threads, pr[0].cpu_samples),
+            ("server", 2, 12)
+        );
+        assert_eq!(pr[1].syscalls, 2);
+        let in_io = threads(&p, Some(1));
+        assert_eq!(in_io.len(), 1);
+        assert_eq!(in_io[0].cpu_samples, 7);
+    }
+}
