@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 
+use phaseprof_model::threads::GroupBy;
 use phaseprof_model::{EventKind, Profile, Weighted};
 
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,8 @@ pub struct Selection {
     pub kind: EventKind,
     /// Only stacks recorded in this phase (by index).
     pub phase: Option<u32>,
+    /// One tree per process or thread, under a root frame naming it.
+    pub group: Option<GroupBy>,
 }
 
 /// Folded lines (`root;…;leaf VALUE`), one per distinct stack, sorted so output is stable.
@@ -40,9 +43,10 @@ pub fn folded_lines(profile: &Profile, sel: &Selection) -> Result<Vec<String>, F
             continue;
         }
         // `;` separates frames in the folded format: keep it out of names.
-        let names: Vec<String> = profile
-            .names_root_first(&w)
+        let root = sel.group.map(|g| g.root_frame(profile, &w));
+        let names: Vec<String> = root
             .into_iter()
+            .chain(profile.names_root_first(&w))
             .map(|n| phaseprof_model::folded_frame_name(&n))
             .collect();
         *summed.entry(names.join(";")).or_default() += w.value;
@@ -367,6 +371,7 @@ mod tests {
         let cpu = folded_lines(
             &p,
             &Selection {
+                group: None,
                 kind: EventKind::Cpu,
                 phase: None,
             },
@@ -376,6 +381,7 @@ mod tests {
         let sys = folded_lines(
             &p,
             &Selection {
+                group: None,
                 kind: EventKind::Syscall,
                 phase: None,
             },
@@ -390,6 +396,7 @@ mod tests {
         let err = folded_lines(
             &profile(),
             &Selection {
+                group: None,
                 kind: EventKind::Offcpu,
                 phase: None,
             },
@@ -409,6 +416,7 @@ mod tests {
     #[test]
     fn graphs_match_golden_files() {
         let cpu = Selection {
+            group: None,
             kind: EventKind::Cpu,
             phase: None,
         };
@@ -466,7 +474,11 @@ mod tests {
     fn tree_pruning_matches_text_pruning() {
         let p = profile();
         for kind in [EventKind::Cpu, EventKind::Syscall] {
-            let sel = Selection { kind, phase: None };
+            let sel = Selection {
+                kind,
+                phase: None,
+                group: None,
+            };
             let lines = folded_lines(&p, &sel).unwrap();
             for below in [0.0, 0.06, 0.5, 0.99] {
                 assert_eq!(
@@ -485,6 +497,7 @@ mod tests {
         write_svg(
             &profile(),
             &Selection {
+                group: None,
                 kind: EventKind::Cpu,
                 phase: None,
             },

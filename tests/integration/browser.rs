@@ -19,6 +19,8 @@ fn record(name: &str, flushes: &str) -> std::path::PathBuf {
             flushes,
             "--sleep-ms",
             "2",
+            "--threads",
+            "2",
         ],
     )
 }
@@ -58,9 +60,22 @@ fn profile_page_and_diff_in_chromium() {
     let url = served_url(&mut stderr);
     let artifacts = root().join("target/browser-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
+    let diff_html = artifacts.join("diff.html");
+    phaseprof_ok(&[
+        "diff",
+        a.to_str().unwrap(),
+        "--vs",
+        b.to_str().unwrap(),
+        "-o",
+        diff_html.to_str().unwrap(),
+    ]);
     let out = Command::new("node")
         .arg(&ui)
-        .args([&url, artifacts.to_str().unwrap()])
+        .args([
+            &url,
+            artifacts.to_str().unwrap(),
+            diff_html.to_str().unwrap(),
+        ])
         .env("CHROMIUM", &chromium)
         .output()
         .expect("running node");
@@ -88,7 +103,45 @@ fn profile_page_and_diff_in_chromium() {
     assert_eq!(flush[2], "100");
     assert_eq!(flush[3], "25");
     assert_eq!(flush[4], "-75");
-    for shot in ["profile.png", "profile-propose.png", "diff.png"] {
+    // Values with units: finalize sleeps 2 ms a block, so its wall time per call reads in ms.
+    let wall = &seen["diff_wall"];
+    for cell in [&wall[2], &wall[3]] {
+        assert!(cell.as_str().unwrap().ends_with(" ms"), "{wall}");
+    }
+    // Grouped by thread: a row per worker thread of validator-sim (named validator-N), with
+    // cpu samples; the phase filter kept; the graph split under `tid N (name) of pid P`.
+    let threads = seen["threads"].as_array().unwrap();
+    let workers: Vec<_> = threads
+        .iter()
+        .filter(|r| r[1].as_str().unwrap().starts_with("validator-"))
+        .collect();
+    assert_eq!(workers.len(), 2, "{threads:?}");
+    assert!(
+        workers.iter().all(|r| r[3].as_str().unwrap() != "0"),
+        "{threads:?}"
+    );
+    assert_eq!(seen["phases_table_shown"], false);
+    let graph = seen["thread_graph"].as_str().unwrap();
+    assert!(
+        graph.contains("phase=propose") && graph.contains("by=thread"),
+        "{graph}"
+    );
+    let roots = seen["thread_graph_roots"].to_string();
+    assert!(roots.contains("(validator-0) of pid"), "{roots}");
+    let (width, viewport) = (
+        seen["diff_html_width"].as_f64().unwrap(),
+        seen["viewport_width"].as_f64().unwrap(),
+    );
+    assert!(
+        width > 0.9 * viewport - 40.0,
+        "diff.html graph {width} px of {viewport}"
+    );
+    for shot in [
+        "profile.png",
+        "profile-propose.png",
+        "profile-threads.png",
+        "diff.png",
+    ] {
         assert!(
             artifacts.join(shot).metadata().unwrap().len() > 10_000,
             "{shot}"

@@ -32,7 +32,11 @@ pub struct CompareOptions {
 /// Sums the folded stacks of every run.
 fn summed_folded(runs: &[Profile], kind: EventKind) -> Result<Vec<String>> {
     let mut sum: std::collections::BTreeMap<String, u64> = Default::default();
-    let sel = Selection { kind, phase: None };
+    let sel = Selection {
+        kind,
+        phase: None,
+        group: None,
+    };
     for p in runs {
         for line in folded_lines(p, &sel)? {
             if let Some((stack, v)) = line.rsplit_once(' ') {

@@ -17,10 +17,14 @@ pub struct ExportOptions {
     pub format: ExportFormat,
     pub event: EventKind,
     pub phase: Option<u32>,
+    /// Folded and SVG: one tree per process or thread under a root frame naming it (pprof
+    /// samples always carry pid, tid and thread labels instead).
+    pub group: Option<phaseprof_model::threads::GroupBy>,
 }
 
 pub fn export(profile: &Profile, opts: &ExportOptions, mut out: impl Write) -> Result<()> {
     let sel = Selection {
+        group: opts.group,
         kind: opts.event,
         phase: opts.phase,
     };

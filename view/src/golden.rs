@@ -21,6 +21,7 @@ fn report(json: bool) -> String {
         phase: None,
         top: 10,
         live: false,
+        verbose: true,
     };
     let mut out = Vec::new();
     write_report(&two_phases(10), &opts, &mut out).unwrap();

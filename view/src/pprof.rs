@@ -6,7 +6,7 @@ use std::io::Write;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use phaseprof_model::{display_name, EventKind, Profile};
+use phaseprof_model::{display_name, threads, EventKind, Profile};
 use prost::Message;
 
 #[derive(Clone, PartialEq, Message)]
@@ -155,6 +155,11 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
     let mut location = Vec::new();
     let mut sample = Vec::new();
     let phase_key = strings.get("phase");
+    let (pid_key, tid_key, thread_key) = (
+        strings.get("pid"),
+        strings.get("tid"),
+        strings.get("thread"),
+    );
 
     for w in profile.weighted_stacks(kind, phase) {
         let mut frames: Vec<(String, String)> = w
@@ -211,11 +216,30 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
             EventKind::Cpu => vec![v, v * period_ns],
             _ => vec![v],
         };
-        let label = vec![Label {
-            key: phase_key,
-            str: strings.get(profile.phase_name(w.phase)),
-            num: 0,
-        }];
+        let mut label = vec![
+            Label {
+                key: phase_key,
+                str: strings.get(profile.phase_name(w.phase)),
+                num: 0,
+            },
+            Label {
+                key: pid_key,
+                str: 0,
+                num: w.pid as i64,
+            },
+        ];
+        if w.tid != 0 {
+            label.push(Label {
+                key: tid_key,
+                str: 0,
+                num: w.tid as i64,
+            });
+            label.push(Label {
+                key: thread_key,
+                str: strings.get(&threads::thread_name(profile, w.tid)),
+                num: 0,
+            });
+        }
         sample.push(Sample {
             location_id: ids,
             value,

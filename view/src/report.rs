@@ -292,28 +292,49 @@ pub fn write_report(
     Ok(())
 }
 
-/// The JSON summary (the documented contract), plus per-process and per-thread rows and each
-/// recorded event kind's top functions (self and total), inside `--phase` when given.
-fn json_report(profile: &Profile, opts: &ReportOptions) -> serde_json::Value {
-    let mut v = serde_json::to_value(Summary::of(profile)).unwrap_or_default();
+/// The JSON summary (the documented contract, its members first), plus per-process and
+/// per-thread rows and each recorded event kind's top functions, inside `--phase` when given.
+#[derive(serde::Serialize)]
+struct JsonReport {
+    #[serde(flatten)]
+    summary: Summary,
+    processes: Vec<threads::ProcessRow>,
+    threads: Vec<threads::ThreadRow>,
+    top_functions: std::collections::BTreeMap<&'static str, TopFunctions>,
+}
+
+#[derive(serde::Serialize)]
+struct TopFunctions {
+    unit: &'static str,
+    total: u64,
+    functions: Vec<serde_json::Value>,
+}
+
+fn json_report(profile: &Profile, opts: &ReportOptions) -> JsonReport {
     let top = if opts.top == 0 { 20 } else { opts.top };
-    v["processes"] = serde_json::json!(threads::processes(profile, opts.phase));
-    v["threads"] = serde_json::json!(threads::threads(profile, opts.phase));
-    let mut tops = serde_json::Map::new();
+    let mut tops = std::collections::BTreeMap::new();
     for kind in EventKind::ALL.into_iter().filter(|&k| profile.recorded(k)) {
-        let (funcs, grand) = top_functions(profile, kind, opts.phase);
-        let rows: Vec<serde_json::Value> = funcs
+        let (funcs, total) = top_functions(profile, kind, opts.phase);
+        let functions = funcs
             .iter()
             .take(top)
             .map(|f| serde_json::json!({"name": f.name, "self": f.self_value, "total": f.total_value}))
             .collect();
         tops.insert(
-            kind.name().into(),
-            serde_json::json!({"unit": kind.unit(), "total": grand, "functions": rows}),
+            kind.name(),
+            TopFunctions {
+                unit: kind.unit(),
+                total,
+                functions,
+            },
         );
     }
-    v["top_functions"] = serde_json::Value::Object(tops);
-    v
+    JsonReport {
+        summary: Summary::of(profile),
+        processes: threads::processes(profile, opts.phase),
+        threads: threads::threads(profile, opts.phase),
+        top_functions: tops,
+    }
 }
 
 /// Who did the work: processes (when there are several) and the busiest threads, with cpu,

@@ -58,6 +58,10 @@ pub struct ExportArgs {
     /// Only stacks recorded in this phase.
     #[arg(long)]
     pub phase: Option<String>,
+    /// Split stacks by `process` or `thread` (folded and svg: a root frame per pid or tid with
+    /// its name; pprof samples carry pid, tid and thread labels either way).
+    #[arg(long, value_name = "process|thread", value_parser = ["process", "thread"])]
+    pub by: Option<String>,
     /// Output file (default, or `-`: standard output).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -147,6 +151,10 @@ pub fn run_export(args: ExportArgs) -> Result<i32> {
         },
         event: parse_event(&args.event)?,
         phase: phase_of(&profile, args.phase.as_ref())?,
+        group: args
+            .by
+            .as_deref()
+            .and_then(phaseprof_model::threads::GroupBy::parse),
     };
     if let Some(p) = opts.phase {
         eprintln!(

@@ -21,6 +21,14 @@ pub struct View {
     pub phase: Option<String>,
     pub icicle: Option<String>,
     pub n: Option<usize>,
+    /// `process` or `thread`: tables and graphs split that way (default: by phase).
+    pub by: Option<String>,
+}
+
+/// The grouping a `by=` parameter asks for.
+pub fn group_of(v: &View) -> Option<phaseprof_model::threads::GroupBy> {
+    v.by.as_deref()
+        .and_then(phaseprof_model::threads::GroupBy::parse)
 }
 
 pub fn load(state: &AppState, id: &str) -> Result<Arc<Profile>, WebError> {
@@ -126,6 +134,7 @@ pub async fn flamegraph(
         .and_then(EventKind::parse)
         .ok_or_else(|| WebError::not_found(format!("no graph `{file}` (cpu.svg, offcpu.svg …)")))?;
     let sel = Selection {
+        group: group_of(&v),
         kind,
         phase: phase_of(&p, v.phase.as_deref())?,
     };
@@ -157,8 +166,16 @@ pub async fn download(
             )
         }
         "download.folded" => {
-            write_folded(&p, &Selection { kind, phase }, &mut body)
-                .map_err(|e| WebError::not_found(e.to_string()))?;
+            write_folded(
+                &p,
+                &Selection {
+                    kind,
+                    phase,
+                    group: group_of(&v),
+                },
+                &mut body,
+            )
+            .map_err(|e| WebError::not_found(e.to_string()))?;
             (
                 "text/plain; charset=utf-8",
                 format!("profile-{id}.{kind}.folded"),

@@ -163,8 +163,61 @@ struct ProfilePage {
     icicle_query: String,
     cost_names: Vec<String>,
     phases: Vec<PhaseRow>,
+    /// `phase`, `process` or `thread`: which table the page shows, how graphs split.
+    by: String,
+    group_links: Vec<GroupLink>,
+    /// The process or thread table's rows (for `by` process or thread).
+    who: Vec<WhoRow>,
     kinds: Vec<KindTab>,
     syscalls: Vec<SyscallRow>,
+}
+
+struct GroupLink {
+    by: &'static str,
+    href: String,
+}
+
+/// A row of the process or thread table, formatted.
+struct WhoRow {
+    id: String,
+    name: String,
+    pid: u32,
+    cpu: u64,
+    offcpu: String,
+    syscalls: u64,
+    syscall_time: String,
+    faults: u64,
+}
+
+fn who_rows(p: &phaseprof_model::Profile, phase: Option<u32>) -> (Vec<WhoRow>, Vec<WhoRow>) {
+    use phaseprof_model::threads;
+    let processes = threads::processes(p, phase)
+        .into_iter()
+        .map(|r| WhoRow {
+            id: r.pid.to_string(),
+            name: format!("{} ({} threads)", r.name, r.threads),
+            pid: r.pid,
+            cpu: r.cpu_samples,
+            offcpu: fmt_ns(r.offcpu_ns),
+            syscalls: r.syscalls,
+            syscall_time: fmt_ns(r.syscall_ns),
+            faults: r.page_faults,
+        })
+        .collect();
+    let threads = threads::threads(p, phase)
+        .into_iter()
+        .map(|r| WhoRow {
+            id: r.tid.to_string(),
+            name: r.name,
+            pid: r.pid,
+            cpu: r.cpu_samples,
+            offcpu: fmt_ns(r.offcpu_ns),
+            syscalls: r.syscalls,
+            syscall_time: fmt_ns(r.syscall_ns),
+            faults: r.page_faults,
+        })
+        .collect();
+    (processes, threads)
 }
 
 /// The phase table's rows: each phase's cells and its cost columns, `(none)` last.
@@ -243,6 +296,37 @@ pub async fn profile(
         .unwrap_or_default();
     let phases = phase_rows(&p, &cost_names);
     let kinds = kind_tabs(&p, phase, v.n.unwrap_or(25));
+    let group = super::api::group_of(&v);
+    let by = match group {
+        Some(phaseprof_model::threads::GroupBy::Process) => "process",
+        Some(phaseprof_model::threads::GroupBy::Thread) => "thread",
+        None => "phase",
+    };
+    let (processes, threads) = who_rows(&p, phase);
+    // Every link and graph of the page keeps the phase filter and the grouping.
+    let mut params: Vec<String> = Vec::new();
+    if !q.is_empty() {
+        params.push(format!("phase={q}"));
+    }
+    let group_links = ["phase", "process", "thread"]
+        .into_iter()
+        .map(|b| GroupLink {
+            by: b,
+            href: format!(
+                "/profile/{id}?{}",
+                params
+                    .iter()
+                    .cloned()
+                    .chain((b != "phase").then(|| format!("by={b}")))
+                    .collect::<Vec<_>>()
+                    .join("&")
+            ),
+        })
+        .collect();
+    if by != "phase" {
+        params.push(format!("by={by}"));
+    }
+    let joined = params.join("&");
     let syscalls = if p.recorded(EventKind::Syscall) {
         syscall_rows(&p, phase)
             .into_iter()
@@ -299,24 +383,27 @@ pub async fn profile(
         phases_complete: l.phase_issues().is_empty(),
         phase_completeness: p.describe_phases(),
         stacks: m.unwind.as_ref().map(|u| u.describe()).unwrap_or_default(),
-        phase_query: if q.is_empty() {
+        phase_query: if joined.is_empty() {
             String::new()
         } else {
-            format!("?phase={q}")
+            format!("?{joined}")
         },
-        phase_amp: if q.is_empty() {
+        phase_amp: if joined.is_empty() {
             String::new()
         } else {
-            format!("&phase={q}")
+            format!("&{joined}")
         },
-        icicle_query: if q.is_empty() {
+        icicle_query: if joined.is_empty() {
             "?icicle=1".into()
         } else {
-            format!("?phase={q}&icicle=1")
+            format!("?{joined}&icicle=1")
         },
         phase: phase_name,
         cost_names,
         phases,
+        by: by.into(),
+        group_links,
+        who: if by == "thread" { threads } else { processes },
         kinds,
         syscalls,
         id,

@@ -326,6 +326,7 @@ fn main() {
         use phaseprof_flamegraphs::{write_svg_with, GraphOptions, Selection};
         let p = synthetic_profile(50_000);
         let sel = Selection {
+            group: None,
             kind: phaseprof_model::EventKind::Cpu,
             phase: None,
         };
