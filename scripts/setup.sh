@@ -41,8 +41,10 @@ if command -v rustup >/dev/null 2>&1; then
   done
 fi
 
-# playwright-core (no bundled browser: it drives Debian's chromium) for tests/browser.
-if [ ! -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ]; then
-  echo "setup: installing playwright-core for the browser test"
+# playwright-core (no bundled browser: it drives Debian's chromium) for tests/browser, and
+# speedscope's package (its file-format schema) with ajv to check exports against it.
+browser_modules="$(dirname "$0")/../tests/browser/node_modules"
+if [ ! -d "$browser_modules/playwright-core" ] || [ ! -d "$browser_modules/speedscope" ] || [ ! -d "$browser_modules/ajv" ]; then
+  echo "setup: installing playwright-core, speedscope and ajv for tests/browser"
   (cd "$(dirname "$0")/../tests/browser" && npm install --no-audit --no-fund --loglevel=error)
 fi

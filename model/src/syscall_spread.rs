@@ -1,6 +1,6 @@
 //! Syscalls whose stack was not sampled (`--syscall-stacks sampled`) are counted exactly, without
-//! a stack. Shown by stack, their count goes to the stacks sampled for the same process, phase
-//! and syscall, in proportion to those stacks' counts: every syscall had the same chance to be
+//! a stack. Shown by stack, their count goes to the stacks sampled for the same thread, phase
+//! and syscall (sampling is one in N per thread), in proportion to those stacks' counts: every syscall had the same chance to be
 //! sampled, so the sampled stacks' shares estimate all the syscalls' shares without bias, and the
 //! totals stay exact.
 use std::collections::HashMap;
@@ -17,8 +17,8 @@ pub fn counts_by_stack<K: Ord>(
     samples: &[SyscallSample],
     stack_key: impl Fn(u32) -> K,
 ) -> Vec<u64> {
-    type Group = (u32, u32, u64, u32);
-    let group = |s: &SyscallSample| -> Group { (s.pid, s.phase, s.phase_mask, s.nr) };
+    type Group = (u32, u32, u32, u64, u32);
+    let group = |s: &SyscallSample| -> Group { (s.pid, s.tid, s.phase, s.phase_mask, s.nr) };
     // Per group: every syscall, and those with a sampled stack.
     let mut totals: HashMap<Group, (u64, u64)> = HashMap::new();
     for s in samples {

@@ -109,3 +109,106 @@ fn svg_and_folded_agree_with_the_report() {
             .unwrap()
     );
 }
+
+// Checks the speedscope export against speedscope's own file-format schema (from its npm
+// package, validated with ajv): one profile per worker thread, named as the thread, and syscall
+// weights summing exactly to the recorded syscall count; and `export --by thread` folded lines
+// rooted at each thread.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn speedscope_export_passes_its_schema_and_splits_threads() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let (file, truth) = record_workload(
+        "speedscope",
+        &[],
+        &sim,
+        &[
+            "--blocks",
+            "10",
+            "--burn-ms",
+            "20",
+            "--flushes",
+            "3",
+            "--threads",
+            "2",
+        ],
+    );
+    let report = report_json(&file);
+    let dir = file.parent().unwrap().to_path_buf();
+    let check = root().join("tests/browser/speedscope-check.mjs");
+    for event in ["cpu", "syscall"] {
+        let out = dir.join(format!("{event}.speedscope.json"));
+        phaseprof_ok(&[
+            "export",
+            file.to_str().unwrap(),
+            "--format",
+            "speedscope",
+            "--event",
+            event,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let o = Command::new("node")
+            .arg(&check)
+            .arg(&out)
+            .output()
+            .expect("node");
+        let said = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && said.trim() == "valid",
+            "{event}: {said}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        let profiles = json["profiles"].as_array().unwrap();
+        let workers = profiles
+            .iter()
+            .filter(|p| {
+                let name = p["name"].as_str().unwrap();
+                name.starts_with("validator-0 (tid") || name.starts_with("validator-1 (tid")
+            })
+            .count();
+        assert_eq!(
+            workers,
+            2,
+            "{event}: {:?}",
+            profiles.iter().map(|p| &p["name"]).collect::<Vec<_>>()
+        );
+        if event == "syscall" {
+            let weights: u64 = profiles
+                .iter()
+                .flat_map(|p| p["weights"].as_array().unwrap())
+                .map(|w| w.as_u64().unwrap())
+                .sum();
+            assert_eq!(weights, num(&report["events"]["syscall"]["count"]));
+        }
+    }
+    // Each worker thread's flushes: 3 a block, 10 blocks, all under its own root frame.
+    let o = phaseprof_ok(&[
+        "export",
+        file.to_str().unwrap(),
+        "--format",
+        "folded",
+        "--event",
+        "syscall",
+        "--by",
+        "thread",
+    ]);
+    let folded = String::from_utf8(o.stdout).unwrap();
+    let mut writes_per_worker = std::collections::BTreeMap::<String, u64>::new();
+    for line in folded.lines().filter(|l| l.contains("syscall:write")) {
+        let root = line.split(';').next().unwrap().to_string();
+        let v: u64 = line.rsplit_once(' ').unwrap().1.parse().unwrap();
+        if root.contains("(validator-0)") || root.contains("(validator-1)") {
+            *writes_per_worker.entry(root).or_default() += v;
+        }
+    }
+    let per_thread = num(&truth["flushes"]) / 2;
+    assert_eq!(writes_per_worker.len(), 2, "{writes_per_worker:?}");
+    assert!(
+        writes_per_worker.values().all(|&n| n == per_thread),
+        "{writes_per_worker:?} vs {per_thread} each"
+    );
+}

@@ -114,9 +114,12 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
         let (s, a) = (stacks[r.below(12) as usize], at(r));
         let stack = (r.below(3) > 0).then_some(s);
         let nr = [0, 1, 202, 232][r.below(4) as usize];
+        // One thread a process: the store sums a process's threads (its rows have no tid), and
+        // unsampled syscalls spread over the stacks of their thread, so with several threads
+        // the store's per-stack estimates would (rightly) differ from a per-thread merge.
         let pid = 100 + r.below(2) as u32;
         b.add_syscall(
-            (pid, pid + r.below(3) as u32),
+            (pid, pid),
             a,
             nr,
             stack,

@@ -10,6 +10,7 @@ pub enum ExportFormat {
     Folded,
     Pprof,
     Svg,
+    Speedscope,
 }
 
 #[derive(Clone, Debug)]
@@ -31,6 +32,14 @@ pub fn export(profile: &Profile, opts: &ExportOptions, mut out: impl Write) -> R
     match opts.format {
         ExportFormat::Folded => write_folded(profile, &sel, &mut out)?,
         ExportFormat::Svg => write_svg(profile, &sel, &mut out)?,
+        ExportFormat::Speedscope => {
+            if !profile.recorded(opts.event) {
+                anyhow::bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(
+                    opts.event
+                ));
+            }
+            crate::speedscope::write_speedscope(profile, opts.event, opts.phase, &mut out)?
+        }
         ExportFormat::Pprof => {
             if !profile.recorded(opts.event) {
                 anyhow::bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(

@@ -8,6 +8,7 @@ pub mod export;
 pub mod format;
 pub mod pprof;
 pub mod report;
+pub mod speedscope;
 pub mod web;
 
 #[cfg(test)]

@@ -42,6 +42,8 @@ pub enum FormatArg {
     Folded,
     Pprof,
     Svg,
+    /// speedscope's JSON (https://www.speedscope.app): one profile per thread.
+    Speedscope,
 }
 
 #[derive(Args, Debug)]
@@ -148,6 +150,7 @@ pub fn run_export(args: ExportArgs) -> Result<i32> {
             FormatArg::Folded => ExportFormat::Folded,
             FormatArg::Pprof => ExportFormat::Pprof,
             FormatArg::Svg => ExportFormat::Svg,
+            FormatArg::Speedscope => ExportFormat::Speedscope,
         },
         event: parse_event(&args.event)?,
         phase: phase_of(&profile, args.phase.as_ref())?,
