@@ -8,6 +8,7 @@ packages=(clang clang-format llvm libelf-dev zlib1g-dev pkg-config bpftool linux
           clickhouse-server clickhouse-client)            # the collector's ClickHouse store test
 command -v go >/dev/null 2>&1 || packages+=(golang-go)   # `go tool pprof` reads our exports
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm) # playwright-core drives chromium
+command -v objcopy >/dev/null 2>&1 || packages+=(binutils) # tests split debug files off
 
 missing=()
 for p in "${packages[@]}"; do

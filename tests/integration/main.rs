@@ -4,6 +4,7 @@
 mod allocations;
 mod attach;
 mod browser;
+mod debug_symbols;
 mod deploy;
 mod diff;
 mod errors;

@@ -118,14 +118,7 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
         // unsampled syscalls spread over the stacks of their thread, so with several threads
         // the store's per-stack estimates would (rightly) differ from a per-thread merge.
         let pid = 100 + r.below(2) as u32;
-        b.add_syscall(
-            (pid, pid),
-            a,
-            nr,
-            stack,
-            1 + r.below(40),
-            r.below(1 << 24),
-        );
+        b.add_syscall((pid, pid), a, nr, stack, 1 + r.below(40), r.below(1 << 24));
     }
     for _ in 0..r.below(10) {
         let (s, a) = (stacks[r.below(12) as usize], at(r));

@@ -2,6 +2,8 @@
 //! (so symbols survive the target's exit), kernel addresses through kallsyms. Code with no
 //! symbol is named after its function's start from the file's call-frame information.
 mod cfi_functions;
+pub mod debug_files;
+mod perf_map;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,6 +27,42 @@ pub struct BlazeSymbolizer {
     by_file: HashMap<(String, u64), Vec<Frame>>,
     /// Per mapped file: its functions from `.eh_frame`, read at its first unnamed address.
     cfi: HashMap<String, CfiFunctions>,
+    debug_files: debug_files::DebugFiles,
+    perf_maps: perf_map::PerfMaps,
+    /// Per mapped file with unnamed addresses: its separate debug file (by build ID), if any.
+    separate: HashMap<String, Option<Separate>>,
+}
+
+/// A stripped file's separate debug file, and the file's loadable segments (file start, size,
+/// address) to turn file offsets into the addresses the debug file is indexed by.
+struct Separate {
+    debug: std::path::PathBuf,
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl Separate {
+    fn of(path: &Path, files: &mut debug_files::DebugFiles) -> Option<Separate> {
+        use object::{Object, ObjectSegment};
+        let id = crate::targets::build_id_hex(path)?;
+        let debug = files.for_build_id(&id)?;
+        let data = std::fs::read(path).ok()?;
+        let elf = object::File::parse(&*data).ok()?;
+        let segments = elf
+            .segments()
+            .map(|s| {
+                let (start, size) = s.file_range();
+                (start, size, s.address())
+            })
+            .collect();
+        Some(Separate { debug, segments })
+    }
+
+    fn vaddr(&self, off: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(start, size, _)| *start <= off && off < start + size)
+            .map(|(start, _, addr)| addr + (off - start))
+    }
 }
 
 impl Default for BlazeSymbolizer {
@@ -39,6 +77,9 @@ impl Default for BlazeSymbolizer {
             vdso: tempfile_path::copy_own_vdso(),
             by_file: HashMap::new(),
             cfi: HashMap::new(),
+            debug_files: debug_files::DebugFiles::default(),
+            perf_maps: perf_map::PerfMaps::default(),
+            separate: HashMap::new(),
         }
     }
 }
@@ -100,10 +141,22 @@ impl BlazeSymbolizer {
         let path = ProcMaps::open_path(pid, vma);
         let src = Source::Elf(Elf::new(&path));
         let results = self.symbolizer.symbolize(&src, Input::FileOffset(&todo));
-        for (i, off) in todo.iter().enumerate() {
-            let frames = match results.as_ref().ok().and_then(|r| r.get(i)) {
-                Some(Symbolized::Sym(sym)) => frames_of(sym, &module, FrameKind::User),
-                _ => {
+        let named: Vec<Option<Vec<Frame>>> = (0..todo.len())
+            .map(|i| match results.as_ref().ok().and_then(|r| r.get(i)) {
+                Some(Symbolized::Sym(sym)) => Some(frames_of(sym, &module, FrameKind::User)),
+                _ => None,
+            })
+            .collect();
+        drop(results);
+        let unnamed: Vec<u64> = (todo.iter().zip(&named))
+            .filter(|(_, n)| n.is_none())
+            .map(|(o, _)| *o)
+            .collect();
+        let mut from_debug = self.from_separate_debug(&vma.path, &path, &unnamed, &module);
+        for (off, named) in todo.iter().zip(named) {
+            let frames = match named.or_else(|| from_debug.remove(off)) {
+                Some(frames) => frames,
+                None => {
                     let functions = self
                         .cfi
                         .entry(vma.path.clone())
@@ -118,6 +171,45 @@ impl BlazeSymbolizer {
 }
 
 impl BlazeSymbolizer {
+    /// Names for `offsets` of a stripped file from its separate debug file (found by build ID,
+    /// locally or through debuginfod), when it has one.
+    fn from_separate_debug(
+        &mut self,
+        key: &str,
+        path: &Path,
+        offsets: &[u64],
+        module: &str,
+    ) -> HashMap<u64, Vec<Frame>> {
+        if offsets.is_empty() {
+            return HashMap::new();
+        }
+        let files = &mut self.debug_files;
+        let separate = self
+            .separate
+            .entry(key.to_string())
+            .or_insert_with(|| Separate::of(path, files));
+        let Some(sep) = separate else {
+            return HashMap::new();
+        };
+        let known: Vec<(u64, u64)> = offsets
+            .iter()
+            .filter_map(|&o| Some((o, sep.vaddr(o)?)))
+            .collect();
+        let vaddrs: Vec<u64> = known.iter().map(|(_, v)| *v).collect();
+        let src = Source::Elf(Elf::new(&sep.debug));
+        let Ok(results) = self.symbolizer.symbolize(&src, Input::VirtOffset(&vaddrs)) else {
+            return HashMap::new();
+        };
+        known
+            .iter()
+            .zip(results.iter())
+            .filter_map(|((off, _), r)| match r {
+                Symbolized::Sym(sym) => Some((*off, frames_of(sym, module, FrameKind::User))),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// vDSO frames (`clock_gettime` and friends), symbolized from our own copy of the image.
     fn vdso_frames(&mut self, offset: u64) -> Vec<Frame> {
         let key = ("[vdso]".to_string(), offset);
@@ -165,9 +257,10 @@ impl Symbolize for BlazeSymbolizer {
         for (vma, offsets) in per_vma.values() {
             self.symbolize_file(pid, vma, offsets);
         }
-        addrs
-            .iter()
-            .map(|&a| match self.maps.find(pid, a) {
+        let mut out = Vec::with_capacity(addrs.len());
+        for &a in addrs {
+            let vma = self.maps.find(pid, a).cloned();
+            out.push(match vma {
                 Some(vma) if vma.is_file() => {
                     let off = a - vma.start + vma.offset;
                     self.by_file
@@ -176,10 +269,22 @@ impl Symbolize for BlazeSymbolizer {
                         .unwrap_or_else(|| unknown(&module_name(&vma.path), off, FrameKind::User))
                 }
                 Some(vma) if vma.path == "[vdso]" => self.vdso_frames(a - vma.start),
-                Some(vma) => unknown(&vma.path, a - vma.start, FrameKind::User),
-                None => unknown("[unknown]", a, FrameKind::User),
-            })
-            .collect()
+                // Anonymous executable memory: JIT-compiled code, named by the runtime's perf map.
+                vma => match self.perf_maps.lookup(pid, a) {
+                    Some(function) => vec![Frame {
+                        function,
+                        module: "[jit]".into(),
+                        kind: FrameKind::User,
+                        inlined: false,
+                    }],
+                    None => match vma {
+                        Some(vma) => unknown(&vma.path, a - vma.start, FrameKind::User),
+                        None => unknown("[unknown]", a, FrameKind::User),
+                    },
+                },
+            });
+        }
+        out
     }
 
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>> {
