@@ -70,6 +70,11 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
     }
     meta.threads
         .extend(p.threads.iter().map(|(t, n)| (*t, n.clone())));
+    for (name, m) in &p.modules {
+        meta.modules
+            .entry(name.clone())
+            .or_insert_with(|| m.clone());
+    }
     if !first {
         // The targets' CPU time adds up over windows, known only if known in every one.
         let cpu = |m: &Meta| m.notes.get("targets_cpu_ns")?.parse::<u64>().ok();

@@ -94,6 +94,19 @@ pub struct Stack {
     pub frames: Vec<u32>,
 }
 
+/// A mapped file that frames come from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct ModuleInfo {
+    /// Its path as the target mapped it.
+    pub path: String,
+    /// GNU build ID, hex.
+    pub build_id: Option<String>,
+    /// The executable mapping: start and end address, and the file offset of its start.
+    pub start: u64,
+    pub limit: u64,
+    pub offset: u64,
+}
+
 /// Metadata about what was recorded.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct Meta {
@@ -128,6 +141,10 @@ pub struct Meta {
     /// Thread names seen, by tid.
     #[serde(default)]
     pub threads: BTreeMap<u32, String>,
+    /// The files frames name as their module, by that name: where each was found and mapped
+    /// (the first mapping seen), for exports that carry mappings (pprof).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub modules: BTreeMap<String, ModuleInfo>,
     /// Everything else worth knowing (version of phaseprof, sched_switch flavour …).
     #[serde(default)]
     pub notes: BTreeMap<String, String>,

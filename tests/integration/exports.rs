@@ -62,6 +62,44 @@ fn go_pprof_lists_the_burn_function_first() {
         first.ends_with(truth["burn_fn"].as_str().unwrap()),
         "first row: {first}"
     );
+
+    // `-raw` lists the mappings: the program first (pprof's main binary), with its path, its
+    // address range and its build ID as `readelf -n` reads it, then libc with its own.
+    let raw = Command::new(go_binary().unwrap())
+        .args(["tool", "pprof", "-raw", pb.to_str().unwrap()])
+        .env("HOME", &dir)
+        .output()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw.stdout);
+    let mappings: Vec<&str> = raw
+        .lines()
+        .skip_while(|l| *l != "Mappings")
+        .skip(1)
+        .collect();
+    let sim = rust_workload("validator-sim");
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(&sim)
+        .output()
+        .unwrap();
+    let build_id = String::from_utf8_lossy(&notes.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("validator-sim has a build id");
+    let main = mappings
+        .first()
+        .unwrap_or_else(|| panic!("no mappings in:\n{raw}"));
+    assert!(main.starts_with("1: 0x"), "{main}");
+    assert!(
+        main.contains(sim.to_str().unwrap()) && main.contains(&build_id),
+        "{main}"
+    );
+    assert!(
+        mappings
+            .iter()
+            .any(|m| m.contains("libc.so.6") && m.split_whitespace().count() >= 4),
+        "libc with a build id: {mappings:?}"
+    );
 }
 
 // Checks the SVG flamegraph names kind, unit and target in its title and holds the burn frame;

@@ -67,8 +67,16 @@ pub struct Label {
 pub struct Mapping {
     #[prost(uint64, tag = "1")]
     pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub memory_start: u64,
+    #[prost(uint64, tag = "3")]
+    pub memory_limit: u64,
+    #[prost(uint64, tag = "4")]
+    pub file_offset: u64,
     #[prost(int64, tag = "5")]
     pub filename: i64,
+    #[prost(int64, tag = "6")]
+    pub build_id: i64,
     #[prost(bool, tag = "7")]
     pub has_functions: bool,
 }
@@ -125,6 +133,28 @@ impl Strings {
 }
 
 /// Builds the pprof message for one event kind (and optionally one phase).
+/// The mapping of frames whose module is `module`: where the file was mapped, its path and
+/// build ID as recorded (just its name for modules recorded without them).
+fn mapping_of(profile: &Profile, module: &str, id: u64, strings: &mut Strings) -> Mapping {
+    match profile.meta.modules.get(module) {
+        Some(m) => Mapping {
+            id,
+            memory_start: m.start,
+            memory_limit: m.limit,
+            file_offset: m.offset,
+            filename: strings.get(&m.path),
+            build_id: m.build_id.as_deref().map(|b| strings.get(b)).unwrap_or(0),
+            has_functions: true,
+        },
+        None => Mapping {
+            id,
+            filename: strings.get(module),
+            has_functions: true,
+            ..Mapping::default()
+        },
+    }
+}
+
 pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> PprofProfile {
     let mut strings = Strings::new();
     let vt = |t: &str, u: &str, s: &mut Strings| ValueType {
@@ -149,6 +179,14 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
 
     let mut mappings: HashMap<String, u64> = HashMap::new();
     let mut mapping = Vec::new();
+    // The program's own file first: pprof takes the first mapping for the main binary.
+    let main = std::path::Path::new(&profile.meta.exe)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    if let Some(main) = main.filter(|m| profile.meta.modules.contains_key(m)) {
+        mapping.push(mapping_of(profile, &main, 1, &mut strings));
+        mappings.insert(main, 1);
+    }
     let mut functions: HashMap<String, u64> = HashMap::new();
     let mut function = Vec::new();
     let mut locations: HashMap<(String, String), u64> = HashMap::new();
@@ -179,11 +217,7 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
                 None => {
                     let mapping_id = *mappings.entry(module.clone()).or_insert_with(|| {
                         let id = mapping.len() as u64 + 1;
-                        mapping.push(Mapping {
-                            id,
-                            filename: strings.get(&module),
-                            has_functions: true,
-                        });
+                        mapping.push(mapping_of(profile, &module, id, &mut strings));
                         id
                     });
                     let function_id = *functions.entry(name.clone()).or_insert_with(|| {

@@ -420,6 +420,12 @@ impl<'obj> Session<'obj> {
             }
         }
         self.agg.add_window(w, &mut self.sym);
+        let modules = &mut self.agg.builder_mut().meta_mut().modules;
+        for (name, m) in &self.sym.modules {
+            if !modules.contains_key(name) {
+                modules.insert(name.clone(), m.clone());
+            }
+        }
     }
 
     /// Drains the current window and returns it as a profile of its own (`attach` keeps a ring

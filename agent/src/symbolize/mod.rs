@@ -28,6 +28,8 @@ pub struct BlazeSymbolizer {
     /// Per mapped file: its functions from `.eh_frame`, read at its first unnamed address.
     cfi: HashMap<String, CfiFunctions>,
     debug_files: debug_files::DebugFiles,
+    /// Every file symbolized, by module name: its path, build ID and first mapping.
+    pub modules: std::collections::BTreeMap<String, phaseprof_model::ModuleInfo>,
     perf_maps: perf_map::PerfMaps,
     /// Per mapped file with unnamed addresses: its separate debug file (by build ID), if any.
     separate: HashMap<String, Option<Separate>>,
@@ -78,6 +80,7 @@ impl Default for BlazeSymbolizer {
             by_file: HashMap::new(),
             cfi: HashMap::new(),
             debug_files: debug_files::DebugFiles::default(),
+            modules: Default::default(),
             perf_maps: perf_map::PerfMaps::default(),
             separate: HashMap::new(),
         }
@@ -139,6 +142,16 @@ impl BlazeSymbolizer {
             return;
         }
         let path = ProcMaps::open_path(pid, vma);
+        if !self.modules.contains_key(&module) {
+            let info = phaseprof_model::ModuleInfo {
+                path: vma.path.trim_end_matches(" (deleted)").to_string(),
+                build_id: crate::targets::build_id_hex(&path),
+                start: vma.start,
+                limit: vma.end,
+                offset: vma.offset,
+            };
+            self.modules.insert(module.clone(), info);
+        }
         let src = Source::Elf(Elf::new(&path));
         let results = self.symbolizer.symbolize(&src, Input::FileOffset(&todo));
         let named: Vec<Option<Vec<Frame>>> = (0..todo.len())
