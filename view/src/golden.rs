@@ -22,6 +22,8 @@ fn report(json: bool) -> String {
         top: 10,
         live: false,
         verbose: true,
+        tree: None,
+        min_percent: 1.0,
     };
     let mut out = Vec::new();
     write_report(&two_phases(10), &opts, &mut out).unwrap();

@@ -7,7 +7,7 @@ use phaseprof_model::diff::DiffOptions;
 use phaseprof_model::units::parse_percent;
 use phaseprof_view::compare::{compare, CompareOptions, CompareOutput};
 use phaseprof_view::export::{export, ExportFormat, ExportOptions};
-use phaseprof_view::report::{write_report, ReportOptions};
+use phaseprof_view::report::{write_report, ReportOptions, TreeView};
 
 use super::{load, parse_event, phase_of};
 
@@ -35,6 +35,16 @@ pub struct ReportArgs {
     /// Also say how each target's stacks were walked (frame pointers, DWARF tables, copies).
     #[arg(short, long)]
     pub verbose: bool,
+    /// Print the stacks of --event (default cpu) as a call tree, callers above callees.
+    #[arg(long, conflicts_with = "callers")]
+    pub tree: bool,
+    /// Print who calls the functions whose name contains NAME: their callers, innermost
+    /// first, as a tree (perf report's caller view).
+    #[arg(long, value_name = "NAME")]
+    pub callers: Option<String>,
+    /// With --tree or --callers: fold branches under this share of the whole.
+    #[arg(long, default_value = "1%", value_parser = parse_percent, value_name = "PERCENT")]
+    pub min_percent: f64,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -134,6 +144,12 @@ pub fn run_report(args: ReportArgs) -> Result<i32> {
         top: args.top,
         live: args.live,
         verbose: args.verbose,
+        tree: match (args.tree, args.callers) {
+            (_, Some(name)) => Some(TreeView::Callers(name)),
+            (true, None) => Some(TreeView::TopDown),
+            (false, None) => None,
+        },
+        min_percent: args.min_percent * 100.0,
     };
     if let Some(kind) = opts.event.filter(|&k| !profile.recorded(k)) {
         bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(kind));

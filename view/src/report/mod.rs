@@ -1,12 +1,16 @@
 //! `phaseprof report`: human tables (top functions per event kind, syscalls by name) and the
-//! JSON summary of PRODUCT.md.
+//! JSON summary, plus the call tree and callers views (`tree`).
+mod json;
+mod tree;
+mod who;
+
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
+pub use self::tree::TreeView;
 use crate::format::{fmt_bytes, fmt_ns, fmt_value, pct};
 use phaseprof_model::summary::{syscalls_by_name, CountNs};
-use phaseprof_model::threads;
-use phaseprof_model::{display_name, is_go_sampling_hook, EventKind, Profile, Summary};
+use phaseprof_model::{display_name, is_go_sampling_hook, EventKind, Profile};
 
 /// Options of `report`, independent of the CLI.
 #[derive(Clone, Debug, Default)]
@@ -21,6 +25,10 @@ pub struct ReportOptions {
     pub live: bool,
     /// Also say how stacks were walked, per target.
     pub verbose: bool,
+    /// Instead of the tables: the stacks of `event` (cpu by default) as a call tree.
+    pub tree: Option<TreeView>,
+    /// Branches of the tree under this share of the whole are folded.
+    pub min_percent: f64,
 }
 
 /// Self and inclusive value of one function.
@@ -190,8 +198,12 @@ pub fn write_report(
     mut out: impl Write,
 ) -> std::io::Result<()> {
     if opts.json {
-        serde_json::to_writer_pretty(&mut out, &json_report(profile, opts))?;
+        serde_json::to_writer_pretty(&mut out, &json::json_report(profile, opts))?;
         return writeln!(out);
+    }
+    if let Some(view) = &opts.tree {
+        let kind = opts.event.unwrap_or(EventKind::Cpu);
+        return tree::write_tree(profile, kind, opts.phase, view, opts.min_percent, &mut out);
     }
     let m = &profile.meta;
     writeln!(
@@ -239,7 +251,7 @@ pub fn write_report(
     }
     let top = if opts.top == 0 { 20 } else { opts.top };
     if opts.event.is_none() {
-        write_who_table(profile, opts.phase, top, &mut out)?;
+        who::write_who_table(profile, opts.phase, top, &mut out)?;
     }
     if opts.live {
         return write_live(profile, top, &mut out);
@@ -288,104 +300,6 @@ pub fn write_report(
         if kind == EventKind::Syscall {
             write_syscall_table(profile, opts.phase, &mut out)?;
         }
-    }
-    Ok(())
-}
-
-/// The JSON summary (the documented contract, its members first), plus per-process and
-/// per-thread rows and each recorded event kind's top functions, inside `--phase` when given.
-#[derive(serde::Serialize)]
-struct JsonReport {
-    #[serde(flatten)]
-    summary: Summary,
-    processes: Vec<threads::ProcessRow>,
-    threads: Vec<threads::ThreadRow>,
-    top_functions: std::collections::BTreeMap<&'static str, TopFunctions>,
-}
-
-#[derive(serde::Serialize)]
-struct TopFunctions {
-    unit: &'static str,
-    total: u64,
-    functions: Vec<serde_json::Value>,
-}
-
-fn json_report(profile: &Profile, opts: &ReportOptions) -> JsonReport {
-    let top = if opts.top == 0 { 20 } else { opts.top };
-    let mut tops = std::collections::BTreeMap::new();
-    for kind in EventKind::ALL.into_iter().filter(|&k| profile.recorded(k)) {
-        let (funcs, total) = top_functions(profile, kind, opts.phase);
-        let functions = funcs
-            .iter()
-            .take(top)
-            .map(|f| serde_json::json!({"name": f.name, "self": f.self_value, "total": f.total_value}))
-            .collect();
-        tops.insert(
-            kind.name(),
-            TopFunctions {
-                unit: kind.unit(),
-                total,
-                functions,
-            },
-        );
-    }
-    JsonReport {
-        summary: Summary::of(profile),
-        processes: threads::processes(profile, opts.phase),
-        threads: threads::threads(profile, opts.phase),
-        top_functions: tops,
-    }
-}
-
-/// Who did the work: processes (when there are several) and the busiest threads, with cpu,
-/// off-cpu, syscalls and page faults each.
-fn write_who_table(
-    profile: &Profile,
-    phase: Option<u32>,
-    top: usize,
-    mut out: impl Write,
-) -> std::io::Result<()> {
-    let rows = threads::threads(profile, phase);
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let header = |out: &mut dyn Write, what: &str| {
-        writeln!(
-            out,
-            "{what:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
-            "cpu", "off-cpu", "syscalls", "syscall time", "faults"
-        )
-    };
-    let procs = threads::processes(profile, phase);
-    if procs.len() > 1 {
-        writeln!(out, "\n== processes ==")?;
-        header(&mut out, "pid (name)")?;
-        for p in procs.iter().take(top) {
-            writeln!(
-                out,
-                "{:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
-                format!("{} ({}, {} threads)", p.pid, p.name, p.threads),
-                p.cpu_samples,
-                fmt_ns(p.offcpu_ns),
-                p.syscalls,
-                fmt_ns(p.syscall_ns),
-                p.page_faults
-            )?;
-        }
-    }
-    writeln!(out, "\n== threads ({} seen; cpu in samples) ==", rows.len())?;
-    header(&mut out, "tid (name) of pid")?;
-    for t in rows.iter().take(top) {
-        writeln!(
-            out,
-            "{:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
-            format!("{} ({}) of {}", t.tid, t.name, t.pid),
-            t.cpu_samples,
-            fmt_ns(t.offcpu_ns),
-            t.syscalls,
-            fmt_ns(t.syscall_ns),
-            t.page_faults
-        )?;
     }
     Ok(())
 }

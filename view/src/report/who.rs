@@ -1,0 +1,60 @@
+//! The report's process and thread tables.
+use std::io::Write;
+
+use phaseprof_model::threads;
+use phaseprof_model::Profile;
+
+use crate::format::fmt_ns;
+
+/// Who did the work: processes (when there are several) and the busiest threads, with cpu,
+/// off-cpu, syscalls and page faults each.
+pub(super) fn write_who_table(
+    profile: &Profile,
+    phase: Option<u32>,
+    top: usize,
+    mut out: impl Write,
+) -> std::io::Result<()> {
+    let rows = threads::threads(profile, phase);
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let header = |out: &mut dyn Write, what: &str| {
+        writeln!(
+            out,
+            "{what:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+            "cpu", "off-cpu", "syscalls", "syscall time", "faults"
+        )
+    };
+    let procs = threads::processes(profile, phase);
+    if procs.len() > 1 {
+        writeln!(out, "\n== processes ==")?;
+        header(&mut out, "pid (name)")?;
+        for p in procs.iter().take(top) {
+            writeln!(
+                out,
+                "{:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+                format!("{} ({}, {} threads)", p.pid, p.name, p.threads),
+                p.cpu_samples,
+                fmt_ns(p.offcpu_ns),
+                p.syscalls,
+                fmt_ns(p.syscall_ns),
+                p.page_faults
+            )?;
+        }
+    }
+    writeln!(out, "\n== threads ({} seen; cpu in samples) ==", rows.len())?;
+    header(&mut out, "tid (name) of pid")?;
+    for t in rows.iter().take(top) {
+        writeln!(
+            out,
+            "{:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+            format!("{} ({}) of {}", t.tid, t.name, t.pid),
+            t.cpu_samples,
+            fmt_ns(t.offcpu_ns),
+            t.syscalls,
+            fmt_ns(t.syscall_ns),
+            t.page_faults
+        )?;
+    }
+    Ok(())
+}
