@@ -432,11 +432,11 @@ enum unwind_counter {
 };
 
 enum target_event_kind {
-	TEV_EXEC = 1,  /* a process exec'd: user space may want to add it (--name) */
-	TEV_EXIT = 2,  /* a target process exited */
-	TEV_FORK = 3,  /* a target forked a child that is now a target too */
-	TEV_MMAP = 4,  /* a target mapped executable memory: refresh its VMAs */
-	TEV_ENTRY = 5, /* a held `record -- CMD` reached its entry point and stopped */
+	TEV_EXEC = 1,	     /* a process exec'd: user space may want to add it (--name) */
+	TEV_EXIT = 2,	     /* a target process exited */
+	TEV_FORK = 3,	     /* a target forked a child that is now a target too */
+	TEV_MMAP = 4,	     /* a target mapped executable memory: refresh its VMAs */
+	TEV_ENTRY = 5,	     /* a held `record -- CMD` reached its entry point and stopped */
 	TEV_THREAD_EXIT = 6, /* a target's thread exited: its name (pid: tid, ppid: tgid) */
 };
 

@@ -21,6 +21,9 @@ impl PhaseAt {
     };
 }
 
+/// A syscall sample's identity: pid, tid, phase, phase mask, number, stack.
+type SyscallKey = (u32, u32, u32, u64, u32, Option<u32>);
+
 /// Builds a [`Profile`] from samples added in any order and any number of windows.
 #[derive(Default)]
 pub struct ProfileBuilder {
@@ -29,7 +32,7 @@ pub struct ProfileBuilder {
     stack_index: HashMap<Vec<u32>, u32>,
     cpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
     offcpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
-    syscall_index: HashMap<(u32, u32, u32, u64, u32, Option<u32>), usize>,
+    syscall_index: HashMap<SyscallKey, usize>,
     alloc_index: HashMap<(u32, u32, u64, u32), usize>,
     alloc_total_index: HashMap<(u32, u32, u64), usize>,
     fault_index: HashMap<(u32, u32, u32, u64, u32), usize>,

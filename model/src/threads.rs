@@ -103,9 +103,7 @@ pub fn threads(p: &Profile, phase: Option<u32>) -> Vec<ThreadRow> {
         entry(&mut by, p, s.pid, s.tid).page_faults += s.count;
     }
     let mut rows: Vec<ThreadRow> = by.into_values().collect();
-    rows.sort_by(|a, b| {
-        (b.cpu_samples, b.offcpu_ns, b.syscalls).cmp(&(a.cpu_samples, a.offcpu_ns, a.syscalls))
-    });
+    rows.sort_by_key(|r| std::cmp::Reverse((r.cpu_samples, r.offcpu_ns, r.syscalls)));
     rows
 }
 
@@ -140,7 +138,7 @@ pub fn processes(p: &Profile, phase: Option<u32>) -> Vec<ProcessRow> {
         entry(&mut by, p, s.pid).alloc_bytes += s.bytes;
     }
     let mut rows: Vec<ProcessRow> = by.into_values().collect();
-    rows.sort_by(|a, b| (b.cpu_samples, b.offcpu_ns).cmp(&(a.cpu_samples, a.offcpu_ns)));
+    rows.sort_by_key(|r| std::cmp::Reverse((r.cpu_samples, r.offcpu_ns)));
     rows
 }
 

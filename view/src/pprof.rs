@@ -6,7 +6,7 @@ use std::io::Write;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use phaseprof_model::{display_name, threads, EventKind, Profile};
+use phaseprof_model::{display_name, threads, EventKind, Profile, Weighted};
 use prost::Message;
 
 #[derive(Clone, PartialEq, Message)]
@@ -133,6 +133,35 @@ impl Strings {
 }
 
 /// Builds the pprof message for one event kind (and optionally one phase).
+/// A sample's labels: its phase, process, and thread (id and name) where the kind has threads.
+fn labels(profile: &Profile, w: &Weighted, strings: &mut Strings) -> Vec<Label> {
+    let mut label = vec![
+        Label {
+            key: strings.get("phase"),
+            str: strings.get(profile.phase_name(w.phase)),
+            num: 0,
+        },
+        Label {
+            key: strings.get("pid"),
+            str: 0,
+            num: w.pid as i64,
+        },
+    ];
+    if w.tid != 0 {
+        label.push(Label {
+            key: strings.get("tid"),
+            str: 0,
+            num: w.tid as i64,
+        });
+        label.push(Label {
+            key: strings.get("thread"),
+            str: strings.get(&threads::thread_name(profile, w.tid)),
+            num: 0,
+        });
+    }
+    label
+}
+
 /// The mapping of frames whose module is `module`: where the file was mapped, its path and
 /// build ID as recorded (just its name for modules recorded without them).
 fn mapping_of(profile: &Profile, module: &str, id: u64, strings: &mut Strings) -> Mapping {
@@ -192,12 +221,6 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
     let mut locations: HashMap<(String, String), u64> = HashMap::new();
     let mut location = Vec::new();
     let mut sample = Vec::new();
-    let phase_key = strings.get("phase");
-    let (pid_key, tid_key, thread_key) = (
-        strings.get("pid"),
-        strings.get("tid"),
-        strings.get("thread"),
-    );
 
     for w in profile.weighted_stacks(kind, phase) {
         let mut frames: Vec<(String, String)> = w
@@ -250,30 +273,7 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
             EventKind::Cpu => vec![v, v * period_ns],
             _ => vec![v],
         };
-        let mut label = vec![
-            Label {
-                key: phase_key,
-                str: strings.get(profile.phase_name(w.phase)),
-                num: 0,
-            },
-            Label {
-                key: pid_key,
-                str: 0,
-                num: w.pid as i64,
-            },
-        ];
-        if w.tid != 0 {
-            label.push(Label {
-                key: tid_key,
-                str: 0,
-                num: w.tid as i64,
-            });
-            label.push(Label {
-                key: thread_key,
-                str: strings.get(&threads::thread_name(profile, w.tid)),
-                num: 0,
-            });
-        }
+        let label = labels(profile, &w, &mut strings);
         sample.push(Sample {
             location_id: ids,
             value,

@@ -253,8 +253,7 @@ impl Engine<'_> {
             });
         }
         if let (true, Some(end)) = (everything, self.detached_at_ns) {
-            let in_progress = self.offcpu_in_progress(end)?;
-            raw.offcpu.extend(in_progress);
+            raw.offcpu.extend(self.offcpu_in_progress(end)?);
         }
         for (k, v) in syscalls {
             raw.syscalls.push(RawSyscall {

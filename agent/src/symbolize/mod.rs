@@ -165,7 +165,7 @@ impl BlazeSymbolizer {
             .filter(|(_, n)| n.is_none())
             .map(|(o, _)| *o)
             .collect();
-        let mut from_debug = self.from_separate_debug(&vma.path, &path, &unnamed, &module);
+        let mut from_debug = self.names_from_debug_file(&vma.path, &path, &unnamed, &module);
         for (off, named) in todo.iter().zip(named) {
             let frames = match named.or_else(|| from_debug.remove(off)) {
                 Some(frames) => frames,
@@ -186,7 +186,7 @@ impl BlazeSymbolizer {
 impl BlazeSymbolizer {
     /// Names for `offsets` of a stripped file from its separate debug file (found by build ID,
     /// locally or through debuginfod), when it has one.
-    fn from_separate_debug(
+    fn names_from_debug_file(
         &mut self,
         key: &str,
         path: &Path,

@@ -5,10 +5,13 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+/// A JIT function: start, end, name.
+type JitFunction = (u64, u64, String);
+
 #[derive(Default)]
 pub struct PerfMaps {
     /// Per pid: the map's size when read, and its functions sorted by start.
-    by_pid: HashMap<u32, (u64, Vec<(u64, u64, String)>)>,
+    by_pid: HashMap<u32, (u64, Vec<JitFunction>)>,
 }
 
 /// The pid `pid` has in its own namespace (the last `NSpid:` field), for its map's name.
@@ -34,9 +37,9 @@ fn map_paths(pid: u32) -> [PathBuf; 2] {
 }
 
 /// `START SIZE name` lines (hex, with or without `0x`); others are skipped.
-pub fn parse(text: &str) -> Vec<(u64, u64, String)> {
+pub fn parse(text: &str) -> Vec<JitFunction> {
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-    let mut out: Vec<(u64, u64, String)> = text
+    let mut out: Vec<JitFunction> = text
         .lines()
         .filter_map(|l| {
             let mut parts = l.splitn(3, ' ');

@@ -189,6 +189,29 @@ struct WhoRow {
     faults: u64,
 }
 
+/// The group-by switch's links (each keeping the phase filter `q`), and the query every link
+/// and graph of the page carries (`phase=…&by=…`).
+fn grouping(id: &str, q: &str, by: &str) -> (Vec<GroupLink>, String) {
+    let phase = (!q.is_empty()).then(|| format!("phase={q}"));
+    let query = |b: &str| {
+        let by = (b != "phase").then(|| format!("by={b}"));
+        phase
+            .iter()
+            .cloned()
+            .chain(by)
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    let links = ["phase", "process", "thread"]
+        .into_iter()
+        .map(|b| GroupLink {
+            by: b,
+            href: format!("/profile/{id}?{}", query(b)),
+        })
+        .collect();
+    (links, query(by))
+}
+
 fn who_rows(p: &phaseprof_model::Profile, phase: Option<u32>) -> (Vec<WhoRow>, Vec<WhoRow>) {
     use phaseprof_model::threads;
     let processes = threads::processes(p, phase)
@@ -303,30 +326,7 @@ pub async fn profile(
         None => "phase",
     };
     let (processes, threads) = who_rows(&p, phase);
-    // Every link and graph of the page keeps the phase filter and the grouping.
-    let mut params: Vec<String> = Vec::new();
-    if !q.is_empty() {
-        params.push(format!("phase={q}"));
-    }
-    let group_links = ["phase", "process", "thread"]
-        .into_iter()
-        .map(|b| GroupLink {
-            by: b,
-            href: format!(
-                "/profile/{id}?{}",
-                params
-                    .iter()
-                    .cloned()
-                    .chain((b != "phase").then(|| format!("by={b}")))
-                    .collect::<Vec<_>>()
-                    .join("&")
-            ),
-        })
-        .collect();
-    if by != "phase" {
-        params.push(format!("by={by}"));
-    }
-    let joined = params.join("&");
+    let (group_links, joined) = grouping(&id, &q, by);
     let syscalls = if p.recorded(EventKind::Syscall) {
         syscall_rows(&p, phase)
             .into_iter()
