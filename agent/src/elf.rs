@@ -63,6 +63,15 @@ pub fn for_each_symbol(
         })
 }
 
+/// True when the ELF file at `path` has no symbol table (`strip`ped; its dynamic symbols, the
+/// exported functions, are all that is left). False when it cannot be read.
+pub fn is_stripped(path: &Path) -> bool {
+    use object::Object;
+    std::fs::read(path).is_ok_and(|data| {
+        object::File::parse(&*data).is_ok_and(|f| f.section_by_name(".symtab").is_none())
+    })
+}
+
 /// Every function symbol of the ELF file at `path` with a file offset, one per offset.
 pub fn function_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, Unreadable> {
     let mut by_offset: BTreeMap<u64, FunctionSymbol> = BTreeMap::new();

@@ -18,12 +18,16 @@ pub struct ProbeSite {
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error(
-        "{file}:{line}: phase `{phase}`: function `{function}` matches no function in {objects}{}{}",
+        "{file}:{line}: phase `{phase}`: function `{function}` matches no function in {objects}{}{}{}",
         inlined.as_ref().map(|name| format!(
             "; `{name}` appears in the binary but in no symbol, so it likely exists only inlined (or was optimized away): \
              inlined copies cannot be probed, mark it #[inline(never)] / __attribute__((noinline))"
         )).unwrap_or_default(),
-        if near.is_empty() { String::new() } else { format!("; closest names: {}", near.join(", ")) }
+        if near.is_empty() { String::new() } else { format!("; closest names: {}", near.join(", ")) },
+        if stripped.is_empty() { String::new() } else { format!(
+            "; {} stripped (no symbol table: only exported functions have names), so phases need \
+             a build that keeps its symbols (stacks can still be named from a separate debug file)",
+            stripped.join(", ") + if stripped.len() == 1 { " is" } else { " are" }) }
     )]
     NoMatch {
         file: String,
@@ -34,6 +38,8 @@ pub enum ResolveError {
         /// The name's last segment, when an object mentions it although no symbol has it.
         inlined: Option<String>,
         near: Vec<String>,
+        /// Objects without a symbol table (stripped), whose functions mostly have no name.
+        stripped: Vec<String>,
     },
     #[error(transparent)]
     Unreadable(#[from] Unreadable),
@@ -149,6 +155,11 @@ pub fn resolve(
                 .join(", "),
             inlined: mentioned_without_symbol(&spec.function, objects),
             near: near_matches(&spec.function, names, 5),
+            stripped: objects
+                .iter()
+                .filter(|(p, _)| crate::elf::is_stripped(p))
+                .map(|(p, _)| p.display().to_string())
+                .collect(),
         });
     }
     Ok(sites)
