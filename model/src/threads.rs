@@ -7,17 +7,39 @@ use serde::Serialize;
 
 use crate::profile::{in_phase, EventKind, Profile, Weighted};
 
+/// What a thread or a process did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Totals {
+    pub cpu_samples: u64,
+    pub offcpu_ns: u64,
+    pub syscalls: u64,
+    pub syscall_ns: u64,
+    pub page_faults: u64,
+}
+
+impl Totals {
+    fn absorb(&mut self, t: &Totals) {
+        self.cpu_samples += t.cpu_samples;
+        self.offcpu_ns += t.offcpu_ns;
+        self.syscalls += t.syscalls;
+        self.syscall_ns += t.syscall_ns;
+        self.page_faults += t.page_faults;
+    }
+
+    /// Busiest first: cpu, then off-cpu, then syscalls.
+    fn rank(&self) -> std::cmp::Reverse<(u64, u64, u64)> {
+        std::cmp::Reverse((self.cpu_samples, self.offcpu_ns, self.syscalls))
+    }
+}
+
 /// One thread's totals.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ThreadRow {
     pub pid: u32,
     pub tid: u32,
     pub name: String,
-    pub cpu_samples: u64,
-    pub offcpu_ns: u64,
-    pub syscalls: u64,
-    pub syscall_ns: u64,
-    pub page_faults: u64,
+    #[serde(flatten)]
+    pub totals: Totals,
 }
 
 /// One process's totals (its threads summed, plus its allocations).
@@ -26,11 +48,8 @@ pub struct ProcessRow {
     pub pid: u32,
     pub name: String,
     pub threads: usize,
-    pub cpu_samples: u64,
-    pub offcpu_ns: u64,
-    pub syscalls: u64,
-    pub syscall_ns: u64,
-    pub page_faults: u64,
+    #[serde(flatten)]
+    pub totals: Totals,
     pub alloc_bytes: u64,
 }
 
@@ -77,21 +96,21 @@ pub fn threads(p: &Profile, phase: Option<u32>) -> Vec<ThreadRow> {
         .iter()
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        entry(&mut by, p, s.pid, s.tid).cpu_samples += s.count;
+        entry(&mut by, p, s.pid, s.tid).totals.cpu_samples += s.count;
     }
     for s in p
         .offcpu
         .iter()
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        entry(&mut by, p, s.pid, s.tid).offcpu_ns += s.ns;
+        entry(&mut by, p, s.pid, s.tid).totals.offcpu_ns += s.ns;
     }
     for s in p
         .syscalls
         .iter()
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        let r = entry(&mut by, p, s.pid, s.tid);
+        let r = &mut entry(&mut by, p, s.pid, s.tid).totals;
         r.syscalls += s.count;
         r.syscall_ns += s.total_ns;
     }
@@ -100,10 +119,10 @@ pub fn threads(p: &Profile, phase: Option<u32>) -> Vec<ThreadRow> {
         .iter()
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        entry(&mut by, p, s.pid, s.tid).page_faults += s.count;
+        entry(&mut by, p, s.pid, s.tid).totals.page_faults += s.count;
     }
     let mut rows: Vec<ThreadRow> = by.into_values().collect();
-    rows.sort_by_key(|r| std::cmp::Reverse((r.cpu_samples, r.offcpu_ns, r.syscalls)));
+    rows.sort_by_key(|r| r.totals.rank());
     rows
 }
 
@@ -124,11 +143,7 @@ pub fn processes(p: &Profile, phase: Option<u32>) -> Vec<ProcessRow> {
     for t in threads(p, phase) {
         let r = entry(&mut by, p, t.pid);
         r.threads += usize::from(t.tid != 0);
-        r.cpu_samples += t.cpu_samples;
-        r.offcpu_ns += t.offcpu_ns;
-        r.syscalls += t.syscalls;
-        r.syscall_ns += t.syscall_ns;
-        r.page_faults += t.page_faults;
+        r.totals.absorb(&t.totals);
     }
     for s in p
         .alloc_totals
@@ -138,7 +153,7 @@ pub fn processes(p: &Profile, phase: Option<u32>) -> Vec<ProcessRow> {
         entry(&mut by, p, s.pid).alloc_bytes += s.bytes;
     }
     let mut rows: Vec<ProcessRow> = by.into_values().collect();
-    rows.sort_by_key(|r| std::cmp::Reverse((r.cpu_samples, r.offcpu_ns)));
+    rows.sort_by_key(|r| r.totals.rank());
     rows
 }
 
@@ -199,19 +214,15 @@ mod tests {
         let t = threads(&p, None);
         assert_eq!(t[0].tid, 11);
         assert_eq!(t[0].name, "worker");
-        assert_eq!(
-            (t[0].cpu_samples, t[0].offcpu_ns, t[0].syscalls),
-            (7, 1000, 3)
-        );
+        let t0 = &t[0].totals;
+        assert_eq!((t0.cpu_samples, t0.offcpu_ns, t0.syscalls), (7, 1000, 3));
         let pr = processes(&p, None);
         assert_eq!(pr[0].pid, 10);
-        assert_eq!(
-            (pr[0].name.as_str(), pr[0].threads, pr[0].cpu_samples),
-            ("server", 2, 12)
-        );
-        assert_eq!(pr[1].syscalls, 2);
+        assert_eq!((pr[0].name.as_str(), pr[0].threads), ("server", 2));
+        assert_eq!(pr[0].totals.cpu_samples, 12);
+        assert_eq!(pr[1].totals.syscalls, 2);
         let in_io = threads(&p, Some(1));
         assert_eq!(in_io.len(), 1);
-        assert_eq!(in_io[0].cpu_samples, 7);
+        assert_eq!(in_io[0].totals.cpu_samples, 7);
     }
 }

@@ -45,6 +45,16 @@ fn assert_gone(pid: u32) {
     }
 }
 
+/// Checks how a `record -- CMD` ended: phaseprof's status is the command's, its closing line says
+/// `why`, the command is gone with all it started, and the file was written.
+fn assert_ended(o: &std::process::Output, status: i32, why: &str, out: &std::path::Path) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(status), "{err}");
+    assert!(err.contains(why), "{err}");
+    assert_gone(command_pid(&err));
+    assert!(out.exists());
+}
+
 // Checks Ctrl-C typed at a terminal: the command (in the same foreground group) gets SIGINT from
 // the terminal, once, exits by its handler, and phaseprof writes the file and returns its status.
 #[test]
@@ -112,14 +122,7 @@ fn a_signal_to_phaseprof_is_forwarded_to_the_command() {
     // SAFETY: signalling the phaseprof we started.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     let o = rec.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(5), "{err}");
-    assert!(
-        err.contains("after SIGINT from a process, forwarded to it"),
-        "{err}"
-    );
-    assert_gone(command_pid(&err));
-    assert!(out.exists());
+    assert_ended(&o, 5, "after SIGINT from a process, forwarded to it", &out);
 }
 
 // Checks `--duration` with a command: SIGTERM at its end (as `timeout` sends), the command and
@@ -141,14 +144,7 @@ fn duration_stops_the_command_and_statuses_pass_through() {
         "-c",
         "sleep 60; true",
     ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(143), "{err}");
-    assert!(
-        err.contains("after SIGTERM at the end of --duration"),
-        "{err}"
-    );
-    assert_gone(command_pid(&err));
-    assert!(out.exists());
+    assert_ended(&o, 143, "after SIGTERM at the end of --duration", &out);
 
     let o = phaseprof(&[
         "record",

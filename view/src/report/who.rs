@@ -1,10 +1,30 @@
 //! The report's process and thread tables.
 use std::io::Write;
 
-use phaseprof_model::threads;
+use phaseprof_model::threads::{self, Totals};
 use phaseprof_model::Profile;
 
 use crate::format::fmt_ns;
+
+fn row(out: &mut dyn Write, label: &str, t: &Totals) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{label:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+        t.cpu_samples,
+        fmt_ns(t.offcpu_ns),
+        t.syscalls,
+        fmt_ns(t.syscall_ns),
+        t.page_faults
+    )
+}
+
+fn header(out: &mut dyn Write, what: &str) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{what:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+        "cpu", "off-cpu", "syscalls", "syscall time", "faults"
+    )
+}
 
 /// Who did the work: processes (when there are several) and the busiest threads, with cpu,
 /// off-cpu, syscalls and page faults each.
@@ -18,42 +38,22 @@ pub(super) fn write_who_table(
     if rows.is_empty() {
         return Ok(());
     }
-    let header = |out: &mut dyn Write, what: &str| {
-        writeln!(
-            out,
-            "{what:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
-            "cpu", "off-cpu", "syscalls", "syscall time", "faults"
-        )
-    };
     let procs = threads::processes(profile, phase);
     if procs.len() > 1 {
         writeln!(out, "\n== processes ==")?;
         header(&mut out, "pid (name)")?;
         for p in procs.iter().take(top) {
-            writeln!(
-                out,
-                "{:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
-                format!("{} ({}, {} threads)", p.pid, p.name, p.threads),
-                p.cpu_samples,
-                fmt_ns(p.offcpu_ns),
-                p.syscalls,
-                fmt_ns(p.syscall_ns),
-                p.page_faults
-            )?;
+            let label = format!("{} ({}, {} threads)", p.pid, p.name, p.threads);
+            row(&mut out, &label, &p.totals)?;
         }
     }
     writeln!(out, "\n== threads ({} seen; cpu in samples) ==", rows.len())?;
     header(&mut out, "tid (name) of pid")?;
     for t in rows.iter().take(top) {
-        writeln!(
-            out,
-            "{:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
-            format!("{} ({}) of {}", t.tid, t.name, t.pid),
-            t.cpu_samples,
-            fmt_ns(t.offcpu_ns),
-            t.syscalls,
-            fmt_ns(t.syscall_ns),
-            t.page_faults
+        row(
+            &mut out,
+            &format!("{} ({}) of {}", t.tid, t.name, t.pid),
+            &t.totals,
         )?;
     }
     Ok(())

@@ -212,33 +212,34 @@ fn grouping(id: &str, q: &str, by: &str) -> (Vec<GroupLink>, String) {
     (links, query(by))
 }
 
+impl WhoRow {
+    fn new(id: u32, name: String, pid: u32, t: &phaseprof_model::threads::Totals) -> WhoRow {
+        WhoRow {
+            id: id.to_string(),
+            name,
+            pid,
+            cpu: t.cpu_samples,
+            offcpu: fmt_ns(t.offcpu_ns),
+            syscalls: t.syscalls,
+            syscall_time: fmt_ns(t.syscall_ns),
+            faults: t.page_faults,
+        }
+    }
+}
+
+/// The process and the thread tables' rows.
 fn who_rows(p: &phaseprof_model::Profile, phase: Option<u32>) -> (Vec<WhoRow>, Vec<WhoRow>) {
     use phaseprof_model::threads;
     let processes = threads::processes(p, phase)
         .into_iter()
-        .map(|r| WhoRow {
-            id: r.pid.to_string(),
-            name: format!("{} ({} threads)", r.name, r.threads),
-            pid: r.pid,
-            cpu: r.cpu_samples,
-            offcpu: fmt_ns(r.offcpu_ns),
-            syscalls: r.syscalls,
-            syscall_time: fmt_ns(r.syscall_ns),
-            faults: r.page_faults,
+        .map(|r| {
+            let name = format!("{} ({} threads)", r.name, r.threads);
+            WhoRow::new(r.pid, name, r.pid, &r.totals)
         })
         .collect();
     let threads = threads::threads(p, phase)
         .into_iter()
-        .map(|r| WhoRow {
-            id: r.tid.to_string(),
-            name: r.name,
-            pid: r.pid,
-            cpu: r.cpu_samples,
-            offcpu: fmt_ns(r.offcpu_ns),
-            syscalls: r.syscalls,
-            syscall_time: fmt_ns(r.syscall_ns),
-            faults: r.page_faults,
-        })
+        .map(|r| WhoRow::new(r.tid, r.name, r.pid, &r.totals))
         .collect();
     (processes, threads)
 }
