@@ -306,15 +306,17 @@ fn record_into(
         let duration_over = deadline.is_some_and(|d| Instant::now() >= d);
         if let Some(c) = &mut child {
             // The command decides when recording ends: until it exits, its shutdown is its work.
+            // An interrupt is taken first: a terminal's Ctrl-C may have ended the command already.
+            if let Some(i) = crate::signals::last().filter(|_| interrupted.load(Ordering::SeqCst)) {
+                c.interrupted(i);
+            }
             if let Some(status) = c.exited() {
                 return Ok(Some(StopReason::CommandExited {
                     status,
                     fate: c.fate(),
                 }));
             }
-            if let Some(i) = crate::signals::last().filter(|_| interrupted.load(Ordering::SeqCst)) {
-                c.interrupted(i);
-            } else if duration_over {
+            if duration_over {
                 c.duration_ended();
             }
             c.kill_if_overdue(STOP_GRACE);
