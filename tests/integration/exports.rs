@@ -250,3 +250,60 @@ fn speedscope_export_passes_its_schema_and_splits_threads() {
         "{writes_per_worker:?} vs {per_thread} each"
     );
 }
+
+// Checks the OTLP profiles export with the OpenTelemetry Collector's own decoder (pdata/pprofile,
+// which rejects dangling dictionary references): one profile of cpu time in nanoseconds whose
+// total is the report's samples times the period, the burn function the hottest leaf, the
+// program's mapping by path, and each worker thread named in the samples' attributes.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn otlp_export_reads_back_in_the_collectors_decoder() {
+    require_root!();
+    let Some(check) = go_workload("otlp-check") else {
+        eprintln!("SKIPPED: Go is not installed");
+        return;
+    };
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let (file, truth) = record_workload(
+        "otlp",
+        &[],
+        &sim,
+        &["--blocks", "10", "--burn-ms", "30", "--threads", "2"],
+    );
+    let report = report_json(&file);
+    let out = file.with_extension("otlp.pb");
+    phaseprof_ok(&[
+        "export",
+        file.to_str().unwrap(),
+        "--format",
+        "otlp",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let o = Command::new(&check).arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    eprintln!("{seen}");
+    assert_eq!(seen["profiles"], 1);
+    assert_eq!(
+        (seen["sample_type"].as_str(), seen["unit"].as_str()),
+        (Some("cpu"), Some("nanoseconds"))
+    );
+    let samples = num(&report["events"]["cpu"]["samples"]);
+    let period = 1_000_000_000 / num(&report["events"]["cpu"]["frequency_hz"]);
+    assert_eq!(num(&seen["total"]), samples * period);
+    let by_leaf = seen["by_leaf"].as_object().unwrap();
+    let hottest = by_leaf.iter().max_by_key(|(_, v)| v.as_u64()).unwrap().0;
+    assert_eq!(hottest, truth["burn_fn"].as_str().unwrap());
+    assert!(
+        seen["mappings"].to_string().contains(sim.to_str().unwrap()),
+        "{}",
+        seen["mappings"]
+    );
+    let threads = seen["threads"].as_object().unwrap();
+    assert!(
+        threads.contains_key("validator-0") && threads.contains_key("validator-1"),
+        "{threads:?}"
+    );
+}

@@ -11,6 +11,7 @@ pub enum ExportFormat {
     Pprof,
     Svg,
     Speedscope,
+    Otlp,
 }
 
 #[derive(Clone, Debug)]
@@ -32,21 +33,20 @@ pub fn export(profile: &Profile, opts: &ExportOptions, mut out: impl Write) -> R
     match opts.format {
         ExportFormat::Folded => write_folded(profile, &sel, &mut out)?,
         ExportFormat::Svg => write_svg(profile, &sel, &mut out)?,
-        ExportFormat::Speedscope => {
+        ExportFormat::Speedscope | ExportFormat::Pprof | ExportFormat::Otlp => {
             if !profile.recorded(opts.event) {
                 anyhow::bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(
                     opts.event
                 ));
             }
-            crate::speedscope::write_speedscope(profile, opts.event, opts.phase, &mut out)?
-        }
-        ExportFormat::Pprof => {
-            if !profile.recorded(opts.event) {
-                anyhow::bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(
-                    opts.event
-                ));
+            let (event, phase) = (opts.event, opts.phase);
+            match opts.format {
+                ExportFormat::Speedscope => {
+                    crate::speedscope::write_speedscope(profile, event, phase, &mut out)?
+                }
+                ExportFormat::Otlp => crate::otlp::write_otlp(profile, event, phase, &mut out)?,
+                _ => crate::pprof::write_pprof(profile, event, phase, &mut out)?,
             }
-            crate::pprof::write_pprof(profile, opts.event, opts.phase, &mut out)?
         }
     }
     out.flush()?;

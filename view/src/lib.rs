@@ -6,6 +6,7 @@
 pub mod compare;
 pub mod export;
 pub mod format;
+pub mod otlp;
 pub mod pprof;
 pub mod report;
 pub mod speedscope;

@@ -54,6 +54,8 @@ pub enum FormatArg {
     Svg,
     /// speedscope's JSON (https://www.speedscope.app): one profile per thread.
     Speedscope,
+    /// OpenTelemetry profiles protobuf (OTLP profiles/v1development, as the Collector reads it).
+    Otlp,
 }
 
 #[derive(Args, Debug)]
@@ -167,6 +169,7 @@ pub fn run_export(args: ExportArgs) -> Result<i32> {
             FormatArg::Pprof => ExportFormat::Pprof,
             FormatArg::Svg => ExportFormat::Svg,
             FormatArg::Speedscope => ExportFormat::Speedscope,
+            FormatArg::Otlp => ExportFormat::Otlp,
         },
         event: parse_event(&args.event)?,
         phase: phase_of(&profile, args.phase.as_ref())?,

@@ -35,7 +35,7 @@ pub enum Command {
     Record(RecordArgs),
     /// Print a profile's tables, or its JSON summary.
     Report(ReportArgs),
-    /// Write a profile's stacks as folded text, pprof or an SVG flamegraph.
+    /// Write a profile's stacks as folded text, pprof, an SVG flamegraph, speedscope JSON or OTLP.
     Export(ExportArgs),
     /// Memory growth of a live process: RSS and its classes sampled, slopes fitted.
     Soak(SoakArgs),
