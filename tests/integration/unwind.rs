@@ -169,13 +169,18 @@ fn dwarf_unwinds_a_build_without_frame_pointers() {
 }
 
 /// The `stacks: ` line of a recording's text report.
+/// The `stacks:` line of `report -v` (without `-v` the report leaves it out).
 fn stacks_line(file: &Path) -> String {
-    let out = phaseprof_ok(&["report", file.to_str().unwrap()]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.starts_with("stacks: "))
-        .unwrap_or_default()
-        .to_string()
+    let plain = phaseprof_ok(&["report", file.to_str().unwrap()]);
+    let stacks = |out: &[u8]| {
+        String::from_utf8_lossy(out)
+            .lines()
+            .find(|l| l.starts_with("stacks: "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(stacks(&plain.stdout), "", "only with -v");
+    stacks(&phaseprof_ok(&["report", "-v", file.to_str().unwrap()]).stdout)
 }
 
 // Checks that phases leave stacks whole: with phase probes on validator-sim built without frame
