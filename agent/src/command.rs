@@ -181,8 +181,7 @@ impl CommandChild {
         if let Some((sig, _, at)) = &self.asked {
             if !self.killed && at.elapsed() >= grace {
                 let why = format!(
-                    "{} {:.0} s after {}",
-                    "no exit",
+                    "no exit {:.0} s after {}",
                     grace.as_secs_f64(),
                     signal_name(*sig)
                 );
@@ -197,14 +196,9 @@ impl CommandChild {
         let what = self
             .asked
             .take()
-            .map(|(s, how, at)| (s, format!("{how}; SIGKILL after {why}"), at));
-        self.asked = what.or_else(|| {
-            Some((
-                libc::SIGKILL,
-                format!("SIGKILL after {why}"),
-                Instant::now(),
-            ))
-        });
+            .map(|(s, how, at)| (s, format!("{how}; then SIGKILL: {why}"), at));
+        self.asked =
+            what.or_else(|| Some((libc::SIGKILL, format!("SIGKILL: {why}"), Instant::now())));
     }
 
     /// What ended it: `exited with status 3`, `exited with status 130 after SIGINT from the
