@@ -319,6 +319,11 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
+        // spawn returns once the exec has begun; its arguments appear as it completes.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !cmdline(pid).contains("4242") && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let name = |re: &str, full| NameMatch {
             re: Regex::new(re).unwrap(),
             full,
