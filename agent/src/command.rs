@@ -33,6 +33,7 @@ impl HeldChild {
             .context("command argument contains NUL")?;
         let mut c_argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
         c_argv.push(std::ptr::null());
+        let ignored = crate::signals::ignored_on_entry();
         let mut fds = [0i32; 2];
         // SAFETY: fds is a valid array of two ints for pipe2 to fill.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -55,8 +56,12 @@ impl HeldChild {
                 }
                 libc::close(fds[0]);
                 // Ignored signals survive exec; start the command with the defaults a shell
-                // would give it (Rust ignores SIGPIPE), as std's Command does.
+                // would give it (Rust ignores SIGPIPE), as std's Command does, and with what
+                // phaseprof's own caller ignored ignored again (our handlers replaced that).
                 libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                for &sig in &ignored {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
                 let mut none: libc::sigset_t = std::mem::zeroed();
                 libc::sigemptyset(&mut none);
                 libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());

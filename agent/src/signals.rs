@@ -11,6 +11,17 @@ static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 static LAST_SIGNAL: AtomicI32 = AtomicI32::new(0);
 static FROM_TERMINAL: AtomicBool = AtomicBool::new(false);
 static COUNT: AtomicU32 = AtomicU32::new(0);
+/// Bit `sig` set: the signal was ignored when the handlers were installed.
+static IGNORED_ON_ENTRY: AtomicU32 = AtomicU32::new(0);
+
+/// The signals (of those handled here) that were ignored when phaseprof started.
+pub fn ignored_on_entry() -> Vec<i32> {
+    let bits = IGNORED_ON_ENTRY.load(Ordering::SeqCst);
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP]
+        .into_iter()
+        .filter(|s| bits & (1 << s) != 0)
+        .collect()
+}
 
 /// The last interrupting signal, and how many came.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -56,14 +67,26 @@ extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, _: *mut libc::c_vo
     }
 }
 
-/// Installs the handlers (once per process) and returns the flag they raise.
+/// Installs the handlers (once per process) and returns the flag they raise. SIGINT and SIGTERM
+/// always stop phaseprof (as perf's do); a SIGHUP ignored when it started (`nohup`) stays
+/// ignored. Whatever was ignored on entry is ignored again in the command `record -- CMD` starts
+/// (`ignored_on_entry`), so it runs as it would have without phaseprof (as under strace).
 pub fn on_interrupt() -> Result<Arc<AtomicBool>> {
     let flag = FLAG
         .get_or_init(|| Arc::new(AtomicBool::new(false)))
         .clone();
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: a zeroed sigaction filled with a handler of the SA_SIGINFO signature.
+        // SAFETY: a zeroed sigaction filled with a handler of the SA_SIGINFO signature; the
+        // query (a null new action) only reads the current one.
         unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut current);
+            if current.sa_sigaction == libc::SIG_IGN {
+                IGNORED_ON_ENTRY.fetch_or(1 << sig, Ordering::SeqCst);
+                if sig == libc::SIGHUP {
+                    continue;
+                }
+            }
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;

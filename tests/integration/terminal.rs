@@ -101,20 +101,27 @@ fn a_signal_to_phaseprof_is_forwarded_to_the_command() {
     let _g = bpf_lock();
     let out = scratch("terminal-kill").join("t.phaseprof");
     let script = interruptible(5);
-    let mut rec = std::process::Command::new(phaseprof_bin())
-        .args([
-            "record",
-            "-o",
-            out.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut rec = std::process::Command::new(phaseprof_bin());
+    rec.args([
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    // As from a shell at a terminal: SIGINT not ignored (an ignored one stays ignored).
+    // SAFETY: default_signals only calls signal(2), async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut rec, || {
+            default_signals();
+            Ok(())
+        })
+    };
+    let mut rec = rec.spawn().unwrap();
     let mut stdout = std::io::BufReader::new(rec.stdout.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();

@@ -14,7 +14,7 @@ pub use go::{go_binary, go_body_offset, go_third_party, go_workload};
 pub use http::{
     free_port, http_get, http_post, https_get, served_url, tls_files, try_http_request,
 };
-pub use pty::Pty;
+pub use pty::{default_signals, Pty};
 
 /// The workspace root.
 pub fn root() -> PathBuf {

@@ -8,6 +8,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Default dispositions for the signals a terminal sends, as a login shell on a terminal has
+/// them (a test harness started in the background may run with SIGINT ignored, and ignoring is
+/// inherited through exec). Async-signal-safe: for `pre_exec`.
+pub fn default_signals() {
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: resetting a disposition to its default.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+}
+
 pub struct Pty {
     pub child: Child,
     master: std::fs::File,
@@ -49,6 +59,7 @@ impl Pty {
                 if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                default_signals();
                 Ok(())
             });
         }
