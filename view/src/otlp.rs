@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use phaseprof_model::{display_name, threads, EventKind, Profile};
+use phaseprof_model::{threads, EventKind, Profile};
 use prost::Message;
 
 #[derive(Clone, PartialEq, Message)]
@@ -323,16 +323,7 @@ pub fn to_otlp(p: &Profile, kind: EventKind, phase: Option<u32>) -> ProfilesData
     let sample_type = Some(value_type(&mut t));
     let mut samples = Vec::new();
     for w in p.weighted_stacks(kind, phase) {
-        let mut frames: Vec<(String, String)> = w
-            .frames
-            .iter()
-            .filter_map(|&f| p.frames.get(f as usize))
-            .map(|f| (display_name(f), f.module.clone()))
-            .collect();
-        if let Some(label) = &w.leaf_label {
-            frames.insert(0, (label.clone(), "[phaseprof]".into()));
-        }
-        let locations = frames
+        let locations = crate::pprof::frames_leaf_first(p, &w)
             .iter()
             .map(|(name, module)| t.location(p, name, module))
             .collect();

@@ -133,6 +133,21 @@ impl Strings {
 }
 
 /// Builds the pprof message for one event kind (and optionally one phase).
+/// A stack's (function, module) pairs leaf first, as pprof and OTLP order locations, with the
+/// synthetic leaf (a syscall's name) in module `[phaseprof]`.
+pub(crate) fn frames_leaf_first(profile: &Profile, w: &Weighted) -> Vec<(String, String)> {
+    let label = w
+        .leaf_label
+        .iter()
+        .map(|l| (l.clone(), "[phaseprof]".into()));
+    let frames = w
+        .frames
+        .iter()
+        .filter_map(|&f| profile.frames.get(f as usize))
+        .map(|f| (display_name(f), f.module.clone()));
+    label.chain(frames).collect()
+}
+
 /// A sample's labels: its phase, process, and thread (id and name) where the kind has threads.
 fn labels(profile: &Profile, w: &Weighted, strings: &mut Strings) -> Vec<Label> {
     let mut label = vec![
@@ -223,15 +238,7 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
     let mut sample = Vec::new();
 
     for w in profile.weighted_stacks(kind, phase) {
-        let mut frames: Vec<(String, String)> = w
-            .frames
-            .iter()
-            .filter_map(|&f| profile.frames.get(f as usize))
-            .map(|f| (display_name(f), f.module.clone()))
-            .collect();
-        if let Some(label) = &w.leaf_label {
-            frames.insert(0, (label.clone(), "[phaseprof]".into()));
-        }
+        let frames = frames_leaf_first(profile, &w);
         let mut ids = Vec::with_capacity(frames.len());
         for (name, module) in frames {
             let key = (name.clone(), module.clone());

@@ -282,19 +282,18 @@ impl Symbolize for BlazeSymbolizer {
                         .unwrap_or_else(|| unknown(&module_name(&vma.path), off, FrameKind::User))
                 }
                 Some(vma) if vma.path == "[vdso]" => self.vdso_frames(a - vma.start),
-                // Anonymous executable memory: JIT-compiled code, named by the runtime's perf map.
-                vma => match self.perf_maps.lookup(pid, a) {
+                // Anonymous executable memory: JIT-compiled code, named by the runtime's perf map
+                // (looked up only there: an address in no mapping is a bad walk, not JIT code).
+                Some(vma) => match self.perf_maps.lookup(pid, a) {
                     Some(function) => vec![Frame {
                         function,
                         module: "[jit]".into(),
                         kind: FrameKind::User,
                         inlined: false,
                     }],
-                    None => match vma {
-                        Some(vma) => unknown(&vma.path, a - vma.start, FrameKind::User),
-                        None => unknown("[unknown]", a, FrameKind::User),
-                    },
+                    None => unknown(&vma.path, a - vma.start, FrameKind::User),
                 },
+                None => unknown("[unknown]", a, FrameKind::User),
             });
         }
         out
