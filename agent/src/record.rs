@@ -171,7 +171,7 @@ pub fn open_session<'obj>(
     }
     let mut engine_cfg = opts.engine.clone();
     opts.unwind.configure(&mut engine_cfg);
-    engine_cfg.phases_enabled = !plan.names.is_empty();
+    engine_cfg.phase_ids = plan.names.len() as u32;
     // Duty cycling misses the frees of off-slices, so a live heap would only grow: not tracked.
     engine_cfg.alloc_live = opts.alloc_budget.is_none();
     engine_cfg.syscall_costs = plan
@@ -185,11 +185,17 @@ pub fn open_session<'obj>(
     engine_cfg.hold_execs = engine_cfg.follow_children && engine_cfg.unwind_rows > 0;
 
     let mut engine = Engine::load(&engine_cfg, storage)?;
+    let phases = engine_cfg.phase_ids > 0;
+    // What this kernel cannot run, and what runs instead: one line each.
+    for (_, why) in engine.features.fallbacks(&engine_cfg.events, phases) {
+        eprintln!("phaseprof: kernel {}: {why}", engine.features.release);
+    }
     engine.attach(&engine_cfg)?;
     engine.attach_phases(&plan.probe_specs(|p| p))?;
     let mut meta = Meta {
         host: read_trimmed("/proc/sys/kernel/hostname"),
         kernel: read_trimmed("/proc/sys/kernel/osrelease"),
+        kernel_features: engine.features.summary(&engine_cfg.events, phases),
         arch: std::env::consts::ARCH.to_string(),
         events: engine_cfg.events.clone(),
         frequency_hz: if engine_cfg.events.contains(&EventKind::Cpu) {

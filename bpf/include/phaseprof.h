@@ -12,6 +12,8 @@
 
 /* Phase 0 is "(none)": events outside any probed phase function. */
 #define PHASE_NONE 0
+/* A return probe without an attach cookie (kernels before 5.15): the innermost entry returns. */
+#define PHASE_ANY 0
 /* Phase ids are 1..MAX_PHASES-1; a phase mask has bit i set while phase i is on the thread's
  * stack (bit 0 alone: no phase). */
 #define MAX_PHASES 64

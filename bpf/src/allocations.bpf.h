@@ -13,9 +13,9 @@ static __always_inline void add_alloc_totals(__u32 tgid, __u32 phase, __u64 mask
 	struct alloc_value *v = lookup_or_init(&alloc_totals, &key, &zero, DROP_ALLOC_KEY);
 	if (!v)
 		return;
-	__sync_fetch_and_add(&v->bytes, bytes);
-	__sync_fetch_and_add(&v->count, count);
-	__sync_fetch_and_add(&v->frees, frees);
+	atomic_add(&v->bytes, bytes);
+	atomic_add(&v->count, count);
+	atomic_add(&v->frees, frees);
 }
 
 /*
@@ -69,9 +69,9 @@ static __always_inline void record_alloc(void *ctx, struct alloc_thread *at, __u
 		lookup_or_init(&alloc_stacks, &key, &zero, DROP_ALLOC_STACK_KEY);
 	if (!v)
 		return;
-	__sync_fetch_and_add(&v->est_bytes, est);
-	__sync_fetch_and_add(&v->samples, 1);
-	__sync_fetch_and_add(&v->sampled_bytes, size);
+	atomic_add(&v->est_bytes, est);
+	atomic_add(&v->samples, 1);
+	atomic_add(&v->sampled_bytes, size);
 	if (!alloc_live || !ptr)
 		return;
 	struct live_key lk = {.ptr = ptr, .tgid = tgid};
@@ -106,8 +106,7 @@ static __always_inline void record_free(__u64 ptr)
 /* The calling thread's allocator state, created on first use. */
 static __always_inline struct alloc_thread *alloc_thread_get(void)
 {
-	struct alloc_thread *at = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(),
-						       0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct alloc_thread *at = thread_local(&alloc_threads, true);
 	if (!at)
 		count_drop(DROP_ALLOC_THREAD);
 	return at;
@@ -121,11 +120,8 @@ static __always_inline bool inside_allocator(struct alloc_thread *at, __u64 sp)
 }
 
 /* Entry of malloc & co; the cookie's low byte is the enum alloc_fn. Probes sit where the
- * return address is still on top of the stack, so sp is the caller's sp at the call.
- * Allocator probes are multi-uprobes: one link per program and library, so attaching and
- * detaching them (duty cycling) costs one RCU grace period, not one per function. */
-SEC("uprobe.multi")
-int uprobe__alloc_enter(struct pt_regs *ctx)
+ * return address is still on top of the stack, so sp is the caller's sp at the call. */
+static __always_inline int alloc_enter(struct pt_regs *ctx)
 {
 	if (alloc_paused || !is_active(bpf_get_current_pid_tgid() >> 32))
 		return 0;
@@ -165,14 +161,12 @@ int uprobe__alloc_enter(struct pt_regs *ctx)
 }
 
 /* Return of malloc & co (uretprobe at the same site as the entry probe). */
-SEC("uretprobe.multi")
-int uretprobe__alloc_exit(struct pt_regs *ctx)
+static __always_inline int alloc_exit(struct pt_regs *ctx)
 {
 	if (alloc_paused || !is_active(bpf_get_current_pid_tgid() >> 32))
 		return 0;
 	count_hit(HITS_ALLOC_EXIT);
-	struct alloc_thread *at =
-		bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
+	struct alloc_thread *at = thread_local(&alloc_threads, false);
 	if (!at || !at->sp || at->generation != alloc_generation)
 		return 0;
 	/* After the return the stack pointer is one slot above the entry's: anything else is the
@@ -200,8 +194,7 @@ int uretprobe__alloc_exit(struct pt_regs *ctx)
 }
 
 /* free & co, probed past their NULL test when the code allows; the argument is still intact. */
-SEC("uprobe.multi")
-int uprobe__free(struct pt_regs *ctx)
+static __always_inline int free_call(struct pt_regs *ctx)
 {
 	if (alloc_paused || !is_active(bpf_get_current_pid_tgid() >> 32))
 		return 0;
@@ -209,12 +202,50 @@ int uprobe__free(struct pt_regs *ctx)
 	__u64 ptr = PT_REGS_PARM1(ctx);
 	if (!ptr)
 		return 0;
-	struct alloc_thread *at =
-		bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
+	struct alloc_thread *at = thread_local(&alloc_threads, false);
 	if (at && inside_allocator(at, PT_REGS_SP(ctx)))
 		return 0;
 	record_free(ptr);
 	return 0;
+}
+
+/* Allocator probes are multi-uprobes (Linux 6.6): one link per program and library, so attaching
+ * and detaching them (duty cycling) costs one RCU grace period, not one per function. */
+SEC("uprobe.multi")
+int uprobe__alloc_enter(struct pt_regs *ctx)
+{
+	return alloc_enter(ctx);
+}
+
+SEC("uretprobe.multi")
+int uretprobe__alloc_exit(struct pt_regs *ctx)
+{
+	return alloc_exit(ctx);
+}
+
+SEC("uprobe.multi")
+int uprobe__free(struct pt_regs *ctx)
+{
+	return free_call(ctx);
+}
+
+/* Twins for kernels without uprobe_multi links (before 6.6): one link per function. */
+SEC("uprobe")
+int uprobe__alloc_enter_one(struct pt_regs *ctx)
+{
+	return alloc_enter(ctx);
+}
+
+SEC("uretprobe")
+int uretprobe__alloc_exit_one(struct pt_regs *ctx)
+{
+	return alloc_exit(ctx);
+}
+
+SEC("uprobe")
+int uprobe__free_one(struct pt_regs *ctx)
+{
+	return free_call(ctx);
 }
 
 /* Go's register ABI: integer arguments in RAX, RBX, RCX, RDI, RSI, R8, R9, R10 (, R11). The

@@ -3,6 +3,15 @@
 #ifndef PHASEPROF_HELPERS_BPF_H
 #define PHASEPROF_HELPERS_BPF_H
 
+/* Atomically adds `v` to `*p`. An add of zero is skipped, and not only because it changes
+ * nothing: LLVM rewrites an atomic add of a known 0 into an atomic OR, an instruction kernels
+ * before 5.12 refuse wherever it appears in a program. */
+static __always_inline void atomic_add(__u64 *p, __u64 v)
+{
+	if (v)
+		__sync_fetch_and_add(p, v);
+}
+
 static __always_inline void count_drop(enum drop_reason reason)
 {
 	__u32 key = reason;
@@ -19,12 +28,20 @@ static __always_inline bool maybe_target(__u32 tgid)
 	return w && ((*w >> (tgid & 63)) & 1);
 }
 
-static __always_inline void set_target_bit(__u32 tgid)
+/* Sets tgid's bit; `atomic_or` false on kernels before 5.12, which refuse an atomic OR
+ * instruction anywhere in a program: the bit is then added once if unset (a tgid's bit is set
+ * once, at its fork, so two adds of the same bit do not race). */
+static __always_inline void set_target_bit(__u32 tgid, bool atomic_or)
 {
 	__u32 word = (tgid >> 6) & (TARGET_BIT_WORDS - 1);
 	__u64 *w = bpf_map_lookup_elem(&target_bits, &word);
-	if (w)
-		__sync_fetch_and_or(w, 1ULL << (tgid & 63));
+	if (!w)
+		return;
+	__u64 bit = 1ULL << (tgid & 63);
+	if (atomic_or)
+		__sync_fetch_and_or(w, bit);
+	else if (!(*w & bit))
+		atomic_add(w, bit);
 }
 
 static __always_inline bool is_active(__u32 tgid)
@@ -35,14 +52,54 @@ static __always_inline bool is_active(__u32 tgid)
 	return state && *state == TARGET_ACTIVE;
 }
 
+/*
+ * The current thread's record in per-thread map `map`, created zeroed when `create`: task-local
+ * storage (a pointer away, freed by the kernel with the thread), or on kernels without it a hash
+ * keyed by tid (its entries deleted at the thread's exit, see lifecycle.bpf.h).
+ */
+static __always_inline void *thread_local(void *map, bool create)
+{
+	if (have_task_storage)
+		return bpf_task_storage_get(map, bpf_get_current_task_btf(), 0,
+					    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	void *v = bpf_map_lookup_elem(map, &tid);
+	if (v || !create)
+		return v;
+	__u32 zero = 0;
+	void *zeros = bpf_map_lookup_elem(&thread_zeros, &zero);
+	if (!zeros)
+		return NULL;
+	bpf_map_update_elem(map, &tid, zeros, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, &tid);
+}
+
+/* The current task, for reads of its fields (any kernel: not a BTF pointer). */
+static __always_inline struct task_struct *current_task(void)
+{
+	return (struct task_struct *)bpf_get_current_task();
+}
+
+/* x86-64's THREAD_SIZE without KASAN (distribution kernels): task_pt_regs() is at its top. */
+#define KERNEL_STACK_SIZE (16 * 1024)
+
+/* The current thread's user registers, saved at its entry into the kernel (a syscall, an
+ * interrupt, a uprobe's trap). */
+static __always_inline struct pt_regs *current_user_regs(void)
+{
+	if (have_task_pt_regs)
+		return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	void *stack = BPF_CORE_READ(current_task(), stack);
+	return (struct pt_regs *)(stack + KERNEL_STACK_SIZE) - 1;
+}
+
 /* The innermost phase the current thread's events are charged to, and the mask of all. */
 static __always_inline __u32 thread_phase_of(__u64 *mask)
 {
 	*mask = 1;
 	if (!phases_enabled)
 		return PHASE_NONE;
-	struct thread_phase *tp =
-		bpf_task_storage_get(&thread_phases, bpf_get_current_task_btf(), 0, 0);
+	struct thread_phase *tp = thread_local(&thread_phases, false);
 	if (!tp)
 		return PHASE_NONE;
 	*mask = tp->mask ? tp->mask : 1;
@@ -65,9 +122,7 @@ static __always_inline void take_switch_in(struct thread_phase *tp, __u32 tid)
 /* The current thread's phase state, or NULL when it has none and `create` is false. */
 static __always_inline struct thread_phase *thread_phase_current(bool create)
 {
-	struct thread_phase *tp =
-		bpf_task_storage_get(&thread_phases, bpf_get_current_task_btf(), 0,
-				     create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	struct thread_phase *tp = thread_local(&thread_phases, create);
 	if (!tp) {
 		if (create)
 			count_drop(DROP_PHASE_THREAD);
@@ -273,9 +328,12 @@ static __always_inline void thread_view(struct thread_phase *tp, struct phase_st
 	tp->mask = ps && ps->mask ? ps->mask : 1;
 }
 
-/* FNV-1a over a stack's addresses, never 0 or STACK_NOT_SAMPLED. Global: verified once, not in every caller. */
-__noinline __u64 hash_stack(struct stack_trace *st, __u64 seed)
+/* FNV-1a over the addresses of the scratch stack of `slot`, never 0 or STACK_NOT_SAMPLED.
+ * Global: verified once, not in every caller; its arguments are scalars, which global functions
+ * take on every kernel (pointers only since 5.12). */
+__noinline __u64 hash_stack(__u32 slot, __u64 seed)
 {
+	struct stack_trace *st = bpf_map_lookup_elem(&stack_scratch, &slot);
 	if (!st)
 		return 1;
 	__u64 h = seed;
@@ -291,12 +349,12 @@ __noinline __u64 hash_stack(struct stack_trace *st, __u64 seed)
 #define USER_STACK_SEED 0xcbf29ce484222325ULL
 #define KERNEL_STACK_SEED 0x84222325cbf29ce4ULL
 
-/* Stores `st` under the hash of its addresses and returns the hash; 0 when it could not be
- * stored (counted as a drop of `reason`). */
-static __always_inline __u64 store_stack(struct stack_trace *st, __u64 seed,
+/* Stores `st` (the scratch stack of `slot`) under the hash of its addresses and returns the
+ * hash; 0 when it could not be stored (counted as a drop of `reason`). */
+static __always_inline __u64 store_stack(struct stack_trace *st, enum stack_slot slot, __u64 seed,
 					 enum drop_reason reason)
 {
-	__u64 h = hash_stack(st, seed);
+	__u64 h = hash_stack(slot, seed);
 	/* Most stacks repeat: a lock-free lookup saves the bucket lock of an update. */
 	if (bpf_map_lookup_elem(&stacks, &h))
 		return h;
@@ -328,7 +386,7 @@ static __always_inline __u64 stack_id(void *ctx, __u64 flags, enum stack_slot sl
 	}
 	st->len = n / sizeof(__u64);
 	st->pad = 0;
-	return store_stack(st, flags & BPF_F_USER_STACK ? USER_STACK_SEED : KERNEL_STACK_SEED,
+	return store_stack(st, slot, flags & BPF_F_USER_STACK ? USER_STACK_SEED : KERNEL_STACK_SEED,
 			   reason);
 }
 
@@ -337,7 +395,7 @@ static __always_inline void add_u64(void *map, void *key, __u64 delta, enum drop
 {
 	__u64 *v = bpf_map_lookup_elem(map, key);
 	if (v) {
-		__sync_fetch_and_add(v, delta);
+		atomic_add(v, delta);
 		return;
 	}
 	long err = bpf_map_update_elem(map, key, &delta, BPF_NOEXIST);
@@ -346,7 +404,7 @@ static __always_inline void add_u64(void *map, void *key, __u64 delta, enum drop
 	if (err == -EEXIST) { /* another CPU created it meanwhile */
 		v = bpf_map_lookup_elem(map, key);
 		if (v) {
-			__sync_fetch_and_add(v, delta);
+			atomic_add(v, delta);
 			return;
 		}
 	}
@@ -378,8 +436,8 @@ static __always_inline void add_syscall(struct syscall_key *key, __u64 count, __
 	struct syscall_value *v = lookup_or_init(&syscall_counts, key, &zero, DROP_SYSCALL_KEY);
 	if (!v)
 		return;
-	__sync_fetch_and_add(&v->count, count);
-	__sync_fetch_and_add(&v->total_ns, ns);
+	atomic_add(&v->count, count);
+	atomic_add(&v->total_ns, ns);
 }
 
 static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid)

@@ -5,8 +5,8 @@
 
 /* ---- process lifecycle ------------------------------------------------- */
 
-SEC("raw_tp/sched_process_fork")
-int BPF_PROG(raw_tp__sched_process_fork, struct task_struct *parent, struct task_struct *child)
+static __always_inline int on_fork(struct task_struct *parent, struct task_struct *child,
+				   bool atomic_or)
 {
 	if (!follow_children)
 		return 0;
@@ -20,7 +20,7 @@ int BPF_PROG(raw_tp__sched_process_fork, struct task_struct *parent, struct task
 		count_drop(DROP_TARGET_FULL);
 		return 0;
 	}
-	set_target_bit(ctgid);
+	set_target_bit(ctgid, atomic_or);
 	/* The child runs the parent's program until it execs: walk its stacks the same way from
 	 * its first sample (user space decides again when it sees the fork, and at the exec). */
 	__u32 *copy = bpf_map_lookup_elem(&unwind_pids, &ptgid);
@@ -32,6 +32,21 @@ int BPF_PROG(raw_tp__sched_process_fork, struct task_struct *parent, struct task
 		bpf_map_update_elem(&table_pids, &ctgid, tables, BPF_ANY);
 	emit(TEV_FORK, ctgid, ptgid);
 	return 0;
+}
+
+/* Twins: kernels before 5.12 refuse the atomic OR instruction anywhere in a program, so user
+ * space loads the second one there (a load probe decides). */
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(raw_tp__sched_process_fork, struct task_struct *parent, struct task_struct *child)
+{
+	return on_fork(parent, child, true);
+}
+
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(raw_tp__sched_process_fork_no_atomic_or, struct task_struct *parent,
+	     struct task_struct *child)
+{
+	return on_fork(parent, child, false);
 }
 
 #define SIGSTOP 19
@@ -86,8 +101,14 @@ int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u32 tgid = id >> 32;
 	if (!bpf_map_lookup_elem(&target_pids, &tgid))
 		return 0;
-	/* A thread's phase state (task storage) goes with the thread. */
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	/* A thread's state goes with the thread: task storage by itself, hash entries here. */
+	if (!have_task_storage) {
+		__u32 tid = (__u32)id;
+		bpf_map_delete_elem(&syscall_starts, &tid);
+		bpf_map_delete_elem(&thread_phases, &tid);
+		bpf_map_delete_elem(&alloc_threads, &tid);
+	}
+	struct task_struct *task = current_task();
 	/* signal->live reaches 0 when the last thread of the group exits. */
 	/* Named now, while it exists: a short-lived thread is gone by the window's drain. */
 	emit(TEV_THREAD_EXIT, (__u32)id, tgid);

@@ -25,6 +25,17 @@
 #define TASK_STOPPED_BIT 0x4 /* __TASK_STOPPED */
 
 /* Set by user space between open and load. */
+/* Kernel features user space probed at start (agent/src/engine/features.rs). Where one is
+ * missing the programs take the other path, and the verifier, which knows rodata, never sees the
+ * helper this kernel lacks (its branch is dead code there). */
+/* Task-local storage and bpf_get_current_task_btf (Linux 5.11); else per-thread hash maps keyed
+ * by tid (user space retypes the maps before load), deleted at the thread's exit. */
+const volatile bool have_task_storage = true;
+/* bpf_task_pt_regs (5.15); else the registers at the top of the task's kernel stack. */
+const volatile bool have_task_pt_regs = true;
+/* bpf_get_attach_cookie (5.15); else a phase's return pops the innermost entry unchecked (and
+ * entries use one program per phase id, chosen by user space). */
+const volatile bool have_attach_cookie = true;
 /* Syscall stacks: 0 none, 1 every syscall's, N: one in N on average per thread (the gaps drawn
  * uniformly from 1..2N-1, so that no periodic pattern of the program aliases with them). */
 const volatile __u32 syscall_stack_every = 1;
@@ -138,6 +149,18 @@ struct {
 	__type(key, int);
 	__type(value, struct syscall_start);
 } syscall_starts SEC(".maps");
+
+/* Zeros to create per-thread hash entries from where task storage is missing (never written;
+ * as large as the largest per-thread record, checked below). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_phase);
+} thread_zeros SEC(".maps");
+
+_Static_assert(sizeof(struct syscall_start) <= sizeof(struct thread_phase), "thread_zeros");
+_Static_assert(sizeof(struct alloc_thread) <= sizeof(struct thread_phase), "thread_zeros");
 
 /* Per-thread phase state, in task-local storage: every phase probe and every event looks it up,
  * and a task's own storage is a pointer away where a hash lookup costs ~0.1-0.2 us here. Created

@@ -46,12 +46,14 @@ static __always_inline void phase_call_done(__u32 phase, __u64 wall)
 	st->wall_ns += wall;
 	if (wall > st->wall_max_ns)
 		st->wall_max_ns = wall;
+	/* Masked where it is used: the 6.1 verifier loses a bound checked on another copy of the
+	 * index (`R0 unbounded memory access`). WALL_BUCKETS is a power of two. */
 	__u32 b = wall_bucket(wall);
-	if (b < WALL_BUCKETS)
-		st->wall_hist[b] += 1;
+	st->wall_hist[b & (WALL_BUCKETS - 1)] += 1;
 }
 
-/* Pops the innermost entry for a return of `phase` (a non-empty stack) and counts the call. */
+/* Pops the innermost entry for a return of `phase` (a non-empty stack; PHASE_ANY: whichever is
+ * innermost) and counts the call. */
 static __always_inline void phase_pop(struct phase_stack *ps, __u32 phase, __u64 now)
 {
 	__u32 d = ps->depth;
@@ -60,7 +62,7 @@ static __always_inline void phase_pop(struct phase_stack *ps, __u32 phase, __u64
 		return;
 	}
 	struct phase_frame *f = &ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)];
-	if (f->phase != phase) {
+	if (phase != PHASE_ANY && f->phase != phase) {
 		/* Not the innermost phase: a frame was unwound without returning. Pop it anyway
 		 * so the stack stays bounded. */
 		count_drop(DROP_PHASE_MISMATCH);
@@ -75,21 +77,77 @@ static __always_inline void phase_pop(struct phase_stack *ps, __u32 phase, __u64
 	phase_call_done(popped, wall);
 }
 
-/* Entry of a phase function (native code); the attach cookie is the phase id. */
-SEC("uprobe")
-int uprobe__phase_enter(struct pt_regs *ctx)
+/* The phase id a probe was attached for (its cookie); PHASE_ANY without cookies. */
+static __always_inline __u32 probe_phase(struct pt_regs *ctx)
+{
+	if (!have_attach_cookie)
+		return PHASE_ANY;
+	return bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
+}
+
+/* Entry of a phase function (native code). */
+static __always_inline int phase_enter(__u32 phase)
 {
 	struct thread_phase *tp = target_thread_phase();
 	if (!tp)
 		return 0;
-	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
 	__u64 now = bpf_ktime_get_ns();
 	/* Time on-CPU until now belongs to the enclosing phases. */
 	charge_cpu(tp, now);
-	phase_push(&tp->own, phase, now);
+	phase_push(&tp->own, phase & (MAX_PHASES - 1), now);
 	thread_view(tp, &tp->own);
 	return 0;
 }
+
+/* The attach cookie is the phase id. */
+SEC("uprobe")
+int uprobe__phase_enter(struct pt_regs *ctx)
+{
+	return phase_enter(bpf_get_attach_cookie(ctx));
+}
+
+/* Kernels without attach cookies (before 5.15): one entry program per phase id, loaded only for
+ * the phases recorded. Static and not inlined, the body is in the object once. */
+static __noinline int phase_enter_id(__u32 phase)
+{
+	return phase_enter(phase);
+}
+
+#define PHASE_ENTER_ID(n)                                                                          \
+	SEC("uprobe") int uprobe__phase_enter_##n(struct pt_regs *ctx)                             \
+	{                                                                                          \
+		return phase_enter_id(n);                                                          \
+	}
+#define PHASE_ENTER_IDS_10(tens)                                                                   \
+	PHASE_ENTER_ID(tens##0)                                                                    \
+	PHASE_ENTER_ID(tens##1)                                                                    \
+	PHASE_ENTER_ID(tens##2)                                                                    \
+	PHASE_ENTER_ID(tens##3)                                                                    \
+	PHASE_ENTER_ID(tens##4)                                                                    \
+	PHASE_ENTER_ID(tens##5)                                                                    \
+	PHASE_ENTER_ID(tens##6)                                                                    \
+	PHASE_ENTER_ID(tens##7)                                                                    \
+	PHASE_ENTER_ID(tens##8)                                                                    \
+	PHASE_ENTER_ID(tens##9)
+/* Ids 1..MAX_PHASES-1 (63). */
+PHASE_ENTER_ID(1)
+PHASE_ENTER_ID(2)
+PHASE_ENTER_ID(3)
+PHASE_ENTER_ID(4)
+PHASE_ENTER_ID(5)
+PHASE_ENTER_ID(6)
+PHASE_ENTER_ID(7)
+PHASE_ENTER_ID(8)
+PHASE_ENTER_ID(9)
+PHASE_ENTER_IDS_10(1)
+PHASE_ENTER_IDS_10(2)
+PHASE_ENTER_IDS_10(3)
+PHASE_ENTER_IDS_10(4)
+PHASE_ENTER_IDS_10(5)
+PHASE_ENTER_ID(60)
+PHASE_ENTER_ID(61)
+PHASE_ENTER_ID(62)
+PHASE_ENTER_ID(63)
 
 /* Return of a phase function (native code): a uretprobe. */
 SEC("uretprobe")
@@ -104,7 +162,7 @@ int uretprobe__phase_exit(struct pt_regs *ctx)
 	}
 	__u64 now = bpf_ktime_get_ns();
 	charge_cpu(tp, now);
-	phase_pop(&tp->own, bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1), now);
+	phase_pop(&tp->own, probe_phase(ctx), now);
 	thread_view(tp, &tp->own);
 	return 0;
 }
@@ -156,7 +214,7 @@ int uprobe__go_phase_return(struct pt_regs *ctx)
 	struct thread_phase *tp = target_thread_phase();
 	if (tp)
 		charge_cpu(tp, now);
-	phase_pop(&gp->stack, bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1), now);
+	phase_pop(&gp->stack, probe_phase(ctx), now);
 	if (tp) {
 		thread_view(tp, &gp->stack);
 		tp->cur_g = key.g;

@@ -13,8 +13,7 @@
  */
 static __always_inline void ret_fixups(struct stack_sample *s)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct return_instance *ri = BPF_CORE_READ(task, utask, return_instances);
+	struct return_instance *ri = BPF_CORE_READ(current_task(), utask, return_instances);
 	for (int i = 0; i < MAX_RET_FIXUPS; i++) {
 		s->ret_slots[i] = 0;
 		s->ret_addrs[i] = 0;
@@ -50,7 +49,7 @@ static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, str
 		bp = ctx->regs.bp;
 	} else {
 		/* In the kernel on the thread's behalf: its user registers at the kernel entry. */
-		struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+		struct pt_regs *u = current_user_regs();
 		ip = BPF_CORE_READ(u, ip);
 		sp = BPF_CORE_READ(u, sp);
 		bp = BPF_CORE_READ(u, bp);

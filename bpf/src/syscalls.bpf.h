@@ -38,8 +38,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	 * skip the target_pids lookup. */
 	if (stopped || !maybe_target(tgid) || nr == NR_URETPROBE || nr == NR_UPROBE)
 		return 0;
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct syscall_start *start = bpf_task_storage_get(&syscall_starts, task, 0, 0);
+	struct syscall_start *start = thread_local(&syscall_starts, false);
 	if (!start) {
 		__u32 *state = bpf_map_lookup_elem(&target_pids, &tgid);
 		if (!state)
@@ -50,8 +49,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 				return 0;
 			*state = TARGET_ACTIVE;
 		}
-		start = bpf_task_storage_get(&syscall_starts, task, 0,
-					     BPF_LOCAL_STORAGE_GET_F_CREATE);
+		start = thread_local(&syscall_starts, true);
 		if (!start) {
 			count_drop(DROP_SYSCALL_START);
 			return 0;
@@ -96,8 +94,7 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (stopped || !maybe_target(tgid))
 		return 0;
-	struct syscall_start *start =
-		bpf_task_storage_get(&syscall_starts, bpf_get_current_task_btf(), 0, 0);
+	struct syscall_start *start = thread_local(&syscall_starts, false);
 	if (!start || !start->ts) {
 		if (!is_active(tgid))
 			return 0;

@@ -35,8 +35,9 @@ struct {
 	__type(value, __u64);
 } unwind_counts SEC(".maps");
 
-/* Registers of the frame being walked, per scratch slot (a walk can be interrupted by another
- * program's on the same CPU, which uses another slot). */
+/* A walk in progress, per scratch slot (a walk can be interrupted by another program's on the
+ * same CPU, which uses another slot): the registers of the frame being walked and what the walk
+ * found. Kept in a map, not passed: global functions take pointer arguments only since 5.12. */
 struct unwind_walk {
 	__u64 pc;
 	__u64 sp;
@@ -45,6 +46,11 @@ struct unwind_walk {
 	__u32 fixups; /* pending uretprobes found (ret_slots/ret_addrs) */
 	__u64 ret_slots[MAX_RET_FIXUPS];
 	__u64 ret_addrs[MAX_RET_FIXUPS];
+	__u32 first; /* the target's block of unwind_mappings */
+	__u32 count;
+	__u32 unmapped; /* a frame's address lay in none of the target's mappings */
+	__u32 pad;
+	__u64 fp_frames;
 };
 
 struct {
@@ -53,14 +59,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct unwind_walk);
 } unwind_walks SEC(".maps");
-
-struct walk_ctx {
-	__u32 slot;  /* enum stack_slot */
-	__u32 first; /* the target's block of unwind_mappings */
-	__u32 count;
-	__u32 unmapped; /* a frame's address lay in none of the target's mappings */
-	__u64 fp_frames;
-};
 
 /* When this CPU last announced a target's unknown code (see announce_unmapped). */
 struct {
@@ -160,14 +158,11 @@ static __always_inline __u64 restore_return(struct unwind_walk *w, __u64 addr, _
 	return ra;
 }
 
-/* One frame: records its address and steps to its caller. 1 ends the walk. Global: the verifier
- * checks it once per program, on its own, instead of within every walk's loop at every call site
- * (which took it about half a second per site). */
-__noinline int unwind_frame(struct walk_ctx *c)
+/* One frame of the walk in scratch slot `slot`: records its address and steps to its caller. 1
+ * ends the walk. Global: the verifier checks it once per program, on its own, instead of within
+ * every walk's loop at every call site (which took it about half a second per site). */
+__noinline int unwind_frame(__u32 slot)
 {
-	if (!c)
-		return 1;
-	__u32 slot = c->slot;
 	struct unwind_walk *w = bpf_map_lookup_elem(&unwind_walks, &slot);
 	struct stack_trace *st = bpf_map_lookup_elem(&stack_scratch, &slot);
 	if (!w || !st)
@@ -180,10 +175,10 @@ __noinline int unwind_frame(struct walk_ctx *c)
 	st->len = n + 1;
 	/* A caller's address is a return address: the call is the instruction before it (which
 	 * matters when a call to a function that never returns ends its caller). */
-	struct unwind_mapping *m = find_mapping(c->first, c->count, n ? pc - 1 : pc);
+	struct unwind_mapping *m = find_mapping(w->first, w->count, n ? pc - 1 : pc);
 	struct unwind_row *row = m ? find_row(m, n ? pc - 1 : pc) : NULL;
 	if (!m)
-		c->unmapped = 1;
+		w->unmapped = 1;
 	__u8 kind = row ? row->kind : UNWIND_FP;
 	__u64 cfa;
 	if (kind == UNWIND_END) {
@@ -200,7 +195,7 @@ __noinline int unwind_frame(struct walk_ctx *c)
 		if (!w->bp)
 			return 1;
 		cfa = w->bp + 16;
-		c->fp_frames++;
+		w->fp_frames++;
 	}
 	__u64 ra = 0;
 	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
@@ -220,12 +215,6 @@ __noinline int unwind_frame(struct walk_ctx *c)
 	return ra ? 0 : 1;
 }
 
-static long unwind_step(__u64 index, struct walk_ctx *c)
-{
-	/* A global function returns any scalar to the verifier; a callback must return 0 or 1. */
-	return unwind_frame(c) ? 1 : 0;
-}
-
 /*
  * Walks the current thread's user stack from the tables of target `t` (from its registers at the
  * kernel entry: a syscall's, an interrupt's, a uprobe's trap) into the scratch stack of `slot`.
@@ -238,14 +227,13 @@ static __always_inline bool walk_user_stack(struct stack_trace *st, struct unwin
 	struct unwind_walk *w = bpf_map_lookup_elem(&unwind_walks, &key);
 	if (!w)
 		return false;
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	struct pt_regs *regs = current_user_regs();
 	w->pc = BPF_CORE_READ(regs, ip);
 	w->sp = BPF_CORE_READ(regs, sp);
 	w->bp = BPF_CORE_READ(regs, bp);
 	w->complete = 0;
 	w->fixups = 0;
-	struct return_instance *ri = BPF_CORE_READ(task, utask, return_instances);
+	struct return_instance *ri = BPF_CORE_READ(current_task(), utask, return_instances);
 	for (int i = 0; i < MAX_RET_FIXUPS && ri; i++) {
 		w->ret_slots[i] = BPF_CORE_READ(ri, stack);
 		w->ret_addrs[i] = BPF_CORE_READ(ri, orig_ret_vaddr);
@@ -254,17 +242,24 @@ static __always_inline bool walk_user_stack(struct stack_trace *st, struct unwin
 	}
 	st->len = 0;
 	st->pad = 0;
-	struct walk_ctx c = {.slot = slot, .first = t->first, .count = t->count};
-	bpf_loop(MAX_STACK_DEPTH, unwind_step, &c, 0);
+	w->first = t->first;
+	w->count = t->count;
+	w->unmapped = 0;
+	w->fp_frames = 0;
+	/* A bounded loop (Linux 5.3), not bpf_loop (5.17): each step is the global function,
+	 * which the verifier checks once, so the loop costs it a few instructions per frame. */
+	for (int i = 0; i < MAX_STACK_DEPTH; i++)
+		if (unwind_frame(slot))
+			break;
 	unwind_count(UNW_WALKS, 1);
 	unwind_count(UNW_FRAMES, st->len);
-	if (c.fp_frames)
-		unwind_count(UNW_FP_FRAMES, c.fp_frames);
+	if (w->fp_frames)
+		unwind_count(UNW_FP_FRAMES, w->fp_frames);
 	if (w->complete)
 		unwind_count(UNW_COMPLETE, 1);
 	else if (st->len >= MAX_STACK_DEPTH)
 		unwind_count(UNW_TRUNCATED, 1);
-	if (c.unmapped)
+	if (w->unmapped)
 		announce_unmapped(bpf_get_current_pid_tgid() >> 32);
 	return st->len > 0;
 }
@@ -281,7 +276,7 @@ static __always_inline __u64 user_stack_id(void *ctx, enum stack_slot slot, enum
 	struct stack_trace *st = bpf_map_lookup_elem(&stack_scratch, &key);
 	if (!st || !walk_user_stack(st, t, slot))
 		return 0;
-	return store_stack(st, USER_STACK_SEED, reason);
+	return store_stack(st, slot, USER_STACK_SEED, reason);
 }
 
 #endif /* PHASEPROF_UNWIND_BPF_H */

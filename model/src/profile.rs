@@ -124,6 +124,10 @@ pub struct Meta {
     pub host: String,
     /// `uname -r` of the recording machine.
     pub kernel: String,
+    /// What this kernel's BPF could run, by feature: `yes`, or what was used instead and why
+    /// (`per-function uprobes: uprobe_multi links need Linux 6.6`), or `no: …`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kernel_features: BTreeMap<String, String>,
     pub arch: String,
     /// Wall-clock start and end of the recording, ns since the Unix epoch.
     pub start_unix_ns: u64,

@@ -42,6 +42,8 @@ pub struct Target {
     pub command: Vec<String>,
     pub host: String,
     pub kernel: String,
+    /// The kernel's BPF features and what was used without each (empty for older recordings).
+    pub kernel_features: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Debug)]
@@ -160,6 +162,7 @@ impl Summary {
                 command: m.command.clone(),
                 host: m.host.clone(),
                 kernel: m.kernel.clone(),
+                kernel_features: m.kernel_features.clone(),
             },
             duration_ns: profile.duration_ns(),
             events,

@@ -26,7 +26,7 @@ pub fn go_binary() -> Option<PathBuf> {
 /// Builds the Go workload `tests/workloads/<name>` once per process; None when Go is absent.
 pub fn go_workload(name: &str) -> Option<PathBuf> {
     let go = go_binary()?;
-    let bin = std::env::temp_dir().join(format!("phaseprof-{}-{name}", std::process::id()));
+    let bin = root().join("target/go-workloads").join(name);
     build_once(&bin.to_string_lossy(), || {
         let status = Command::new(go)
             .args(["build", "-o", bin.to_str().expect("UTF-8 temp dir"), "."])

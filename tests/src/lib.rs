@@ -50,7 +50,12 @@ pub fn collector_bin() -> PathBuf {
 }
 
 /// Runs `build` the first time `key` is asked for in this process (workloads are built once).
+/// With `PHASEPROF_PREBUILT_WORKLOADS` set, never: the kernel matrix runs the tests in guests
+/// over a read-only view of a tree where they were built already (scripts/kernels/matrix.sh).
 fn build_once(key: &str, build: impl FnOnce()) {
+    if std::env::var_os("PHASEPROF_PREBUILT_WORKLOADS").is_some() {
+        return;
+    }
     static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     let mut built = BUILT
         .get_or_init(|| Mutex::new(Vec::new()))

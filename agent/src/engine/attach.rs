@@ -3,10 +3,13 @@
 use std::os::fd::IntoRawFd;
 
 use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::Skel;
 use libbpf_rs::{MapCore, MapFlags};
 use phaseprof_bpf::{limits, types};
 use phaseprof_model::EventKind;
 
+use super::features::Needs;
+use super::load::PHASE_ENTER_BY_ID;
 use super::{monotonic_ns, Engine, EngineConfig, ProbeSpec, SwitchFlavour, Uprobe};
 use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
 
@@ -53,10 +56,17 @@ impl Engine<'_> {
             attach(&progs.raw_tp__sys_enter, "raw_tp/sys_enter")?;
             attach(&progs.raw_tp__sys_exit, "raw_tp/sys_exit")?;
         }
-        attach(
-            &progs.raw_tp__sched_process_fork,
-            "raw_tp/sched_process_fork",
-        )?;
+        if self.features.atomic_or {
+            attach(
+                &progs.raw_tp__sched_process_fork,
+                "raw_tp/sched_process_fork",
+            )?;
+        } else {
+            attach(
+                &progs.raw_tp__sched_process_fork_no_atomic_or,
+                "raw_tp/sched_process_fork",
+            )?;
+        }
         attach(
             &progs.raw_tp__sched_process_exec,
             "raw_tp/sched_process_exec",
@@ -166,9 +176,32 @@ impl Engine<'_> {
 
     /// Attaches phase probes (and the Go scheduler's), for every process mapping their files.
     pub fn attach_phases(&mut self, probes: &[ProbeSpec]) -> Result<()> {
+        let go = |p: &&ProbeSpec| {
+            matches!(
+                p.program,
+                Uprobe::GoPhaseEnter | Uprobe::GoPhaseReturn | Uprobe::GoSched
+            )
+        };
+        if let Some(p) = probes.iter().find(go) {
+            if let Some(why) = self.features.cannot(Needs::GoPhases) {
+                bail!("{why} ({} in {})", p.what, p.path.display());
+            }
+        }
         for p in probes {
             let progs = &self.skel.progs;
+            let by_id;
             let prog = match p.program {
+                Uprobe::PhaseEnter if !self.features.attach_cookie => {
+                    // No cookies: the entry program of this phase id.
+                    let name = format!("{PHASE_ENTER_BY_ID}{}", p.cookie);
+                    by_id = self
+                        .skel
+                        .object()
+                        .progs_mut()
+                        .find(|prog| prog.name() == name.as_str())
+                        .with_context(|| format!("no program {name} for {}", p.what))?;
+                    &by_id
+                }
                 Uprobe::PhaseEnter => &progs.uprobe__phase_enter,
                 Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
                 Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
@@ -218,6 +251,35 @@ impl Engine<'_> {
             let (offsets, cookies) = groups.entry((p.program, &p.path)).or_default();
             offsets.push(p.offset as usize);
             cookies.push(p.cookie);
+        }
+        if !self.features.uprobe_multi {
+            // One uprobe per function (kernels before uprobe_multi links).
+            for ((program, path), (offsets, cookies)) in groups {
+                let prog = match program {
+                    Uprobe::Free => &progs.uprobe__free_one,
+                    Uprobe::AllocEnter => &progs.uprobe__alloc_enter_one,
+                    Uprobe::AllocExit => &progs.uretprobe__alloc_exit_one,
+                    other => bail!("{other:?} is not an allocator probe"),
+                };
+                for (offset, cookie) in offsets.into_iter().zip(cookies) {
+                    let opts = libbpf_rs::UprobeOpts {
+                        cookie,
+                        retprobe: program.retprobe(),
+                        ..Default::default()
+                    };
+                    let link = prog
+                        .attach_uprobe_with_opts(pid as i32, path, offset, opts)
+                        .with_context(|| {
+                            format!(
+                                "attaching an allocator probe in {} at {offset:#x} (pid {pid})",
+                                path.display()
+                            )
+                        })?;
+                    links.push(link);
+                }
+            }
+            self.alloc_links.entry(pid).or_default().extend(links);
+            return Ok(());
         }
         for ((program, path), (offsets, cookies)) in groups {
             let prog = match program {

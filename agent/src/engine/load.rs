@@ -3,7 +3,7 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::mpsc::{channel, Receiver};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use std::os::fd::AsFd;
 
@@ -13,6 +13,7 @@ use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkelBuilder};
 use phaseprof_model::EventKind;
 
 use super::drain::Counters;
+use super::features::{KernelFeatures, Needs};
 use super::mapped::MappedArray;
 use super::{
     pod, Engine, EngineConfig, SwitchFlavour, TargetEvent, MAX_STACK_COPY, MAX_SYSCALL_COSTS,
@@ -123,10 +124,96 @@ fn switch_flavour() -> SwitchFlavour {
     SwitchFlavour::TpBtf
 }
 
+/// Per-thread maps kept in task-local storage: on kernels without it, hashes keyed by tid (the
+/// programs look them up by tid there, and delete a thread's entries at its exit).
+fn retype_thread_maps(open: &mut OpenPhaseprofSkel<'_>) -> Result<()> {
+    for map in [
+        &mut open.maps.syscall_starts,
+        &mut open.maps.thread_phases,
+        &mut open.maps.alloc_threads,
+    ] {
+        map.set_type(libbpf_rs::MapType::Hash)?;
+        map.set_map_flags(libbpf_sys::BPF_F_NO_PREALLOC)?;
+        map.set_max_entries(THREAD_ENTRIES)?;
+    }
+    Ok(())
+}
+
+/// Threads with per-thread state at once, where that state lives in hashes.
+const THREAD_ENTRIES: u32 = 65536;
+
+/// Loads only the programs this recording uses, in the flavour this kernel runs: an optional
+/// program a kernel cannot load never blocks the rest.
+fn choose_programs(
+    open: &mut OpenPhaseprofSkel<'_>,
+    cfg: &EngineConfig,
+    flavour: SwitchFlavour,
+    features: &KernelFeatures,
+) {
+    let has = |k| cfg.events.contains(&k);
+    let progs = &mut open.progs;
+    progs.perf_event__sample.set_autoload(has(EventKind::Cpu));
+    progs
+        .tp_btf__sched_switch
+        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::TpBtf);
+    progs
+        .raw_tp__sched_switch
+        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::RawTp);
+    // sys_enter also starts counting for `record -- CMD` at its execve, so it loads whenever
+    // syscalls are recorded; sched_process_exec covers the other case.
+    progs
+        .raw_tp__sys_enter
+        .set_autoload(has(EventKind::Syscall));
+    progs.raw_tp__sys_exit.set_autoload(has(EventKind::Syscall));
+    progs
+        .raw_tp__sched_process_fork
+        .set_autoload(features.atomic_or);
+    progs
+        .raw_tp__sched_process_fork_no_atomic_or
+        .set_autoload(!features.atomic_or);
+    progs.uprobe__entry_hold.set_autoload(cfg.hold_execs);
+    let alloc = has(EventKind::Alloc) && features.attach_cookie;
+    let multi = features.uprobe_multi;
+    progs.uprobe__alloc_enter.set_autoload(alloc && multi);
+    progs.uretprobe__alloc_exit.set_autoload(alloc && multi);
+    progs.uprobe__free.set_autoload(alloc && multi);
+    progs.uprobe__alloc_enter_one.set_autoload(alloc && !multi);
+    progs
+        .uretprobe__alloc_exit_one
+        .set_autoload(alloc && !multi);
+    progs.uprobe__free_one.set_autoload(alloc && !multi);
+    progs.uprobe__go_alloc_sample.set_autoload(alloc);
+    progs
+        .perf_event__pagefault
+        .set_autoload(has(EventKind::Pagefault));
+    let phases = cfg.phase_ids > 0;
+    let cookies = features.attach_cookie;
+    progs.uretprobe__phase_exit.set_autoload(phases);
+    progs.uprobe__phase_enter.set_autoload(phases && cookies);
+    // Go phases read their goroutine's phase and scheduler point from cookies.
+    progs.uprobe__go_phase_enter.set_autoload(phases && cookies);
+    progs
+        .uprobe__go_phase_return
+        .set_autoload(phases && cookies);
+    progs.uprobe__go_sched.set_autoload(phases && cookies);
+    // Without cookies: the entry program of each phase id in use.
+    for mut prog in open.open_object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        if let Some(id) = name.strip_prefix(PHASE_ENTER_BY_ID) {
+            let id: u32 = id.parse().unwrap_or(u32::MAX);
+            prog.set_autoload(phases && !cookies && id <= cfg.phase_ids);
+        }
+    }
+}
+
+/// Programs `uprobe__phase_enter_<id>`: a phase's entry on kernels without attach cookies.
+pub(super) const PHASE_ENTER_BY_ID: &str = "uprobe__phase_enter_";
+
 fn open_skel<'obj>(
     cfg: &EngineConfig,
     storage: &'obj mut MaybeUninit<OpenObject>,
     flavour: SwitchFlavour,
+    features: &KernelFeatures,
 ) -> Result<OpenPhaseprofSkel<'obj>> {
     let mut open = PhaseprofSkelBuilder::default()
         .open(storage)
@@ -140,10 +227,13 @@ fn open_skel<'obj>(
     rodata.follow_children = cfg.follow_children;
     rodata.notify_exec = cfg.notify_exec;
     rodata.hold_execs = cfg.hold_execs;
-    rodata.phases_enabled = cfg.phases_enabled;
+    rodata.phases_enabled = cfg.phase_ids > 0;
     rodata.alloc_sample_bytes = cfg.alloc_sample_bytes.max(1);
     rodata.alloc_live = cfg.alloc_live;
     rodata.stack_copy_bytes = cfg.stack_copy_bytes.min(MAX_STACK_COPY);
+    rodata.have_task_storage = features.task_storage;
+    rodata.have_task_pt_regs = features.task_pt_regs;
+    rodata.have_attach_cookie = features.attach_cookie;
     open.maps
         .stack_samples
         .set_max_entries(stack_ring_bytes(cfg, online_cpus()?.len()))?;
@@ -167,36 +257,47 @@ fn open_skel<'obj>(
     ] {
         map.set_max_entries(cfg.key_entries)?;
     }
-    let has = |k| cfg.events.contains(&k);
-    open.progs
-        .perf_event__sample
-        .set_autoload(has(EventKind::Cpu));
-    open.progs
-        .tp_btf__sched_switch
-        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::TpBtf);
-    open.progs
-        .raw_tp__sched_switch
-        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::RawTp);
-    // sys_enter also starts counting for `record -- CMD` at its execve, so it loads whenever
-    // syscalls are recorded; sched_process_exec covers the other case.
-    open.progs
-        .raw_tp__sys_enter
-        .set_autoload(has(EventKind::Syscall));
-    open.progs
-        .raw_tp__sys_exit
-        .set_autoload(has(EventKind::Syscall));
-    for prog in [
-        &mut open.progs.uprobe__alloc_enter,
-        &mut open.progs.uretprobe__alloc_exit,
-        &mut open.progs.uprobe__free,
-        &mut open.progs.uprobe__go_alloc_sample,
-    ] {
-        prog.set_autoload(has(EventKind::Alloc));
+    if !features.task_storage {
+        retype_thread_maps(&mut open)?;
     }
-    open.progs
-        .perf_event__pagefault
-        .set_autoload(has(EventKind::Pagefault));
+    choose_programs(&mut open, cfg, flavour, features);
     Ok(open)
+}
+
+/// A load that failed although every feature it uses was probed: the verifier of this kernel
+/// refused a program. Said in one line with the kernel (the program and verifier log are in
+/// the cause, shown with -v as anyhow's chain).
+fn load_error(
+    e: libbpf_rs::Error,
+    features: &KernelFeatures,
+    flavour: SwitchFlavour,
+) -> anyhow::Error {
+    anyhow::Error::new(e).context(format!(
+        "this kernel ({}) refused phaseprof's BPF programs ({flavour:?} sched_switch); please \
+         report it with the output of `phaseprof record -v`",
+        features.release
+    ))
+}
+
+/// This kernel's features, or why it cannot record what `cfg` asks for (one line).
+fn probe_features_for(cfg: &EngineConfig) -> Result<KernelFeatures> {
+    let features = KernelFeatures::probe();
+    if let Some(why) = features.core_missing() {
+        bail!("{why}");
+    }
+    if cfg.events.contains(&EventKind::Alloc) {
+        if let Some(why) = features.cannot(Needs::Alloc) {
+            bail!("{why}");
+        }
+    }
+    if cfg.phase_ids as u64 >= limits::MAX_PHASES {
+        bail!(
+            "{} phases: at most {} are recorded at once",
+            cfg.phase_ids,
+            limits::MAX_PHASES - 1
+        );
+    }
+    Ok(features)
 }
 
 impl<'obj> Engine<'obj> {
@@ -205,10 +306,11 @@ impl<'obj> Engine<'obj> {
         cfg: &EngineConfig,
         storage: &'obj mut MaybeUninit<OpenObject>,
     ) -> Result<Engine<'obj>> {
+        let features = probe_features_for(cfg)?;
         let flavour = switch_flavour();
-        let skel = open_skel(cfg, storage, flavour)?
+        let skel = open_skel(cfg, storage, flavour, &features)?
             .load()
-            .with_context(|| format!("loading the BPF programs ({flavour:?} sched_switch)"))?;
+            .map_err(|e| load_error(e, &features, flavour))?;
         let mut builder = RingBufferBuilder::new();
         let rx = ring_records(
             &mut builder,
@@ -308,6 +410,7 @@ impl<'obj> Engine<'obj> {
             pagefault_counts: Counters::default(),
             detached_at_ns: None,
             flavour,
+            features,
             cpus: 0,
         })
     }

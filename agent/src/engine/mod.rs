@@ -14,6 +14,7 @@ use drain::Counters;
 
 mod attach;
 mod drain;
+pub mod features;
 mod load;
 mod mapped;
 mod stats;
@@ -36,8 +37,9 @@ pub struct EngineConfig {
     pub notify_exec: bool,
     pub stack_entries: u32,
     pub key_entries: u32,
-    /// Phase probes will be attached: every event looks up its thread's phases.
-    pub phases_enabled: bool,
+    /// Phases recorded (ids 1..=phase_ids); above 0, phase probes will be attached and every
+    /// event looks up its thread's phases.
+    pub phase_ids: u32,
     /// Syscall cost rules counted per phase in the kernel: rule i counts these syscall numbers
     /// (at most MAX_SYSCALL_COSTS rules).
     pub syscall_costs: Vec<Vec<u32>>,
@@ -128,7 +130,7 @@ impl Default for EngineConfig {
             notify_exec: false,
             stack_entries: DEFAULT_STACK_ENTRIES,
             key_entries: 65536,
-            phases_enabled: false,
+            phase_ids: 0,
             syscall_costs: Vec::new(),
             alloc_sample_bytes: DEFAULT_ALLOC_SAMPLE_BYTES,
             alloc_live: true,
@@ -209,6 +211,8 @@ pub struct Engine<'obj> {
     /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
     detached_at_ns: Option<u64>,
     pub flavour: SwitchFlavour,
+    /// What this kernel's BPF can do, and so which programs were loaded.
+    pub features: features::KernelFeatures,
     pub cpus: usize,
 }
 

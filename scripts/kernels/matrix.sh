@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The kernel matrix: a fixed set of the end-to-end exactness tests (each compares phaseprof's
+# numbers with the workload's own truth), run on this machine's kernel and then inside each of
+# Debian's stock kernels (5.10 bullseye, 6.1 bookworm, 6.12 trixie), booted under qemu over a
+# read-only view of this system with virtme-ng. Prints a matrix: `ok`, `n/a` where phaseprof
+# refused the part with a one-line reason naming what the kernel lacks, `FAIL` otherwise.
+# Exits non-zero on any FAIL or a kernel that did not boot.
+#
+#   bash scripts/kernels/matrix.sh              # every kernel
+#   KERNELS="bookworm" bash scripts/kernels/matrix.sh
+#
+# No KVM is needed: qemu emulates the guest in software (~2.5 min per boot on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+kernels=${KERNELS:-bullseye bookworm trixie}
+logs=$root/target/kernels/logs
+mkdir -p "$logs"
+
+# name|test: the checks, by the end-to-end test that makes each one.
+checks=(
+  "syscalls exact, off-CPU = slept|exactness::command_writes_exact_and_offcpu_matches_sleep"
+  "cpu samples in the burn function|exactness::cpu_samples_land_in_the_burn_function"
+  "syscalls equal strace -c|exactness::syscall_counts_equal_strace"
+  "native phases exact|phases::phases_match_ground_truth"
+  "Go goroutine phases exact|phases::go_goroutine_phases_are_exact"
+  "allocations exact|allocations::validator_sim_allocations_are_exact"
+  "dwarf stacks reach the entry|unwind::dwarf_unwinds_a_build_without_frame_pointers"
+)
+tests=()
+for c in "${checks[@]}"; do tests+=("${c#*|}"); done
+
+# qemu and virtme-ng (which needs depmod and a static busybox for its initramfs): what a fresh
+# machine lacks.
+for p in qemu-system-x86 kmod busybox-static; do
+  dpkg -s "$p" >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null
+done
+command -v vng >/dev/null || pip install --quiet virtme-ng==1.42 >/dev/null
+bash scripts/kernels/fetch.sh $kernels
+
+exe=$(cargo test --release -p phaseprof-e2e --test integration --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "integration":
+        print(m["executable"])')
+[ -x "$exe" ] || { echo "matrix: the integration test binary was not built" >&2; exit 1; }
+
+# Runs the checks (in this kernel, or a guest's) and writes libtest's output to $1.
+run_checks() {
+  "$exe" --include-ignored --exact --test-threads 1 "${tests[@]}" >"$1" 2>&1 || true
+}
+
+columns=("host $(uname -r)")
+results=("$logs/host.log")
+echo "matrix: host kernel $(uname -r) (also builds the workloads the guests run)"
+run_checks "$logs/host.log"
+for suite in $kernels; do
+  vmlinuz=$(ls "$root/target/kernels/$suite"/boot/vmlinuz-* | head -1)
+  release=${vmlinuz##*/vmlinuz-}
+  columns+=("$release")
+  results+=("$logs/$suite.log")
+  echo "matrix: booting $release ($suite) under qemu"
+  # The guest's /tmp is its own and writable; the tree is read-only there, the workloads built.
+  guest_cmd="cd $root && export PATH=$PATH PHASEPROF_PREBUILT_WORKLOADS=1 && \
+    echo 'matrix-guest: '\$(uname -r) && \
+    $exe --include-ignored --exact --test-threads 1 ${tests[*]} 2>&1"
+  timeout 40m vng --run "$vmlinuz" --disable-kvm --force-9p --cpus 2 --memory 3G \
+    --exec "$guest_cmd" >"$logs/$suite.log" 2>&1 || true
+done
+
+python3 - "${#checks[@]}" "${checks[@]}" "${#columns[@]}" "${columns[@]}" "${results[@]}" <<'EOF'
+import re, sys
+args = sys.argv[1:]
+n = int(args[0]); checks = args[1:1 + n]; args = args[1 + n:]
+k = int(args[0]); columns = args[1:1 + k]; logs = args[1 + k:]
+failed = False
+cells = {}
+for col, log in zip(columns, logs):
+    text = open(log, errors="replace").read()
+    booted = "running " in text and "test result" in text
+    for c in checks:
+        name, test = c.split("|", 1)
+        m = re.search(r"^test %s \.\.\. (\w+)" % re.escape(test), text, re.M)
+        if not booted:
+            cell = "no boot"
+            failed = True
+        elif m and m.group(1) == "ok":
+            cell = "ok"
+        else:
+            # The test's own output: a refusal names what this kernel lacks, in one line.
+            block = text.split("---- %s stdout ----" % test, 1)[-1][:20000]
+            why = re.search(r"phaseprof: error: (.*which this kernel \(.*)", block)
+            if why and "os error" not in why.group(1):
+                cell = "n/a: " + re.sub(r",? which this kernel.*", "", why.group(1)).split(": needs ")[-1]
+            else:
+                cell = "FAIL"
+                failed = True
+        cells[(name, col)] = cell
+w0 = max(len(c.split("|")[0]) for c in checks)
+widths = [max(len(col), *(len(cells[(c.split("|")[0], col)]) for c in checks)) for col in columns]
+print("\n" + "check".ljust(w0) + " | " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)))
+print("-" * w0 + "-+-" + "-+-".join("-" * w for w in widths))
+for c in checks:
+    name = c.split("|")[0]
+    print(name.ljust(w0) + " | " + " | ".join(cells[(name, col)].ljust(w) for col, w in zip(columns, widths)))
+print("\n(logs: target/kernels/logs/)")
+sys.exit(1 if failed else 0)
+EOF
