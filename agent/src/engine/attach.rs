@@ -210,7 +210,12 @@ impl Engine<'_> {
                 other => bail!("{other:?} is not a phase probe ({})", p.what),
             };
             let opts = libbpf_rs::UprobeOpts {
-                cookie: p.cookie,
+                // Without cookies the program says the phase (libbpf refuses one it cannot set).
+                cookie: if self.features.attach_cookie {
+                    p.cookie
+                } else {
+                    0
+                },
                 retprobe: p.program.retprobe(),
                 ..Default::default()
             };

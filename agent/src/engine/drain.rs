@@ -23,6 +23,17 @@ fn into_call(mut stack: Vec<u64>) -> Vec<u64> {
     stack
 }
 
+/// Removes and returns the entry under `key`, once nothing writes the map any more (after
+/// detach). A lookup, then a delete: hashes take BPF_MAP_LOOKUP_AND_DELETE_ELEM only since
+/// Linux 5.14.
+fn take_entry(map: &dyn MapCore, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    let value = map.lookup(key, MapFlags::ANY)?;
+    if value.is_some() {
+        map.delete(key)?;
+    }
+    Ok(value)
+}
+
 /// Removes and returns every entry of a map whose key `wanted` selects (used once probes are
 /// detached, when nothing writes any more).
 fn take_window<K: Copy, V: Copy>(
@@ -33,7 +44,7 @@ fn take_window<K: Copy, V: Copy>(
     for key in map.keys().collect::<Vec<_>>() {
         let k: K = pod(&key);
         if wanted(&k) {
-            if let Some(v) = map.lookup_and_delete(&key)? {
+            if let Some(v) = take_entry(map, &key)? {
                 taken.push((k, pod::<V>(&v)));
             }
         }
@@ -80,7 +91,7 @@ impl Counters {
                 continue;
             }
             let value = if everything {
-                map.lookup_and_delete(&key)?
+                take_entry(map, &key)?
             } else {
                 map.lookup(&key, MapFlags::ANY)?
             };

@@ -126,6 +126,7 @@ fn switch_flavour() -> SwitchFlavour {
 
 /// Per-thread maps kept in task-local storage: on kernels without it, hashes keyed by tid (the
 /// programs look them up by tid there, and delete a thread's entries at its exit).
+/// Preallocated: those kernels let perf_event programs use no other kind of hash.
 fn retype_thread_maps(open: &mut OpenPhaseprofSkel<'_>) -> Result<()> {
     for map in [
         &mut open.maps.syscall_starts,
@@ -133,14 +134,15 @@ fn retype_thread_maps(open: &mut OpenPhaseprofSkel<'_>) -> Result<()> {
         &mut open.maps.alloc_threads,
     ] {
         map.set_type(libbpf_rs::MapType::Hash)?;
-        map.set_map_flags(libbpf_sys::BPF_F_NO_PREALLOC)?;
+        map.set_map_flags(0)?;
         map.set_max_entries(THREAD_ENTRIES)?;
     }
     Ok(())
 }
 
-/// Threads with per-thread state at once, where that state lives in hashes.
-const THREAD_ENTRIES: u32 = 65536;
+/// Threads with per-thread state at once, where that state lives in hashes (preallocated: about
+/// 1 KiB per thread in all; a thread beyond them is counted in `lost`).
+const THREAD_ENTRIES: u32 = 8192;
 
 /// Loads only the programs this recording uses, in the flavour this kernel runs: an optional
 /// program a kernel cannot load never blocks the rest.
@@ -274,13 +276,20 @@ fn load_error(
 ) -> anyhow::Error {
     anyhow::Error::new(e).context(format!(
         "this kernel ({}) refused phaseprof's BPF programs ({flavour:?} sched_switch); please \
-         report it with the output of `phaseprof record -v`",
+         report it with the output of `PHASEPROF_LIBBPF_LOG=debug phaseprof record …`",
         features.release
     ))
 }
 
 /// This kernel's features, or why it cannot record what `cfg` asks for (one line).
 fn probe_features_for(cfg: &EngineConfig) -> Result<KernelFeatures> {
+    if std::env::var("PHASEPROF_LIBBPF_LOG").is_ok_and(|v| v == "debug") {
+        // libbpf's own account of every step (and the verifier's log of a refused program).
+        fn print(_: libbpf_rs::PrintLevel, msg: String) {
+            eprint!("{msg}");
+        }
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, print)));
+    }
     let features = KernelFeatures::probe();
     if let Some(why) = features.core_missing() {
         bail!("{why}");
