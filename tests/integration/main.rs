@@ -12,6 +12,7 @@ mod exactness;
 mod exports;
 mod fleet;
 mod hostile;
+mod kernels;
 mod phases;
 mod real_servers;
 mod soak;
