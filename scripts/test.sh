@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: set up, check the habits CI enforces (formatting, lints, structure), build
-# everything, run every test, check the deploy manifests, and fuzz briefly. As root the root
+# everything, run every test, run the kernel matrix, check the deploy manifests, and fuzz briefly. As root the root
 # tests (#[ignore = "needs root…"]) run too and load real BPF programs; without root they are
 # reported as ignored.
 set -euo pipefail
@@ -15,6 +15,11 @@ if [ "$(id -u)" = 0 ]; then
   cargo test --release --workspace -- --include-ignored
 else
   cargo test --release --workspace
+fi
+# The kernel matrix: the exactness checks again inside Debian's stock 5.10, 6.1 and 6.12 kernels
+# booted under qemu (root only, as the BPF tests).
+if [ "$(id -u)" = 0 ]; then
+  bash scripts/kernels/matrix.sh
 fi
 bash scripts/check-deploy.sh
 bash scripts/fuzz.sh 15
