@@ -27,8 +27,9 @@ fn assert_nothing_lost(report: &serde_json::Value) {
 }
 
 // Checks the default events on `record -- CMD`: write(2) count exactly the truth, the off-CPU
-// time in the sleep's stacks within 2% of the slept time, cpu samples taken, nothing lost, and
-// the kernel and its features kept in the recording.
+// time in the sleep's stacks at most 2% above the slept time and at most 5% below it (the slept
+// time also holds the sleep syscall's own CPU work around the switch, ~0.4 ms a call under
+// emulation), cpu samples taken, nothing lost, and the kernel and its features recorded.
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn syscalls_exact_and_offcpu_equals_sleep() {
@@ -43,13 +44,10 @@ fn syscalls_exact_and_offcpu_equals_sleep() {
     );
     let (_, in_sleep) = folded_event_share(&out, "offcpu", |s| s.contains("nanosleep"));
     let slept = truth["slept_ns"].as_f64().unwrap();
-    let err = rel_diff(in_sleep as f64, slept);
-    eprintln!(
-        "off-cpu in the sleep {in_sleep} ns vs slept {slept} ns: {:.3}%",
-        err * 100.0
-    );
+    let ratio = in_sleep as f64 / slept;
+    eprintln!("off-cpu in the sleep {in_sleep} ns vs slept {slept} ns: {ratio:.4}");
     assert!(
-        err < 0.02,
+        (0.95..=1.02).contains(&ratio),
         "off-cpu in the sleep {in_sleep} ns vs slept {slept} ns"
     );
     assert!(report["events"]["cpu"]["samples"].as_u64().unwrap_or(0) > 0);
