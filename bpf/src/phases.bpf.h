@@ -106,48 +106,54 @@ int uprobe__phase_enter(struct pt_regs *ctx)
 	return phase_enter(bpf_get_attach_cookie(ctx));
 }
 
-/* Kernels without attach cookies (before 5.15): one entry program per phase id, loaded only for
- * the phases recorded. Static and not inlined, the body is in the object once. */
-static __noinline int phase_enter_id(__u32 phase)
+/*
+ * Kernels without attach cookies (before 5.15): one program per value the cookie would carry,
+ * chosen by user space by name (`<prog><value>`) and loaded only for the values in use. The
+ * bodies are static and not inlined: each is in the object once.
+ */
+#define PROBE_FOR(prog, body, n)                                                                   \
+	SEC("uprobe") int prog##n(struct pt_regs *ctx)                                             \
+	{                                                                                          \
+		return body(ctx, n);                                                               \
+	}
+#define PROBES_FOR_TENS(prog, body, tens)                                                          \
+	PROBE_FOR(prog, body, tens##0)                                                             \
+	PROBE_FOR(prog, body, tens##1)                                                             \
+	PROBE_FOR(prog, body, tens##2)                                                             \
+	PROBE_FOR(prog, body, tens##3)                                                             \
+	PROBE_FOR(prog, body, tens##4)                                                             \
+	PROBE_FOR(prog, body, tens##5)                                                             \
+	PROBE_FOR(prog, body, tens##6)                                                             \
+	PROBE_FOR(prog, body, tens##7)                                                             \
+	PROBE_FOR(prog, body, tens##8)                                                             \
+	PROBE_FOR(prog, body, tens##9)
+/* Phase ids 1..MAX_PHASES-1 (63). */
+#define PROBES_FOR_PHASE_IDS(prog, body)                                                           \
+	PROBE_FOR(prog, body, 1)                                                                   \
+	PROBE_FOR(prog, body, 2)                                                                   \
+	PROBE_FOR(prog, body, 3)                                                                   \
+	PROBE_FOR(prog, body, 4)                                                                   \
+	PROBE_FOR(prog, body, 5)                                                                   \
+	PROBE_FOR(prog, body, 6)                                                                   \
+	PROBE_FOR(prog, body, 7)                                                                   \
+	PROBE_FOR(prog, body, 8)                                                                   \
+	PROBE_FOR(prog, body, 9)                                                                   \
+	PROBES_FOR_TENS(prog, body, 1)                                                             \
+	PROBES_FOR_TENS(prog, body, 2)                                                             \
+	PROBES_FOR_TENS(prog, body, 3)                                                             \
+	PROBES_FOR_TENS(prog, body, 4)                                                             \
+	PROBES_FOR_TENS(prog, body, 5)                                                             \
+	PROBE_FOR(prog, body, 60)                                                                  \
+	PROBE_FOR(prog, body, 61)                                                                  \
+	PROBE_FOR(prog, body, 62)                                                                  \
+	PROBE_FOR(prog, body, 63)
+
+static __noinline int phase_enter_id(struct pt_regs *ctx, __u32 phase)
 {
 	return phase_enter(phase);
 }
 
-#define PHASE_ENTER_ID(n)                                                                          \
-	SEC("uprobe") int uprobe__phase_enter_##n(struct pt_regs *ctx)                             \
-	{                                                                                          \
-		return phase_enter_id(n);                                                          \
-	}
-#define PHASE_ENTER_IDS_10(tens)                                                                   \
-	PHASE_ENTER_ID(tens##0)                                                                    \
-	PHASE_ENTER_ID(tens##1)                                                                    \
-	PHASE_ENTER_ID(tens##2)                                                                    \
-	PHASE_ENTER_ID(tens##3)                                                                    \
-	PHASE_ENTER_ID(tens##4)                                                                    \
-	PHASE_ENTER_ID(tens##5)                                                                    \
-	PHASE_ENTER_ID(tens##6)                                                                    \
-	PHASE_ENTER_ID(tens##7)                                                                    \
-	PHASE_ENTER_ID(tens##8)                                                                    \
-	PHASE_ENTER_ID(tens##9)
-/* Ids 1..MAX_PHASES-1 (63). */
-PHASE_ENTER_ID(1)
-PHASE_ENTER_ID(2)
-PHASE_ENTER_ID(3)
-PHASE_ENTER_ID(4)
-PHASE_ENTER_ID(5)
-PHASE_ENTER_ID(6)
-PHASE_ENTER_ID(7)
-PHASE_ENTER_ID(8)
-PHASE_ENTER_ID(9)
-PHASE_ENTER_IDS_10(1)
-PHASE_ENTER_IDS_10(2)
-PHASE_ENTER_IDS_10(3)
-PHASE_ENTER_IDS_10(4)
-PHASE_ENTER_IDS_10(5)
-PHASE_ENTER_ID(60)
-PHASE_ENTER_ID(61)
-PHASE_ENTER_ID(62)
-PHASE_ENTER_ID(63)
+PROBES_FOR_PHASE_IDS(uprobe__phase_enter_, phase_enter_id)
 
 /* Return of a phase function (native code): a uretprobe. */
 SEC("uretprobe")
@@ -175,13 +181,12 @@ static __always_inline __u64 go_current_g(struct pt_regs *ctx)
 
 /* Entry of a Go phase function: the phase goes on the stack of the goroutine, wherever it runs
  * later. */
-SEC("uprobe")
-int uprobe__go_phase_enter(struct pt_regs *ctx)
+static __always_inline int go_phase_enter(struct pt_regs *ctx, __u32 phase)
 {
 	struct thread_phase *tp = target_thread_phase();
 	if (!tp)
 		return 0;
-	__u32 phase = bpf_get_attach_cookie(ctx) & (MAX_PHASES - 1);
+	phase &= MAX_PHASES - 1;
 	__u64 now = bpf_ktime_get_ns();
 	struct goroutine_key key = {.tgid = bpf_get_current_pid_tgid() >> 32,
 				    .g = go_current_g(ctx)};
@@ -196,6 +201,20 @@ int uprobe__go_phase_enter(struct pt_regs *ctx)
 	tp->cur_g = key.g;
 	return 0;
 }
+
+/* The attach cookie is the phase id. */
+SEC("uprobe")
+int uprobe__go_phase_enter(struct pt_regs *ctx)
+{
+	return go_phase_enter(ctx, bpf_get_attach_cookie(ctx));
+}
+
+static __noinline int go_phase_enter_id(struct pt_regs *ctx, __u32 phase)
+{
+	return go_phase_enter(ctx, phase);
+}
+
+PROBES_FOR_PHASE_IDS(uprobe__go_phase_enter_, go_phase_enter_id)
 
 /* A return instruction of a Go phase function (never a uretprobe, which would corrupt moving
  * goroutine stacks). */
@@ -233,15 +252,13 @@ int uprobe__go_phase_return(struct pt_regs *ctx)
  * a phase since its last GO_STOP is its goroutine wait; at GO_STOP and GO_EXIT the thread runs
  * scheduler code that belongs to no phase.
  */
-SEC("uprobe")
-int uprobe__go_sched(struct pt_regs *ctx)
+static __always_inline int go_sched(struct pt_regs *ctx, __u64 cookie)
 {
 	struct thread_phase *tp = target_thread_phase();
 	if (!tp)
 		return 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	count_hit(HITS_GO_SCHED);
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 point = cookie & 0xff;
 	__u64 now = bpf_ktime_get_ns();
 	/* Both registers are read as they are: the verifier refuses a context read at an offset
@@ -279,5 +296,25 @@ int uprobe__go_sched(struct pt_regs *ctx)
 	}
 	return 0;
 }
+
+/* The attach cookie is the enum go_sched_point, with GO_SCHED_CURRENT_G. */
+SEC("uprobe")
+int uprobe__go_sched(struct pt_regs *ctx)
+{
+	return go_sched(ctx, bpf_get_attach_cookie(ctx));
+}
+
+static __noinline int go_sched_point(struct pt_regs *ctx, __u64 cookie)
+{
+	return go_sched(ctx, cookie);
+}
+
+/* Without cookies: one program per cookie value (GO_SCHED_CURRENT_G is 256). */
+PROBE_FOR(uprobe__go_sched_, go_sched_point, 0)
+PROBE_FOR(uprobe__go_sched_, go_sched_point, 1)
+PROBE_FOR(uprobe__go_sched_, go_sched_point, 2)
+PROBE_FOR(uprobe__go_sched_, go_sched_point, 256)
+PROBE_FOR(uprobe__go_sched_, go_sched_point, 257)
+PROBE_FOR(uprobe__go_sched_, go_sched_point, 258)
 
 #endif /* PHASEPROF_PHASES_BPF_H */

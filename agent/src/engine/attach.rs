@@ -8,8 +8,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use phaseprof_bpf::{limits, types};
 use phaseprof_model::EventKind;
 
-use super::features::Needs;
-use super::load::PHASE_ENTER_BY_ID;
+use super::load::program_for_cookie;
 use super::{monotonic_ns, Engine, EngineConfig, ProbeSpec, SwitchFlavour, Uprobe};
 use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
 
@@ -176,46 +175,34 @@ impl Engine<'_> {
 
     /// Attaches phase probes (and the Go scheduler's), for every process mapping their files.
     pub fn attach_phases(&mut self, probes: &[ProbeSpec]) -> Result<()> {
-        let go = |p: &&ProbeSpec| {
-            matches!(
-                p.program,
-                Uprobe::GoPhaseEnter | Uprobe::GoPhaseReturn | Uprobe::GoSched
-            )
-        };
-        if let Some(p) = probes.iter().find(go) {
-            if let Some(why) = self.features.cannot(Needs::GoPhases) {
-                bail!("{why} ({} in {})", p.what, p.path.display());
-            }
-        }
+        let cookies = self.features.attach_cookie;
         for p in probes {
             let progs = &self.skel.progs;
-            let by_id;
-            let prog = match p.program {
-                Uprobe::PhaseEnter if !self.features.attach_cookie => {
-                    // No cookies: the entry program of this phase id.
-                    let name = format!("{PHASE_ENTER_BY_ID}{}", p.cookie);
-                    by_id = self
+            let by_cookie;
+            let prog = match program_for_cookie(p.program, p.cookie) {
+                // No cookies: the program that stands for this one with its cookie.
+                Some(name) if !cookies => {
+                    by_cookie = self
                         .skel
                         .object()
                         .progs_mut()
                         .find(|prog| prog.name() == name.as_str())
                         .with_context(|| format!("no program {name} for {}", p.what))?;
-                    &by_id
+                    &by_cookie
                 }
-                Uprobe::PhaseEnter => &progs.uprobe__phase_enter,
-                Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
-                Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
-                Uprobe::GoPhaseReturn => &progs.uprobe__go_phase_return,
-                Uprobe::GoSched => &progs.uprobe__go_sched,
-                other => bail!("{other:?} is not a phase probe ({})", p.what),
+                _ => match p.program {
+                    Uprobe::PhaseEnter => &progs.uprobe__phase_enter,
+                    Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
+                    Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
+                    Uprobe::GoPhaseReturn => &progs.uprobe__go_phase_return,
+                    Uprobe::GoSched => &progs.uprobe__go_sched,
+                    other => bail!("{other:?} is not a phase probe ({})", p.what),
+                },
             };
             let opts = libbpf_rs::UprobeOpts {
-                // Without cookies the program says the phase (libbpf refuses one it cannot set).
-                cookie: if self.features.attach_cookie {
-                    p.cookie
-                } else {
-                    0
-                },
+                // Without cookies the program stands for its cookie (libbpf refuses one it
+                // cannot set).
+                cookie: if cookies { p.cookie } else { 0 },
                 retprobe: p.program.retprobe(),
                 ..Default::default()
             };

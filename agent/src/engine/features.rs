@@ -21,7 +21,8 @@ pub struct KernelFeatures {
     pub task_storage: bool,
     /// Atomic OR and friends (5.12); else the fork program adds a target's bit once.
     pub atomic_or: bool,
-    /// bpf_get_attach_cookie (5.15); else one entry program per phase id.
+    /// bpf_get_attach_cookie (5.15); else one program per phase id (native and Go entries) and
+    /// per Go scheduler point; allocations need it.
     pub attach_cookie: bool,
     /// bpf_task_pt_regs (5.15); else the registers at the top of the kernel stack.
     pub task_pt_regs: bool,
@@ -94,9 +95,7 @@ impl KernelFeatures {
     /// Why `what` cannot be recorded on this kernel, if it cannot (a one-line reason).
     pub fn cannot(&self, what: Needs) -> Option<String> {
         let lacks = match what {
-            Needs::Alloc | Needs::GoPhases if !self.attach_cookie => {
-                "bpf_get_attach_cookie (Linux 5.15)"
-            }
+            Needs::Alloc if !self.attach_cookie => "bpf_get_attach_cookie (Linux 5.15)",
             _ => return None,
         };
         Some(format!(
@@ -132,7 +131,9 @@ impl KernelFeatures {
         if phases && !self.attach_cookie {
             out.push((
                 "attach_cookie",
-                "attach cookies need Linux 5.15; one entry program per phase".to_string(),
+                "attach cookies need Linux 5.15; one program per phase and per Go scheduler \
+                 point"
+                    .to_string(),
             ));
         }
         if events.contains(&EventKind::Alloc) && self.attach_cookie && !self.uprobe_multi {
@@ -171,14 +172,12 @@ impl KernelFeatures {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Needs {
     Alloc,
-    GoPhases,
 }
 
 impl Needs {
     fn name(self) -> &'static str {
         match self {
             Needs::Alloc => "allocations (--events alloc)",
-            Needs::GoPhases => "phases in Go code",
         }
     }
 }
@@ -304,7 +303,7 @@ mod tests {
     use super::*;
 
     // Checks the one-line reasons: a kernel like 5.10 (no cookies, no task storage) refuses
-    // allocations and Go phases and says which fallbacks it uses; a complete kernel has none;
+    // allocations and says which fallbacks it uses; a complete kernel has none;
     // a kernel without ring buffers is refused with the minimum.
     #[test]
     fn reasons_name_the_missing_feature_and_the_minimum() {
@@ -321,7 +320,6 @@ mod tests {
             "allocations (--events alloc): needs bpf_get_attach_cookie (Linux 5.15), which this \
              kernel (5.10.0-32-amd64) lacks"
         );
-        assert!(old.cannot(Needs::GoPhases).is_some());
         let lines = old.fallbacks(&[EventKind::Cpu], true);
         let names: Vec<_> = lines.iter().map(|(k, _)| *k).collect();
         assert_eq!(

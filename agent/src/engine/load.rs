@@ -16,7 +16,8 @@ use super::drain::Counters;
 use super::features::{KernelFeatures, Needs};
 use super::mapped::MappedArray;
 use super::{
-    pod, Engine, EngineConfig, SwitchFlavour, TargetEvent, MAX_STACK_COPY, MAX_SYSCALL_COSTS,
+    pod, Engine, EngineConfig, SwitchFlavour, TargetEvent, Uprobe, MAX_STACK_COPY,
+    MAX_SYSCALL_COSTS,
 };
 use crate::perf_events::online_cpus;
 use crate::window::{RawGoAlloc, RawStackSample};
@@ -191,25 +192,44 @@ fn choose_programs(
     let phases = cfg.phase_ids > 0;
     let cookies = features.attach_cookie;
     progs.uretprobe__phase_exit.set_autoload(phases);
+    progs.uprobe__go_phase_return.set_autoload(phases);
     progs.uprobe__phase_enter.set_autoload(phases && cookies);
-    // Go phases read their goroutine's phase and scheduler point from cookies.
     progs.uprobe__go_phase_enter.set_autoload(phases && cookies);
-    progs
-        .uprobe__go_phase_return
-        .set_autoload(phases && cookies);
     progs.uprobe__go_sched.set_autoload(phases && cookies);
-    // Without cookies: the entry program of each phase id in use.
+    // Without cookies: the programs of each phase id in use, and of each scheduler point.
     for mut prog in open.open_object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
-        if let Some(id) = name.strip_prefix(PHASE_ENTER_BY_ID) {
-            let id: u32 = id.parse().unwrap_or(u32::MAX);
-            prog.set_autoload(phases && !cookies && id <= cfg.phase_ids);
-        }
+        let value = |prefix: &str| name.strip_prefix(prefix)?.parse::<u64>().ok();
+        let wanted = if let Some(id) =
+            value(BY_COOKIE_PHASE_ENTER).or_else(|| value(BY_COOKIE_GO_PHASE_ENTER))
+        {
+            id <= cfg.phase_ids as u64
+        } else if value(BY_COOKIE_GO_SCHED).is_some() {
+            true
+        } else {
+            continue;
+        };
+        prog.set_autoload(phases && !cookies && wanted);
     }
 }
 
-/// Programs `uprobe__phase_enter_<id>`: a phase's entry on kernels without attach cookies.
-pub(super) const PHASE_ENTER_BY_ID: &str = "uprobe__phase_enter_";
+/// On kernels without attach cookies, the program that stands for `program` with `cookie` is
+/// `<prefix><cookie>` (see PROBE_FOR in phases.bpf.h).
+const BY_COOKIE_PHASE_ENTER: &str = "uprobe__phase_enter_";
+const BY_COOKIE_GO_PHASE_ENTER: &str = "uprobe__go_phase_enter_";
+const BY_COOKIE_GO_SCHED: &str = "uprobe__go_sched_";
+
+/// The name of the program that stands for `program` with `cookie` where the kernel has no
+/// attach cookies; None for programs that need no cookie there.
+pub(super) fn program_for_cookie(program: Uprobe, cookie: u64) -> Option<String> {
+    let prefix = match program {
+        Uprobe::PhaseEnter => BY_COOKIE_PHASE_ENTER,
+        Uprobe::GoPhaseEnter => BY_COOKIE_GO_PHASE_ENTER,
+        Uprobe::GoSched => BY_COOKIE_GO_SCHED,
+        _ => return None,
+    };
+    Some(format!("{prefix}{cookie}"))
+}
 
 fn open_skel<'obj>(
     cfg: &EngineConfig,
