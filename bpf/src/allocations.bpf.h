@@ -119,9 +119,9 @@ static __always_inline bool inside_allocator(struct alloc_thread *at, __u64 sp)
 	return at->sp && at->generation == alloc_generation && sp < at->sp;
 }
 
-/* Entry of malloc & co; the cookie's low byte is the enum alloc_fn. Probes sit where the
+/* Entry of malloc & co, an enum alloc_fn `kind` (the cookie's low byte). Probes sit where the
  * return address is still on top of the stack, so sp is the caller's sp at the call. */
-static __always_inline int alloc_enter(struct pt_regs *ctx)
+static __always_inline int alloc_enter(struct pt_regs *ctx, __u32 kind)
 {
 	if (alloc_paused || !is_active(bpf_get_current_pid_tgid() >> 32))
 		return 0;
@@ -132,7 +132,6 @@ static __always_inline int alloc_enter(struct pt_regs *ctx)
 	__u64 sp = PT_REGS_SP(ctx);
 	if (inside_allocator(at, sp))
 		return 0;
-	__u32 kind = bpf_get_attach_cookie(ctx) & 0xff;
 	__u64 a0 = PT_REGS_PARM1(ctx), a1 = PT_REGS_PARM2(ctx), a2 = PT_REGS_PARM3(ctx);
 	at->kind = kind;
 	at->arg = 0;
@@ -214,7 +213,7 @@ static __always_inline int free_call(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int uprobe__alloc_enter(struct pt_regs *ctx)
 {
-	return alloc_enter(ctx);
+	return alloc_enter(ctx, bpf_get_attach_cookie(ctx) & 0xff);
 }
 
 SEC("uretprobe.multi")
@@ -233,8 +232,21 @@ int uprobe__free(struct pt_regs *ctx)
 SEC("uprobe")
 int uprobe__alloc_enter_one(struct pt_regs *ctx)
 {
-	return alloc_enter(ctx);
+	return alloc_enter(ctx, bpf_get_attach_cookie(ctx) & 0xff);
 }
+
+/* Without attach cookies (before 5.15): one entry program per enum alloc_fn (the returns and
+ * free need none). */
+static __noinline int alloc_enter_kind(struct pt_regs *ctx, __u32 kind)
+{
+	return alloc_enter(ctx, kind);
+}
+
+PROBE_FOR(uprobe__alloc_enter_kind_, alloc_enter_kind, 0)
+PROBE_FOR(uprobe__alloc_enter_kind_, alloc_enter_kind, 1)
+PROBE_FOR(uprobe__alloc_enter_kind_, alloc_enter_kind, 2)
+PROBE_FOR(uprobe__alloc_enter_kind_, alloc_enter_kind, 3)
+PROBE_FOR(uprobe__alloc_enter_kind_, alloc_enter_kind, 4)
 
 SEC("uretprobe")
 int uretprobe__alloc_exit_one(struct pt_regs *ctx)

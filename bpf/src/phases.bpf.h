@@ -106,48 +106,7 @@ int uprobe__phase_enter(struct pt_regs *ctx)
 	return phase_enter(bpf_get_attach_cookie(ctx));
 }
 
-/*
- * Kernels without attach cookies (before 5.15): one program per value the cookie would carry,
- * chosen by user space by name (`<prog><value>`) and loaded only for the values in use. The
- * bodies are static and not inlined: each is in the object once.
- */
-#define PROBE_FOR(prog, body, n)                                                                   \
-	SEC("uprobe") int prog##n(struct pt_regs *ctx)                                             \
-	{                                                                                          \
-		return body(ctx, n);                                                               \
-	}
-#define PROBES_FOR_TENS(prog, body, tens)                                                          \
-	PROBE_FOR(prog, body, tens##0)                                                             \
-	PROBE_FOR(prog, body, tens##1)                                                             \
-	PROBE_FOR(prog, body, tens##2)                                                             \
-	PROBE_FOR(prog, body, tens##3)                                                             \
-	PROBE_FOR(prog, body, tens##4)                                                             \
-	PROBE_FOR(prog, body, tens##5)                                                             \
-	PROBE_FOR(prog, body, tens##6)                                                             \
-	PROBE_FOR(prog, body, tens##7)                                                             \
-	PROBE_FOR(prog, body, tens##8)                                                             \
-	PROBE_FOR(prog, body, tens##9)
-/* Phase ids 1..MAX_PHASES-1 (63). */
-#define PROBES_FOR_PHASE_IDS(prog, body)                                                           \
-	PROBE_FOR(prog, body, 1)                                                                   \
-	PROBE_FOR(prog, body, 2)                                                                   \
-	PROBE_FOR(prog, body, 3)                                                                   \
-	PROBE_FOR(prog, body, 4)                                                                   \
-	PROBE_FOR(prog, body, 5)                                                                   \
-	PROBE_FOR(prog, body, 6)                                                                   \
-	PROBE_FOR(prog, body, 7)                                                                   \
-	PROBE_FOR(prog, body, 8)                                                                   \
-	PROBE_FOR(prog, body, 9)                                                                   \
-	PROBES_FOR_TENS(prog, body, 1)                                                             \
-	PROBES_FOR_TENS(prog, body, 2)                                                             \
-	PROBES_FOR_TENS(prog, body, 3)                                                             \
-	PROBES_FOR_TENS(prog, body, 4)                                                             \
-	PROBES_FOR_TENS(prog, body, 5)                                                             \
-	PROBE_FOR(prog, body, 60)                                                                  \
-	PROBE_FOR(prog, body, 61)                                                                  \
-	PROBE_FOR(prog, body, 62)                                                                  \
-	PROBE_FOR(prog, body, 63)
-
+/* Kernels without attach cookies: one entry program per phase id (see PROBE_FOR). */
 static __noinline int phase_enter_id(struct pt_regs *ctx, __u32 phase)
 {
 	return phase_enter(phase);

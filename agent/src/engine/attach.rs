@@ -8,6 +8,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use phaseprof_bpf::{limits, types};
 use phaseprof_model::EventKind;
 
+use super::features::Needs;
 use super::load::program_for_cookie;
 use super::{monotonic_ns, Engine, EngineConfig, ProbeSpec, SwitchFlavour, Uprobe};
 use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
@@ -227,6 +228,9 @@ impl Engine<'_> {
         let mut links = Vec::new();
         for p in probes {
             if p.program == Uprobe::GoAllocSample {
+                if let Some(why) = self.features.cannot(Needs::GoAlloc) {
+                    bail!("{why} ({} in {})", p.what, p.path.display());
+                }
                 let opts = libbpf_rs::UprobeOpts {
                     cookie: p.cookie,
                     ..Default::default()
@@ -244,30 +248,11 @@ impl Engine<'_> {
             offsets.push(p.offset as usize);
             cookies.push(p.cookie);
         }
-        if !self.features.uprobe_multi {
+        if !(self.features.uprobe_multi && self.features.attach_cookie) {
             // One uprobe per function (kernels before uprobe_multi links).
-            for ((program, path), (offsets, cookies)) in groups {
-                let prog = match program {
-                    Uprobe::Free => &progs.uprobe__free_one,
-                    Uprobe::AllocEnter => &progs.uprobe__alloc_enter_one,
-                    Uprobe::AllocExit => &progs.uretprobe__alloc_exit_one,
-                    other => bail!("{other:?} is not an allocator probe"),
-                };
-                for (offset, cookie) in offsets.into_iter().zip(cookies) {
-                    let opts = libbpf_rs::UprobeOpts {
-                        cookie,
-                        retprobe: program.retprobe(),
-                        ..Default::default()
-                    };
-                    let link = prog
-                        .attach_uprobe_with_opts(pid as i32, path, offset, opts)
-                        .with_context(|| {
-                            format!(
-                                "attaching an allocator probe in {} at {offset:#x} (pid {pid})",
-                                path.display()
-                            )
-                        })?;
-                    links.push(link);
+            for (&(program, path), (offsets, cookies)) in &groups {
+                for (&offset, &cookie) in offsets.iter().zip(cookies) {
+                    links.push(self.attach_alloc_one(pid, program, path, offset, cookie)?);
                 }
             }
             self.alloc_links.entry(pid).or_default().extend(links);
@@ -298,6 +283,50 @@ impl Engine<'_> {
         }
         self.alloc_links.entry(pid).or_default().extend(links);
         Ok(())
+    }
+
+    /// One allocator probe on its own link (kernels without uprobe_multi links); without attach
+    /// cookies, the entry program of the allocator's kind stands for the cookie.
+    fn attach_alloc_one(
+        &self,
+        pid: u32,
+        program: Uprobe,
+        path: &std::path::Path,
+        offset: usize,
+        cookie: u64,
+    ) -> Result<libbpf_rs::Link> {
+        let progs = &self.skel.progs;
+        let cookies = self.features.attach_cookie;
+        let by_cookie;
+        let prog = match program_for_cookie(program, cookie) {
+            Some(name) if !cookies => {
+                by_cookie = self
+                    .skel
+                    .object()
+                    .progs_mut()
+                    .find(|prog| prog.name() == name.as_str())
+                    .with_context(|| format!("no program {name} for an allocator"))?;
+                &by_cookie
+            }
+            _ => match program {
+                Uprobe::Free => &progs.uprobe__free_one,
+                Uprobe::AllocEnter => &progs.uprobe__alloc_enter_one,
+                Uprobe::AllocExit => &progs.uretprobe__alloc_exit_one,
+                other => bail!("{other:?} is not an allocator probe"),
+            },
+        };
+        let opts = libbpf_rs::UprobeOpts {
+            cookie: if cookies { cookie } else { 0 },
+            retprobe: program.retprobe(),
+            ..Default::default()
+        };
+        prog.attach_uprobe_with_opts(pid as i32, path, offset, opts)
+            .with_context(|| {
+                format!(
+                    "attaching an allocator probe in {} at {offset:#x} (pid {pid})",
+                    path.display()
+                )
+            })
     }
 
     /// Detaches the allocator probes of every target (duty cycling), keeping the rest.

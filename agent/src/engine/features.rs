@@ -21,8 +21,8 @@ pub struct KernelFeatures {
     pub task_storage: bool,
     /// Atomic OR and friends (5.12); else the fork program adds a target's bit once.
     pub atomic_or: bool,
-    /// bpf_get_attach_cookie (5.15); else one program per phase id (native and Go entries) and
-    /// per Go scheduler point; allocations need it.
+    /// bpf_get_attach_cookie (5.15); else one program per phase id (native and Go entries), per
+    /// Go scheduler point and per allocator kind; Go's allocation samples need it.
     pub attach_cookie: bool,
     /// bpf_task_pt_regs (5.15); else the registers at the top of the kernel stack.
     pub task_pt_regs: bool,
@@ -95,7 +95,7 @@ impl KernelFeatures {
     /// Why `what` cannot be recorded on this kernel, if it cannot (a one-line reason).
     pub fn cannot(&self, what: Needs) -> Option<String> {
         let lacks = match what {
-            Needs::Alloc if !self.attach_cookie => "bpf_get_attach_cookie (Linux 5.15)",
+            Needs::GoAlloc if !self.attach_cookie => "bpf_get_attach_cookie (Linux 5.15)",
             _ => return None,
         };
         Some(format!(
@@ -128,15 +128,15 @@ impl KernelFeatures {
                     .to_string(),
             ));
         }
-        if phases && !self.attach_cookie {
+        if (phases || events.contains(&EventKind::Alloc)) && !self.attach_cookie {
             out.push((
                 "attach_cookie",
-                "attach cookies need Linux 5.15; one program per phase and per Go scheduler \
-                 point"
+                "attach cookies need Linux 5.15; one program per phase, Go scheduler point and \
+                 allocator kind"
                     .to_string(),
             ));
         }
-        if events.contains(&EventKind::Alloc) && self.attach_cookie && !self.uprobe_multi {
+        if events.contains(&EventKind::Alloc) && !self.uprobe_multi {
             out.push((
                 "uprobe_multi",
                 "alloc: uprobe_multi links need Linux 6.6 (per-process filtering: 6.10); using \
@@ -171,13 +171,14 @@ impl KernelFeatures {
 /// Parts of a recording that need more than the core.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Needs {
-    Alloc,
+    /// Go's heap-sample hook: the address of its sampling rate travels in the cookie.
+    GoAlloc,
 }
 
 impl Needs {
     fn name(self) -> &'static str {
         match self {
-            Needs::Alloc => "allocations (--events alloc)",
+            Needs::GoAlloc => "allocations in Go code",
         }
     }
 }
@@ -303,7 +304,7 @@ mod tests {
     use super::*;
 
     // Checks the one-line reasons: a kernel like 5.10 (no cookies, no task storage) refuses
-    // allocations and says which fallbacks it uses; a complete kernel has none;
+    // Go allocations and says which fallbacks it uses; a complete kernel has none;
     // a kernel without ring buffers is refused with the minimum.
     #[test]
     fn reasons_name_the_missing_feature_and_the_minimum() {
@@ -316,8 +317,8 @@ mod tests {
             ..KernelFeatures::all("5.10.0-32-amd64")
         };
         assert_eq!(
-            old.cannot(Needs::Alloc).unwrap(),
-            "allocations (--events alloc): needs bpf_get_attach_cookie (Linux 5.15), which this \
+            old.cannot(Needs::GoAlloc).unwrap(),
+            "allocations in Go code: needs bpf_get_attach_cookie (Linux 5.15), which this \
              kernel (5.10.0-32-amd64) lacks"
         );
         let lines = old.fallbacks(&[EventKind::Cpu], true);
@@ -329,7 +330,7 @@ mod tests {
         assert_eq!(old.summary(&[], false)["uprobe_multi"], "no");
         let new = KernelFeatures::all("6.18.0");
         assert!(new.fallbacks(&[EventKind::Alloc], true).is_empty());
-        assert!(new.cannot(Needs::Alloc).is_none());
+        assert!(new.cannot(Needs::GoAlloc).is_none());
         assert!(new.core_missing().is_none());
         let no_ring = KernelFeatures {
             ringbuf: false,

@@ -13,7 +13,7 @@ use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkelBuilder};
 use phaseprof_model::EventKind;
 
 use super::drain::Counters;
-use super::features::{KernelFeatures, Needs};
+use super::features::KernelFeatures;
 use super::mapped::MappedArray;
 use super::{
     pod, Engine, EngineConfig, SwitchFlavour, TargetEvent, Uprobe, MAX_STACK_COPY,
@@ -175,22 +175,26 @@ fn choose_programs(
         .raw_tp__sched_process_fork_no_atomic_or
         .set_autoload(!features.atomic_or);
     progs.uprobe__entry_hold.set_autoload(cfg.hold_execs);
-    let alloc = has(EventKind::Alloc) && features.attach_cookie;
-    let multi = features.uprobe_multi;
+    let alloc = has(EventKind::Alloc);
+    let cookies = features.attach_cookie;
+    // uprobe_multi links (6.6) imply cookies (5.15).
+    let multi = features.uprobe_multi && cookies;
     progs.uprobe__alloc_enter.set_autoload(alloc && multi);
     progs.uretprobe__alloc_exit.set_autoload(alloc && multi);
     progs.uprobe__free.set_autoload(alloc && multi);
-    progs.uprobe__alloc_enter_one.set_autoload(alloc && !multi);
+    progs
+        .uprobe__alloc_enter_one
+        .set_autoload(alloc && !multi && cookies);
     progs
         .uretprobe__alloc_exit_one
         .set_autoload(alloc && !multi);
     progs.uprobe__free_one.set_autoload(alloc && !multi);
-    progs.uprobe__go_alloc_sample.set_autoload(alloc);
+    // Go's sample hook carries the address of its rate in the cookie: no twin can.
+    progs.uprobe__go_alloc_sample.set_autoload(alloc && cookies);
     progs
         .perf_event__pagefault
         .set_autoload(has(EventKind::Pagefault));
     let phases = cfg.phase_ids > 0;
-    let cookies = features.attach_cookie;
     progs.uretprobe__phase_exit.set_autoload(phases);
     progs.uprobe__go_phase_return.set_autoload(phases);
     progs.uprobe__phase_enter.set_autoload(phases && cookies);
@@ -203,13 +207,15 @@ fn choose_programs(
         let wanted = if let Some(id) =
             value(BY_COOKIE_PHASE_ENTER).or_else(|| value(BY_COOKIE_GO_PHASE_ENTER))
         {
-            id <= cfg.phase_ids as u64
+            phases && id <= cfg.phase_ids as u64
         } else if value(BY_COOKIE_GO_SCHED).is_some() {
-            true
+            phases
+        } else if value(BY_COOKIE_ALLOC_ENTER).is_some() {
+            alloc && !multi
         } else {
             continue;
         };
-        prog.set_autoload(phases && !cookies && wanted);
+        prog.set_autoload(!cookies && wanted);
     }
 }
 
@@ -218,6 +224,7 @@ fn choose_programs(
 const BY_COOKIE_PHASE_ENTER: &str = "uprobe__phase_enter_";
 const BY_COOKIE_GO_PHASE_ENTER: &str = "uprobe__go_phase_enter_";
 const BY_COOKIE_GO_SCHED: &str = "uprobe__go_sched_";
+const BY_COOKIE_ALLOC_ENTER: &str = "uprobe__alloc_enter_kind_";
 
 /// The name of the program that stands for `program` with `cookie` where the kernel has no
 /// attach cookies; None for programs that need no cookie there.
@@ -226,6 +233,7 @@ pub(super) fn program_for_cookie(program: Uprobe, cookie: u64) -> Option<String>
         Uprobe::PhaseEnter => BY_COOKIE_PHASE_ENTER,
         Uprobe::GoPhaseEnter => BY_COOKIE_GO_PHASE_ENTER,
         Uprobe::GoSched => BY_COOKIE_GO_SCHED,
+        Uprobe::AllocEnter => BY_COOKIE_ALLOC_ENTER,
         _ => return None,
     };
     Some(format!("{prefix}{cookie}"))
@@ -313,11 +321,6 @@ fn probe_features_for(cfg: &EngineConfig) -> Result<KernelFeatures> {
     let features = KernelFeatures::probe();
     if let Some(why) = features.core_missing() {
         bail!("{why}");
-    }
-    if cfg.events.contains(&EventKind::Alloc) {
-        if let Some(why) = features.cannot(Needs::Alloc) {
-            bail!("{why}");
-        }
     }
     if cfg.phase_ids as u64 >= limits::MAX_PHASES {
         bail!(
