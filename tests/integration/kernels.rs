@@ -107,8 +107,10 @@ fn native_phases_exact() {
     assert_nothing_lost(&report);
 }
 
-// Checks allocations with every one sampled: bytes and calls within 0.1% of the workload's own
-// counts (the C library's own allocations are not in its count) and no event lost.
+// Checks allocations with every one sampled: bytes within 0.1% of the workload's own count (the
+// C library's own allocations are not in it) and nothing the totals rely on lost (their map, the
+// threads' state). A sampled stack can be lost on 5.10 and 6.1, whose hash maps refuse an update
+// (EBUSY) while a preempted program on the same CPU holds the bucket: counted in `lost`.
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn allocation_totals_exact() {
@@ -134,7 +136,9 @@ fn allocation_totals_exact() {
         rel_diff(bytes, truth_bytes) < 0.001,
         "{bytes} vs {truth_bytes}"
     );
-    assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
+    let lost = &report["lost"]["by_reason"];
+    assert_eq!(lost["alloc_totals_full"], 0, "{lost}");
+    assert_eq!(lost["alloc_thread_state"], 0, "{lost}");
 }
 
 // Checks --unwind dwarf on the workload built without frame pointers: at least 90% of cpu
