@@ -179,19 +179,10 @@ impl Engine<'_> {
         let cookies = self.features.attach_cookie;
         for p in probes {
             let progs = &self.skel.progs;
-            let by_cookie;
-            let prog = match program_for_cookie(p.program, p.cookie) {
-                // No cookies: the program that stands for this one with its cookie.
-                Some(name) if !cookies => {
-                    by_cookie = self
-                        .skel
-                        .object()
-                        .progs_mut()
-                        .find(|prog| prog.name() == name.as_str())
-                        .with_context(|| format!("no program {name} for {}", p.what))?;
-                    &by_cookie
-                }
-                _ => match p.program {
+            let stand_in = self.stand_in(p.program, p.cookie)?;
+            let prog = match &stand_in {
+                Some(prog) => prog,
+                None => match p.program {
                     Uprobe::PhaseEnter => &progs.uprobe__phase_enter,
                     Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
                     Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
@@ -285,6 +276,24 @@ impl Engine<'_> {
         Ok(())
     }
 
+    /// On kernels without attach cookies, the loaded program that stands for `program` with
+    /// `cookie`; None where the kernel has cookies or `program` needs none there.
+    fn stand_in(&self, program: Uprobe, cookie: u64) -> Result<Option<libbpf_rs::ProgramMut<'_>>> {
+        if self.features.attach_cookie {
+            return Ok(None);
+        }
+        let Some(name) = program_for_cookie(program, cookie) else {
+            return Ok(None);
+        };
+        let prog = self
+            .skel
+            .object()
+            .progs_mut()
+            .find(|p| p.name() == name.as_str());
+        prog.map(Some)
+            .with_context(|| format!("no program {name} loaded"))
+    }
+
     /// One allocator probe on its own link (kernels without uprobe_multi links); without attach
     /// cookies, the entry program of the allocator's kind stands for the cookie.
     fn attach_alloc_one(
@@ -297,18 +306,10 @@ impl Engine<'_> {
     ) -> Result<libbpf_rs::Link> {
         let progs = &self.skel.progs;
         let cookies = self.features.attach_cookie;
-        let by_cookie;
-        let prog = match program_for_cookie(program, cookie) {
-            Some(name) if !cookies => {
-                by_cookie = self
-                    .skel
-                    .object()
-                    .progs_mut()
-                    .find(|prog| prog.name() == name.as_str())
-                    .with_context(|| format!("no program {name} for an allocator"))?;
-                &by_cookie
-            }
-            _ => match program {
+        let stand_in = self.stand_in(program, cookie)?;
+        let prog = match &stand_in {
+            Some(prog) => prog,
+            None => match program {
                 Uprobe::Free => &progs.uprobe__free_one,
                 Uprobe::AllocEnter => &progs.uprobe__alloc_enter_one,
                 Uprobe::AllocExit => &progs.uretprobe__alloc_exit_one,
