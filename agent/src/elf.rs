@@ -67,8 +67,8 @@ pub fn for_each_symbol(
 /// exported functions, are all that is left). False when it cannot be read.
 pub fn is_stripped(path: &Path) -> bool {
     use object::Object;
-    std::fs::read(path).is_ok_and(|data| {
-        object::File::parse(&*data).is_ok_and(|f| f.section_by_name(".symtab").is_none())
+    crate::target_files::read_elf(path).is_ok_and(|reader| {
+        object::File::parse(&reader).is_ok_and(|f| f.section_by_name(".symtab").is_none())
     })
 }
 

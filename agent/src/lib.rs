@@ -19,6 +19,7 @@ pub mod session;
 pub mod signals;
 pub mod soak;
 pub mod symbolize;
+pub mod target_files;
 pub mod targets;
 pub mod unwind;
 pub mod window;

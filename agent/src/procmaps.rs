@@ -1,7 +1,6 @@
 //! A cache of each target's executable mappings (`/proc/PID/maps`), read while the process is
 //! alive so that its addresses can still be symbolized after it exits.
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vma {
@@ -11,6 +10,8 @@ pub struct Vma {
     pub offset: u64,
     /// The mapped file, or a pseudo name such as `[vdso]`.
     pub path: String,
+    /// The mapped file's (device, inode), to check a file opened by path is the one mapped.
+    pub inode: Option<(u64, u64)>,
 }
 
 impl Vma {
@@ -33,8 +34,7 @@ pub fn parse_maps(text: &str) -> Vec<Vma> {
         if !perms.contains('x') {
             continue;
         }
-        let _dev = fields.next();
-        let _inode = fields.next();
+        let inode = file_id(fields.next(), fields.next());
         // The path may contain spaces and ends in " (deleted)" when the file was replaced.
         let path = fields.collect::<Vec<_>>().join(" ");
         let Some((start, end)) = range.split_once('-') else {
@@ -52,9 +52,18 @@ pub fn parse_maps(text: &str) -> Vec<Vma> {
             end,
             offset,
             path,
+            inode,
         });
     }
     vmas
+}
+
+/// `MAJOR:MINOR` (hex) and an inode number as maps prints them, as `stat` gives them.
+fn file_id(dev: Option<&str>, inode: Option<&str>) -> Option<(u64, u64)> {
+    let (major, minor) = dev?.split_once(':')?;
+    let major = u32::from_str_radix(major, 16).ok()?;
+    let minor = u32::from_str_radix(minor, 16).ok()?;
+    Some((libc::makedev(major, minor), inode?.parse().ok()?))
 }
 
 /// Executable mappings per process, kept after the process is gone.
@@ -84,18 +93,6 @@ impl ProcMaps {
             .iter()
             .find(|v| v.start <= addr && addr < v.end)
     }
-
-    /// The file to open for a mapping: through the process's root while it lives (so mount
-    /// namespaces work), else the path itself.
-    pub fn open_path(pid: u32, vma: &Vma) -> PathBuf {
-        let path = vma.path.trim_end_matches(" (deleted)");
-        let via_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
-        if via_root.exists() {
-            via_root
-        } else {
-            PathBuf::from(path)
-        }
-    }
 }
 
 #[cfg(test)]
@@ -118,5 +115,6 @@ mod tests {
         assert_eq!(v[0].offset, 0x20000);
         assert_eq!(v[1].path, "/opt/my lib/libx.so (deleted)");
         assert!(!v[2].is_file());
+        assert_eq!(v[0].inode, Some((libc::makedev(0xfe, 1), 123)));
     }
 }

@@ -41,9 +41,9 @@ pub fn process_state(pid: u32) -> Option<char> {
 /// the libraries), for a uprobe.
 pub fn entry_offset(exe: &Path) -> Result<u64> {
     use object::{Object, ObjectSegment};
-    let data = std::fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
-    let elf =
-        object::File::parse(&data[..]).with_context(|| format!("parsing {}", exe.display()))?;
+    let reader =
+        crate::target_files::read_elf(exe).with_context(|| format!("reading {}", exe.display()))?;
+    let elf = object::File::parse(&reader).with_context(|| format!("parsing {}", exe.display()))?;
     let entry = elf.entry();
     elf.segments()
         .find_map(|seg| {
@@ -224,18 +224,40 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
 }
 
 /// The ELF files with code in process `pid`: its executable, then every shared object mapped
-/// executable, each once.
+/// executable, each once. Only paths that still name the mapped file (a regular file, the same
+/// device and inode) are kept: a path its owner replaced (by a FIFO, a symlink, another file)
+/// is skipped with a warning.
 pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
     let exe =
         std::fs::read_link(exe_link(pid)).with_context(|| format!("reading /proc/{pid}/exe"))?;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .with_context(|| format!("reading /proc/{pid}/maps"))?;
-    let mut objects = vec![exe];
-    for vma in crate::procmaps::parse_maps(&maps) {
+    let vmas = crate::procmaps::parse_maps(&maps);
+    let mut objects: Vec<PathBuf> = Vec::new();
+    let exe_vma = vmas
+        .iter()
+        .find(|v| Path::new(v.path.trim_end_matches(" (deleted)")) == exe);
+    for vma in exe_vma.into_iter().chain(&vmas) {
         let path = PathBuf::from(vma.path.trim_end_matches(" (deleted)"));
-        if vma.is_file() && !objects.contains(&path) {
-            objects.push(path);
+        if !vma.is_file() || objects.contains(&path) {
+            continue;
         }
+        // lstat: never follows, never opens (a FIFO cannot block it).
+        let same = std::fs::symlink_metadata(&path).is_ok_and(|m| {
+            m.file_type().is_file() && vma.inode.is_none_or(|id| id == (m.dev(), m.ino()))
+        });
+        if same {
+            objects.push(path);
+        } else if !vma.path.ends_with(" (deleted)") {
+            eprintln!(
+                "phaseprof: warning: pid {pid}: {} is no longer the file it mapped; its code is not probed",
+                path.display()
+            );
+        }
+    }
+    if objects.is_empty() {
+        objects.push(exe);
     }
     Ok(objects)
 }

@@ -139,7 +139,11 @@ impl AllocSite {
 
 /// Go's version from the binary's build info (`go1.26.8` → (1, 26)).
 fn go_version(path: &Path) -> Option<(u32, u32)> {
-    let data = std::fs::read(path).ok()?;
+    use object::Object;
+    // The build info is its own section (`.go.buildinfo`, at its start).
+    let reader = crate::target_files::read_elf(path).ok()?;
+    let elf = object::File::parse(&reader).ok()?;
+    let data = crate::target_files::section_bytes(&elf.section_by_name(".go.buildinfo")?)?;
     let at = memchr::memmem::find(&data, b"\xff Go buildinf:")?;
     // Go 1.18+: a 32-byte header, then the version as a varint-length-prefixed string.
     let rest = data.get(at + 32..)?;

@@ -110,11 +110,28 @@ fn mentioned_without_symbol(
     objects
         .iter()
         .any(|(path, _)| {
-            std::fs::read(path)
-                .map(|bytes| memchr::memmem::find(&bytes, tail.as_bytes()).is_some())
-                .unwrap_or(false)
+            strings_of(path).any(|bytes| memchr::memmem::find(&bytes, tail.as_bytes()).is_some())
         })
         .then_some(tail)
+}
+
+/// The sections of an ELF file that hold names (symbol strings, read-only data, DWARF strings),
+/// each read alone and within the section limit.
+fn strings_of(path: &std::path::Path) -> impl Iterator<Item = Vec<u8>> {
+    use object::{Object, ObjectSection};
+    let reader = crate::target_files::read_elf(path).ok();
+    let mut out = Vec::new();
+    if let Some(elf) = reader.as_ref().and_then(|r| object::File::parse(r).ok()) {
+        for s in elf.sections() {
+            let name = s.name().unwrap_or_default();
+            if name.ends_with("str") || name.starts_with(".rodata") || name == ".debug_str" {
+                if let Some(b) = crate::target_files::section_bytes(&s) {
+                    out.push(b.into_owned());
+                }
+            }
+        }
+    }
+    out.into_iter()
 }
 
 /// Every function of `objects` that `spec.function` matches, or an error that lists the closest

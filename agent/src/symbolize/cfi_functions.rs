@@ -3,7 +3,6 @@
 //! An address such a function contains is named after the function's start
 //! (`libz.so.1.2.13+0x49e0`), so every sample in it lands in one frame of the flamegraph
 //! instead of one frame per instruction.
-use std::path::Path;
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
 use object::{Object, ObjectSection, ObjectSegment};
@@ -16,17 +15,18 @@ pub struct CfiFunctions {
 
 impl CfiFunctions {
     /// The FDEs of `path`'s `.eh_frame`; empty when it has none or cannot be read.
-    pub fn of(path: &Path) -> Self {
-        let Ok(data) = std::fs::read(path) else {
+    pub fn of(file: &std::fs::File) -> Self {
+        let Ok(clone) = file.try_clone() else {
             return Self::default();
         };
-        let Ok(elf) = object::File::parse(&data[..]) else {
+        let reader = crate::target_files::elf_reader(clone);
+        let Ok(elf) = object::File::parse(&reader) else {
             return Self::default();
         };
         let mut ranges = Vec::new();
         if let Some(section) = elf.section_by_name(".eh_frame") {
-            let bytes = section.data().unwrap_or_default();
-            let eh_frame = EhFrame::new(bytes, LittleEndian);
+            let bytes = crate::target_files::section_bytes(&section).unwrap_or_default();
+            let eh_frame = EhFrame::new(&bytes[..], LittleEndian);
             let mut bases = BaseAddresses::default().set_eh_frame(section.address());
             if let Some(text) = elf.section_by_name(".text") {
                 bases = bases.set_text(text.address());
@@ -58,7 +58,7 @@ impl CfiFunctions {
 }
 
 /// The file offset of virtual address `addr` (through the segment that loads it).
-fn file_offset(elf: &object::File, addr: u64) -> Option<u64> {
+fn file_offset<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>, addr: u64) -> Option<u64> {
     elf.segments().find_map(|seg| {
         let (offset, size) = seg.file_range();
         let from = seg.address();
@@ -75,12 +75,12 @@ mod tests {
     // deflate's start, and an address past the last function to nothing.
     #[test]
     fn finds_functions_of_a_stripped_library() {
-        let libz = Path::new("/lib/x86_64-linux-gnu/libz.so.1");
+        let libz = std::path::Path::new("/lib/x86_64-linux-gnu/libz.so.1");
         if !libz.exists() {
             eprintln!("SKIPPED: no libz.so.1 (scripts/setup.sh installs zlib1g-dev)");
             return;
         }
-        let cfi = CfiFunctions::of(libz);
+        let cfi = CfiFunctions::of(&std::fs::File::open(libz).unwrap());
         assert!(cfi.ranges.len() > 50, "{} FDEs", cfi.ranges.len());
         let deflate = crate::elf::function_symbols(libz)
             .unwrap()

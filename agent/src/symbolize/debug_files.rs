@@ -3,13 +3,19 @@
 //! (as perf and gdb look), or fetched from a debuginfod server when `DEBUGINFOD_URLS` is set,
 //! cached where elfutils' own client caches (`$DEBUGINFOD_CACHE_PATH`, else
 //! `$XDG_CACHE_HOME/debuginfod_client`, else `~/.cache/debuginfod_client`), so both share it.
+//!
+//! A server is trusted with nothing: an answer is streamed to a file (never held in memory),
+//! cut at the size its own ELF header gives, within a time budget shared by all fetches of a
+//! recording, and enters the cache only if it is an ELF file with the build ID asked for.
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Largest debug file fetched (debug info of big programs runs to hundreds of MiB).
 const MAX_FETCH_BYTES: u64 = 2 << 30;
+/// Time all fetches of one recording may take together: past it, no more are tried.
+const FETCH_BUDGET: Duration = Duration::from_secs(20);
 
 pub struct DebugFiles {
     dirs: Vec<PathBuf>,
@@ -17,6 +23,8 @@ pub struct DebugFiles {
     cache: PathBuf,
     /// Per build ID: the debug file, or None once looked for in vain.
     found: HashMap<String, Option<PathBuf>>,
+    /// When fetching must have ended (set at the first fetch).
+    deadline: Option<Instant>,
 }
 
 impl Default for DebugFiles {
@@ -31,6 +39,7 @@ impl Default for DebugFiles {
             urls,
             cache: cache_dir(),
             found: HashMap::new(),
+            deadline: None,
         }
     }
 }
@@ -54,6 +63,7 @@ impl DebugFiles {
             urls,
             cache,
             found: HashMap::new(),
+            deadline: None,
         }
     }
 
@@ -80,38 +90,95 @@ impl DebugFiles {
     }
 
     /// From the cache, or from the first debuginfod server that has it.
-    fn fetch(&self, id: &str) -> Option<PathBuf> {
+    fn fetch(&mut self, id: &str) -> Option<PathBuf> {
         let cached = self.cache.join(id).join("debuginfo");
+        // What phaseprof puts there is verified first (see fetch_one); elfutils' client too.
         if cached.is_file() {
             return Some(cached);
         }
-        let http: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
+        if self.urls.is_empty() {
+            return None;
+        }
+        let deadline = *self.deadline.get_or_insert(Instant::now() + FETCH_BUDGET);
         for url in &self.urls {
-            let Ok(mut resp) = http.get(&format!("{url}/buildid/{id}/debuginfo")).call() else {
-                continue;
-            };
-            let mut body = Vec::new();
-            let read = resp
-                .body_mut()
-                .as_reader()
-                .take(MAX_FETCH_BYTES)
-                .read_to_end(&mut body);
-            if read.is_err() || !body.starts_with(b"\x7fELF") {
-                continue;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                eprintln!(
+                    "phaseprof: warning: debuginfod: the {} s budget for fetching is spent; \
+                     build id {id} not fetched",
+                    FETCH_BUDGET.as_secs()
+                );
+                return None;
             }
-            // Written beside, then renamed: a reader never sees half a file.
-            let dir = cached.parent()?;
-            std::fs::create_dir_all(dir).ok()?;
-            let tmp = dir.join(format!(".debuginfo.tmp-{}", std::process::id()));
-            std::fs::write(&tmp, &body).ok()?;
-            std::fs::rename(&tmp, &cached).ok()?;
-            eprintln!("phaseprof: debug info of build id {id} fetched from {url}");
-            return Some(cached);
+            match fetch_one(url, id, &cached, left) {
+                Ok(()) => {
+                    eprintln!("phaseprof: debug info of build id {id} fetched from {url}");
+                    return Some(cached);
+                }
+                Err(e) => eprintln!("phaseprof: warning: debuginfod {url}: build id {id}: {e}"),
+            }
         }
         None
+    }
+}
+
+/// The size an ELF file's own header implies: the end of its section or program headers,
+/// whichever is last (a debug file's section headers come last). None: not a 64-bit ELF.
+fn elf_size(header: &[u8]) -> Option<u64> {
+    if header.len() < 64 || !header.starts_with(b"\x7fELF") || header[4] != 2 {
+        return None;
+    }
+    let u64_at = |o: usize| u64::from_le_bytes(header[o..o + 8].try_into().unwrap());
+    let u16_at = |o: usize| u16::from_le_bytes(header[o..o + 2].try_into().unwrap()) as u64;
+    let sections = u64_at(0x28).checked_add(u16_at(0x3a) * u16_at(0x3c))?;
+    let segments = u64_at(0x20).checked_add(u16_at(0x36) * u16_at(0x38))?;
+    Some(sections.max(segments))
+}
+
+/// Fetches `id` from `url` into `cached`, within `time`: streamed to a file beside it, cut at the
+/// size the ELF header gives, renamed into place only when its build ID is `id`.
+fn fetch_one(url: &str, id: &str, cached: &Path, time: Duration) -> Result<(), String> {
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(time))
+        .build()
+        .into();
+    let mut resp = http
+        .get(&format!("{url}/buildid/{id}/debuginfo"))
+        .call()
+        .map_err(|e| e.to_string())?;
+    let mut body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_FETCH_BYTES)
+        .reader();
+    let mut header = [0u8; 64];
+    body.read_exact(&mut header).map_err(|e| e.to_string())?;
+    let size = elf_size(&header).ok_or("not a 64-bit ELF file")?;
+    if size > MAX_FETCH_BYTES {
+        return Err(format!("its header claims {size} bytes, over the limit"));
+    }
+    let dir = cached.parent().ok_or("no cache directory")?;
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let tmp = dir.join(format!(".debuginfo.tmp-{}", std::process::id()));
+    let written = (|| -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        out.write_all(&header)?;
+        std::io::copy(&mut body.take(size.saturating_sub(64)), &mut out)?;
+        out.into_inner()?.sync_all()
+    })();
+    let verified = written.map_err(|e| e.to_string()).and_then(|()| {
+        match crate::targets::build_id_hex(&tmp) {
+            Some(got) if got == id => Ok(()),
+            got => Err(format!("the answer's build id is {got:?}")),
+        }
+    });
+    // Renamed only when verified: a reader of the shared cache never sees a bad file.
+    match verified.and_then(|()| std::fs::rename(&tmp, cached).map_err(|e| e.to_string())) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! symbol is named after its function's start from the file's call-frame information.
 mod cfi_functions;
 pub mod debug_files;
+mod debug_link;
 mod perf_map;
 
 use std::collections::HashMap;
@@ -31,6 +32,8 @@ pub struct BlazeSymbolizer {
     /// Every file symbolized, by module name: its path, build ID and first mapping.
     pub modules: std::collections::BTreeMap<String, phaseprof_model::ModuleInfo>,
     perf_maps: perf_map::PerfMaps,
+    /// The mapped files, opened the guarded way (`target_files`).
+    files: crate::target_files::MappedFiles,
     /// Per mapped file with unnamed addresses: its separate debug file (by build ID), if any.
     separate: HashMap<String, Option<Separate>>,
 }
@@ -38,17 +41,43 @@ pub struct BlazeSymbolizer {
 /// A stripped file's separate debug file, and the file's loadable segments (file start, size,
 /// address) to turn file offsets into the addresses the debug file is indexed by.
 struct Separate {
-    debug: std::path::PathBuf,
+    debug: DebugFile,
     segments: Vec<(u64, u64, u64)>,
 }
 
+/// A debug file: under a debug directory of the host (or elfutils' cache), or one beside the
+/// target's file, opened and checked.
+enum DebugFile {
+    Host(std::path::PathBuf),
+    Opened(std::fs::File),
+}
+
+impl DebugFile {
+    fn path(&self) -> std::path::PathBuf {
+        match self {
+            DebugFile::Host(p) => p.clone(),
+            DebugFile::Opened(f) => crate::target_files::fd_path(f),
+        }
+    }
+}
+
 impl Separate {
-    fn of(path: &Path, files: &mut debug_files::DebugFiles) -> Option<Separate> {
+    /// The separate debug file of `file` (mapped at `mapped_path` in `pid`'s root): by build
+    /// ID, else by its `.gnu_debuglink` (see `debug_link`).
+    fn of(
+        pid: u32,
+        file: &std::fs::File,
+        mapped_path: &str,
+        files: &mut debug_files::DebugFiles,
+    ) -> Option<Separate> {
         use object::{Object, ObjectSegment};
-        let id = crate::targets::build_id_hex(path)?;
-        let debug = files.for_build_id(&id)?;
-        let data = std::fs::read(path).ok()?;
-        let elf = object::File::parse(&*data).ok()?;
+        let id = crate::targets::build_id_hex(&crate::target_files::fd_path(file));
+        let debug = match id.as_deref().and_then(|id| files.for_build_id(id)) {
+            Some(path) => Some(DebugFile::Host(path)),
+            None => debug_link::find(pid, file, mapped_path, id.as_deref()).map(DebugFile::Opened),
+        }?;
+        let reader = crate::target_files::elf_reader(file.try_clone().ok()?);
+        let elf = object::File::parse(&reader).ok()?;
         let segments = elf
             .segments()
             .map(|s| {
@@ -82,9 +111,18 @@ impl Default for BlazeSymbolizer {
             debug_files: debug_files::DebugFiles::default(),
             modules: Default::default(),
             perf_maps: perf_map::PerfMaps::default(),
+            files: Default::default(),
             separate: HashMap::new(),
         }
     }
+}
+
+/// Whether blazesym may read `file`'s DWARF: it follows the links in there by path (beside the
+/// file too), so only for files root owns or that link nowhere. Others' debug links are
+/// followed by `debug_link`, the guarded way.
+fn debug_syms_safe(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().is_ok_and(|m| m.uid() == 0) || !crate::target_files::links_elsewhere(file)
 }
 
 fn module_name(path: &str) -> String {
@@ -141,7 +179,16 @@ impl BlazeSymbolizer {
         if todo.is_empty() {
             return;
         }
-        let path = ProcMaps::open_path(pid, vma);
+        let Some(file) = self.files.get(pid, vma) else {
+            for off in todo {
+                let frames = unknown(&module, off, FrameKind::User);
+                self.by_file.insert((vma.path.clone(), off), frames);
+            }
+            return;
+        };
+        let file = file.try_clone().ok();
+        let Some(file) = file else { return };
+        let path = crate::target_files::fd_path(&file);
         if !self.modules.contains_key(&module) {
             let info = phaseprof_model::ModuleInfo {
                 path: vma.path.trim_end_matches(" (deleted)").to_string(),
@@ -152,7 +199,9 @@ impl BlazeSymbolizer {
             };
             self.modules.insert(module.clone(), info);
         }
-        let src = Source::Elf(Elf::new(&path));
+        let mut elf = Elf::new(&path);
+        elf.debug_syms = debug_syms_safe(&file);
+        let src = Source::Elf(elf);
         let results = self.symbolizer.symbolize(&src, Input::FileOffset(&todo));
         let named: Vec<Option<Vec<Frame>>> = (0..todo.len())
             .map(|i| match results.as_ref().ok().and_then(|r| r.get(i)) {
@@ -165,7 +214,7 @@ impl BlazeSymbolizer {
             .filter(|(_, n)| n.is_none())
             .map(|(o, _)| *o)
             .collect();
-        let mut from_debug = self.names_from_debug_file(&vma.path, &path, &unnamed, &module);
+        let mut from_debug = self.names_from_debug_file(pid, &vma.path, &file, &unnamed, &module);
         for (off, named) in todo.iter().zip(named) {
             let frames = match named.or_else(|| from_debug.remove(off)) {
                 Some(frames) => frames,
@@ -173,7 +222,7 @@ impl BlazeSymbolizer {
                     let functions = self
                         .cfi
                         .entry(vma.path.clone())
-                        .or_insert_with(|| CfiFunctions::of(&path));
+                        .or_insert_with(|| CfiFunctions::of(&file));
                     let at = functions.start_of(*off).unwrap_or(*off);
                     unknown(&module, at, FrameKind::User)
                 }
@@ -188,8 +237,9 @@ impl BlazeSymbolizer {
     /// locally or through debuginfod), when it has one.
     fn names_from_debug_file(
         &mut self,
+        pid: u32,
         key: &str,
-        path: &Path,
+        file: &std::fs::File,
         offsets: &[u64],
         module: &str,
     ) -> HashMap<u64, Vec<Frame>> {
@@ -200,7 +250,7 @@ impl BlazeSymbolizer {
         let separate = self
             .separate
             .entry(key.to_string())
-            .or_insert_with(|| Separate::of(path, files));
+            .or_insert_with(|| Separate::of(pid, file, key, files));
         let Some(sep) = separate else {
             return HashMap::new();
         };
@@ -209,7 +259,11 @@ impl BlazeSymbolizer {
             .filter_map(|&o| Some((o, sep.vaddr(o)?)))
             .collect();
         let vaddrs: Vec<u64> = known.iter().map(|(_, v)| *v).collect();
-        let src = Source::Elf(Elf::new(&sep.debug));
+        let mut elf = Elf::new(sep.debug.path());
+        if let DebugFile::Opened(f) = &sep.debug {
+            elf.debug_syms = debug_syms_safe(f);
+        }
+        let src = Source::Elf(elf);
         let Ok(results) = self.symbolizer.symbolize(&src, Input::VirtOffset(&vaddrs)) else {
             return HashMap::new();
         };

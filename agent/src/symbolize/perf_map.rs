@@ -1,17 +1,37 @@
 //! JIT-compiled code named by the runtime's perf map (`/tmp/perf-PID.map`: one `START SIZE name`
 //! line per function, hex, as perf and blazesym read it). Runtimes append as they compile, so a
-//! map is read again when it has grown; it is read through the process's own root (a container
-//! writes its own `/tmp`, under the pid it knows itself by), falling back to the host's `/tmp`.
+//! map is read on: only the bytes added since, when a lookup misses and the file grew. It is
+//! read through the process's own root (a container writes its own `/tmp`, under the pid it
+//! knows itself by), falling back to the host's `/tmp`, and opened the guarded way
+//! (`target_files`): a regular file, no symlink, owned by the target's user or root (as perf
+//! requires), never more than `MAX_PERF_MAP_BYTES` or `MAX_FUNCTIONS` functions.
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
 use std::path::PathBuf;
+
+use crate::target_files::{self, Expect, MAX_PERF_MAP_BYTES};
 
 /// A JIT function: start, end, name.
 type JitFunction = (u64, u64, String);
 
+/// Functions kept per map (a JIT's map holds thousands; a map past this is not a JIT's).
+const MAX_FUNCTIONS: usize = 200_000;
+
 #[derive(Default)]
 pub struct PerfMaps {
-    /// Per pid: the map's size when read, and its functions sorted by start.
-    by_pid: HashMap<u32, (u64, Vec<JitFunction>)>,
+    by_pid: HashMap<u32, PerfMap>,
+}
+
+/// One process's map: the open file, how far it was read, and its functions sorted by start.
+struct PerfMap {
+    file: Option<File>,
+    read: u64,
+    /// A line cut by the end of what was there when last read.
+    partial: Vec<u8>,
+    functions: Vec<JitFunction>,
+    /// Said once: refused, or over a limit.
+    warned: bool,
 }
 
 /// The pid `pid` has in its own namespace (the last `NSpid:` field), for its map's name.
@@ -26,13 +46,13 @@ fn namespaced_pid(pid: u32) -> u32 {
         .unwrap_or(pid)
 }
 
-fn map_paths(pid: u32) -> [PathBuf; 2] {
+fn map_paths(pid: u32) -> [(Option<u32>, PathBuf); 2] {
     [
-        PathBuf::from(format!(
-            "/proc/{pid}/root/tmp/perf-{}.map",
-            namespaced_pid(pid)
-        )),
-        PathBuf::from(format!("/tmp/perf-{pid}.map")),
+        (
+            Some(pid),
+            PathBuf::from(format!("/tmp/perf-{}.map", namespaced_pid(pid))),
+        ),
+        (None, PathBuf::from(format!("/tmp/perf-{pid}.map"))),
     ]
 }
 
@@ -56,37 +76,80 @@ pub fn parse(text: &str) -> Vec<JitFunction> {
 impl PerfMaps {
     /// The JIT function of `pid` that holds `addr`, if its perf map names one.
     pub fn lookup(&mut self, pid: u32, addr: u64) -> Option<String> {
-        if self.find(pid, addr).is_none() {
-            self.reload(pid);
+        let map = self.by_pid.entry(pid).or_insert_with(|| PerfMap::open(pid));
+        if map.find(addr).is_none() {
+            map.read_more(pid);
         }
-        self.find(pid, addr)
+        map.find(addr)
+    }
+}
+
+impl PerfMap {
+    fn open(pid: u32) -> PerfMap {
+        let mut map = PerfMap {
+            file: None,
+            read: 0,
+            partial: Vec::new(),
+            functions: Vec::new(),
+            warned: false,
+        };
+        let expect = Expect {
+            owner: target_files::owner_of(pid),
+            ..Expect::default()
+        };
+        for (root, path) in map_paths(pid) {
+            match target_files::open_in_root(root, &path, false, &expect) {
+                Ok(f) => {
+                    map.file = Some(f);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    eprintln!("phaseprof: warning: perf map of pid {pid}: {e}");
+                    map.warned = true;
+                    break;
+                }
+                Err(_) => {}
+            }
+        }
+        map
     }
 
-    fn find(&self, pid: u32, addr: u64) -> Option<String> {
-        let (_, funcs) = self.by_pid.get(&pid)?;
-        let i = funcs.partition_point(|(start, _, _)| *start <= addr);
-        let (start, end, name) = funcs.get(i.checked_sub(1)?)?;
+    fn find(&self, addr: u64) -> Option<String> {
+        let i = self
+            .functions
+            .partition_point(|(start, _, _)| *start <= addr);
+        let (start, end, name) = self.functions.get(i.checked_sub(1)?)?;
         (*start <= addr && addr < *end).then(|| name.clone())
     }
 
-    /// Reads the map again if it grew since last read.
-    fn reload(&mut self, pid: u32) {
-        for path in map_paths(pid) {
-            let Ok(meta) = std::fs::metadata(&path) else {
-                continue;
-            };
-            if self
-                .by_pid
-                .get(&pid)
-                .is_some_and(|(len, _)| *len == meta.len())
-            {
-                return;
+    /// Reads what was appended since the last read, within the limits.
+    fn read_more(&mut self, pid: u32) {
+        let Some(file) = &mut self.file else { return };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let room = MAX_PERF_MAP_BYTES.saturating_sub(self.read);
+        if len <= self.read || room == 0 || self.functions.len() >= MAX_FUNCTIONS {
+            if (room == 0 || self.functions.len() >= MAX_FUNCTIONS) && !self.warned {
+                eprintln!(
+                    "phaseprof: warning: perf map of pid {pid} is past {} MiB or {MAX_FUNCTIONS} \
+                     functions: the rest is not read",
+                    MAX_PERF_MAP_BYTES >> 20
+                );
+                self.warned = true;
             }
-            if let Ok(text) = std::fs::read_to_string(&path) {
-                self.by_pid.insert(pid, (meta.len(), parse(&text)));
-                return;
-            }
+            return;
         }
+        let mut bytes = std::mem::take(&mut self.partial);
+        let want = (len - self.read).min(room);
+        let Ok(n) = file.take(want).read_to_end(&mut bytes) else {
+            return;
+        };
+        self.read += n as u64;
+        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        self.partial = bytes.split_off(complete);
+        let mut added = parse(&String::from_utf8_lossy(&bytes));
+        added.truncate(MAX_FUNCTIONS - self.functions.len());
+        self.functions.append(&mut added);
+        self.functions.sort();
     }
 }
 

@@ -29,7 +29,9 @@ impl FramePointerCensus {
 
 pub fn frame_pointer_census(path: &Path) -> Result<FramePointerCensus> {
     use iced_x86::{Code, Decoder, DecoderOptions, Register};
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    use object::ReadRef;
+    let reader = crate::target_files::read_elf(path)
+        .with_context(|| format!("reading {}", path.display()))?;
     let symbols = crate::elf::function_symbols(path)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let mut census = FramePointerCensus {
@@ -47,9 +49,7 @@ pub fn frame_pointer_census(path: &Path) -> Result<FramePointerCensus> {
         own
     };
     for f in counted {
-        let Some(code) =
-            data.get(f.file_offset as usize..(f.file_offset + f.size.min(32)) as usize)
-        else {
+        let Ok(code) = (&reader).read_bytes_at(f.file_offset, f.size.min(32)) else {
             continue;
         };
         census.functions += 1;

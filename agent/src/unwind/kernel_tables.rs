@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use super::process::mapped_vaddr;
 use super::table;
 use crate::engine::{Engine, TableMapping, MAX_UNWIND_BLOCKS, MAX_UNWIND_MAPPINGS};
-use crate::procmaps::{parse_maps, ProcMaps, Vma};
+use crate::procmaps::{parse_maps, Vma};
 
 /// One file's rows in the kernel.
 struct FileRows {
@@ -142,14 +142,17 @@ impl KernelTables {
                 out.push(no_table(vma));
                 continue;
             }
-            let path = ProcMaps::open_path(pid, vma);
-            let Ok(meta) = std::fs::metadata(&path) else {
+            let Ok(file) = crate::target_files::open_mapped(pid, vma) else {
+                out.push(no_table(vma));
+                continue;
+            };
+            let Ok(meta) = file.metadata() else {
                 out.push(no_table(vma));
                 continue;
             };
             let key = (meta.dev(), meta.ino());
             if !self.files.contains_key(&key) {
-                let rows = self.load_file(engine, &path)?;
+                let rows = self.load_file(engine, &crate::target_files::fd_path(&file))?;
                 self.files.insert(key, rows);
             }
             let Some(Some(f)) = self.files.get(&key) else {

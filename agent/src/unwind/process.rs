@@ -1,14 +1,14 @@
 //! One process's modules as framehop sees them, and the unwind of one copied stack.
 use std::collections::HashMap;
+use std::fs::File;
 use std::ops::Range;
-use std::path::Path;
 
 use anyhow::{Context, Result};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 
-use crate::procmaps::{parse_maps, ProcMaps, Vma};
+use crate::procmaps::{parse_maps, Vma};
 
 /// Registers and stack memory of one sample.
 pub struct StackCopy<'a> {
@@ -54,12 +54,12 @@ impl ProcessUnwinder {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
             .with_context(|| format!("reading the mappings of pid {pid}"))?;
         Ok(Self::from_mappings(&parse_maps(&maps), |vma| {
-            ProcMaps::open_path(pid, vma)
+            crate::target_files::open_mapped(pid, vma)
         }))
     }
 
-    /// Modules from executable mappings; `open` names the file to read for a mapping.
-    pub fn from_mappings(vmas: &[Vma], open: impl Fn(&Vma) -> std::path::PathBuf) -> Self {
+    /// Modules from executable mappings; `open` opens the file of a mapping.
+    pub fn from_mappings(vmas: &[Vma], open: impl Fn(&Vma) -> std::io::Result<File>) -> Self {
         let mut unwinder = UnwinderX86_64::new();
         let mut ranges = Vec::new();
         let mut by_file: HashMap<&str, Vec<&Vma>> = HashMap::new();
@@ -69,7 +69,10 @@ impl ProcessUnwinder {
         for (path, vmas) in by_file {
             // A file we cannot read or parse only loses its own frames: the walk falls back to
             // frame pointers there.
-            if let Ok(module) = module(path, &open(vmas[0]), &vmas) {
+            let module = open(vmas[0])
+                .map_err(anyhow::Error::from)
+                .and_then(|file| module(path, file, &vmas));
+            if let Ok(module) = module {
                 ranges.push(module.avma_range());
                 unwinder.add_module(module);
             }
@@ -133,16 +136,16 @@ pub(crate) fn mapped_vaddr(segments: &[(u64, u64)], offset: u64) -> Option<u64> 
 }
 
 /// An ELF file's (p_offset, p_vaddr) pairs.
-pub(crate) fn segments(elf: &object::File) -> Vec<(u64, u64)> {
+pub(crate) fn segments<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Vec<(u64, u64)> {
     elf.segments()
         .map(|seg| (seg.file_range().0, seg.address()))
         .collect()
 }
 
 /// One mapped ELF file as a framehop module: its unwind sections, and where it is loaded.
-fn module(name: &str, file: &Path, vmas: &[&Vma]) -> Result<Module<Vec<u8>>> {
-    let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let elf = object::File::parse(&data[..]).with_context(|| format!("parsing {name}"))?;
+fn module(name: &str, file: File, vmas: &[&Vma]) -> Result<Module<Vec<u8>>> {
+    let reader = crate::target_files::elf_reader(file);
+    let elf = object::File::parse(&reader).with_context(|| format!("parsing {name}"))?;
     let first = vmas[0];
     let svma =
         mapped_vaddr(&segments(&elf), first.offset).context("no segment holds the mapped code")?;
@@ -150,7 +153,7 @@ fn module(name: &str, file: &Path, vmas: &[&Vma]) -> Result<Module<Vec<u8>>> {
     let section = |name: &str| {
         elf.section_by_name(name).and_then(|s| {
             let range = s.address()..s.address() + s.size();
-            let bytes = s.uncompressed_data().ok()?.into_owned();
+            let bytes = crate::target_files::section_bytes(&s)?.into_owned();
             Some((range, bytes))
         })
     };

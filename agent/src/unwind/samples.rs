@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::process::{ProcessUnwinder, StackCopy};
-use crate::procmaps::{parse_maps, ProcMaps, Vma};
+use crate::procmaps::{parse_maps, Vma};
 use crate::window::{RawCpu, RawStackSample};
 
 /// After re-reading a process's mappings found nothing new, they are not re-read for this long
@@ -101,8 +101,9 @@ impl SampleUnwinder {
             if let Some(vmas) = read_vmas(pid) {
                 let changed = self.processes.get(&pid).is_none_or(|t| t.vmas != vmas);
                 if changed {
-                    let unwinder =
-                        ProcessUnwinder::from_mappings(&vmas, |vma| ProcMaps::open_path(pid, vma));
+                    let unwinder = ProcessUnwinder::from_mappings(&vmas, |vma| {
+                        crate::target_files::open_mapped(pid, vma)
+                    });
                     self.processes.insert(
                         pid,
                         Tracked {

@@ -82,9 +82,9 @@ fn plt_threshold(expr: &[u8]) -> Option<i16> {
 
 /// Compiles `path`'s `.eh_frame`. A file without one has an empty table.
 pub fn compile(path: &Path) -> Result<Table> {
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let reader = crate::target_files::read_elf(path)?;
     let elf =
-        object::File::parse(&data[..]).with_context(|| format!("parsing {}", path.display()))?;
+        object::File::parse(&reader).with_context(|| format!("parsing {}", path.display()))?;
     let segments = super::process::segments(&elf);
     let Some(section) = elf.section_by_name(".eh_frame") else {
         return Ok(Table {
@@ -92,7 +92,7 @@ pub fn compile(path: &Path) -> Result<Table> {
             ..Table::default()
         });
     };
-    let bytes = section.uncompressed_data()?;
+    let bytes = crate::target_files::section_bytes(&section).context(".eh_frame too large")?;
     let eh = EhFrame::new(&bytes, LittleEndian);
     let mut bases = BaseAddresses::default().set_eh_frame(section.address());
     if let Some(text) = elf.section_by_name(".text") {

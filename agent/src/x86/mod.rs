@@ -12,12 +12,19 @@ pub mod placement;
 use placement::{choose_in, kernel_emulates, Needs};
 
 /// The instructions of the function at `file_offset`, with their file offsets as `ip`.
+/// Largest function decoded (the symbol's size comes from the target's file).
+const MAX_FUNCTION_BYTES: u64 = 16 << 20;
+
 pub fn decode_function(path: &Path, file_offset: u64, size: u64) -> Result<Vec<Instruction>> {
     if size == 0 {
         bail!("the symbol has no size, so its code cannot be decoded");
     }
+    if size > MAX_FUNCTION_BYTES {
+        bail!("the symbol claims {size} bytes of code, more than any function has");
+    }
     let mut code = vec![0u8; size as usize];
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut f = crate::target_files::open_host(path, &Default::default())
+        .with_context(|| format!("opening {}", path.display()))?;
     f.seek(SeekFrom::Start(file_offset))?;
     f.read_exact(&mut code)?;
     let mut decoder = Decoder::with_ip(64, &code, file_offset, DecoderOptions::NONE);
