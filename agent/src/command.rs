@@ -94,6 +94,121 @@ impl HeldChild {
     }
 }
 
+/// A process that outlives phaseprof to continue what it holds. A command (and each program
+/// it execs, when its tables are built first) is held stopped (SIGSTOP from BPF) until
+/// phaseprof continues it; killed outright (SIGKILL, OOM), phaseprof would leave it stopped
+/// forever. The watchdog waits on a pipe only phaseprof writes: at EOF without a word (phaseprof
+/// is gone; its probes go with its descriptors) it sends SIGCONT to the command and to
+/// phaseprof's process group, which the command and what it starts share, a few times over a
+/// second while the kernel retires the probes. A normal end says `stand_down` first.
+pub struct HoldWatchdog {
+    fd: i32,
+}
+
+/// When the watchdog continues the held processes after phaseprof is gone (ms after EOF).
+const WATCHDOG_ROUNDS_MS: [u32; 5] = [0, 50, 200, 500, 1000];
+
+impl HoldWatchdog {
+    pub fn start(command: u32) -> Result<HoldWatchdog> {
+        let mut fds = [0i32; 2];
+        // SAFETY: fds is a valid array of two ints for pipe2 to fill.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            bail!("pipe2: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: getpgrp cannot fail.
+        let group = unsafe { libc::getpgrp() };
+        // SAFETY: fork in a multithreaded process; the children call only async-signal-safe
+        // functions (fork, setsid, signal, read, kill, nanosleep, _exit) on values prepared
+        // before. The middle child exits at once, so the watchdog is nobody's to wait for.
+        let middle = unsafe { libc::fork() };
+        if middle < 0 {
+            bail!("fork: {}", std::io::Error::last_os_error());
+        }
+        if middle == 0 {
+            // SAFETY: see above.
+            unsafe {
+                if libc::fork() == 0 {
+                    watch(fds, command as i32, group);
+                }
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: reaping our own child; closing our copy of the read end.
+        unsafe {
+            libc::waitpid(middle, std::ptr::null_mut(), 0);
+            libc::close(fds[0]);
+        }
+        Ok(HoldWatchdog { fd: fds[1] })
+    }
+
+    /// phaseprof ends normally (every hold released): the watchdog leaves without a signal.
+    pub fn stand_down(self) {
+        let b = 0u8;
+        // SAFETY: one byte to the pipe we own, then closing it once.
+        unsafe {
+            libc::write(self.fd, (&b as *const u8).cast(), 1);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// The watchdog's body (a forked child: async-signal-safe calls only).
+fn watch(fds: [i32; 2], command: i32, group: i32) -> ! {
+    // SAFETY: a forked child's own descriptors and signals; pointers to its own locals.
+    unsafe {
+        // Nothing of phaseprof's may live on in here: its BPF links and perf events must close
+        // when it dies, and a pipe it writes must see its end.
+        let keep = fds[0] as u32;
+        if keep > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32);
+        }
+        if libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32) != 0 {
+            // Before 5.9: one by one, up to the open-file limit.
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            for fd in 0..lim.rlim_cur.min(1 << 20) as i32 {
+                if fd != fds[0] {
+                    libc::close(fd);
+                }
+            }
+        }
+        // A terminal's Ctrl-C reaches the whole foreground group: it must not end the watchdog.
+        for sig in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGTSTP,
+        ] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        let mut b = 0u8;
+        let n = loop {
+            let n = libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+            if !(n < 0 && *libc::__errno_location() == libc::EINTR) {
+                break n;
+            }
+        };
+        if n != 1 {
+            let mut slept = 0;
+            for at in WATCHDOG_ROUNDS_MS {
+                let wait = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: ((at - slept) as i64) * 1_000_000,
+                };
+                libc::nanosleep(&wait, std::ptr::null_mut());
+                slept = at;
+                libc::kill(command, libc::SIGCONT);
+                libc::kill(-group, libc::SIGCONT);
+            }
+        }
+        libc::_exit(0)
+    }
+}
+
 /// Exit status as a shell reports it: the code, or 128 + the signal that killed it.
 pub fn exit_status(status: i32) -> i32 {
     if libc::WIFEXITED(status) {

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use phaseprof_model::{write_profile, EventKind, Meta, Profile};
 
 use crate::alloc::recorder::AllocRecorder;
-use crate::command::{CommandChild, HeldChild, STOP_GRACE};
+use crate::command::{CommandChild, HeldChild, HoldWatchdog, STOP_GRACE};
 use crate::engine::SyscallStacks;
 use crate::engine::{Engine, EngineConfig};
 use crate::phases::{PhaseConfig, PhasePlan};
@@ -241,6 +241,7 @@ fn record_into(
 
     let start = SystemTime::now();
     let mut child: Option<CommandChild> = None;
+    let mut watchdog: Option<HoldWatchdog> = None;
     match &opts.target {
         TargetSpec::Pids(pids) => {
             for &pid in pids {
@@ -260,6 +261,7 @@ fn record_into(
         TargetSpec::Command(argv) => {
             let path = command_path.expect("resolved before recording");
             let held = HeldChild::spawn(&path, argv)?;
+            watchdog = Some(HoldWatchdog::start(held.pid)?);
             session.add_held_child(held.pid, &path)?;
             let meta = session.meta_mut();
             meta.command = argv.clone();
@@ -339,6 +341,9 @@ fn record_into(
         })
     })?;
     let profile = session.finish(start, SystemTime::now())?;
+    if let Some(w) = watchdog {
+        w.stand_down();
+    }
     if profile.meta.pids.is_empty() {
         if let Some(re) = name {
             bail!("no process whose {re} matches appeared during the recording; nothing recorded");
