@@ -74,6 +74,10 @@ struct Args {
     /// open-file limit is raised to fit, up to its hard limit.
     #[arg(long, default_value_t = phaseprof_view::web::server::MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Open connections from one client address at most; more are closed at once, so one
+    /// client cannot hold the slots of all others.
+    #[arg(long, default_value_t = phaseprof_view::web::server::PER_ADDRESS_CONNECTIONS)]
+    max_connections_per_address: usize,
     /// A TLS handshake, and each request's head, must arrive within this; else the connection
     /// is closed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -139,6 +143,7 @@ fn run(args: Args) -> Result<()> {
         .store(stored, Ordering::Relaxed);
     let limits = Limits {
         max_connections: fit_connections(args.max_connections),
+        per_address: args.max_connections_per_address.max(1),
         header_timeout: args.header_timeout,
         idle_timeout: args.idle_timeout,
     };
@@ -180,7 +185,7 @@ fn run(args: Args) -> Result<()> {
         // The ingest and query API, and `serve`'s pages over label selections (read token
         // required as for queries).
         let pages = phaseprof_view::web::AppState {
-            source: Arc::new(Selections::new(state.store.clone())),
+            source: Arc::new(Selections::new(state.store.clone(), state.queries.clone())),
             token: state.read_token.clone(),
             tls: tls.is_some(),
         };

@@ -31,6 +31,8 @@ type Merged = std::sync::OnceLock<Option<Arc<Profile>>>;
 
 pub struct Selections {
     store: Arc<dyn Store>,
+    /// The API's query turns (`--max-queries`): a page's merge takes one like a query does.
+    turns: Arc<tokio::sync::Semaphore>,
     /// Selection → its merge, computed once by whichever request came first. The lock is held
     /// only to find or add an entry, never while merging: other selections are not held up.
     cache: Mutex<Vec<(String, Instant, Arc<Merged>)>>,
@@ -40,9 +42,10 @@ pub struct Selections {
 }
 
 impl Selections {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn Store>, turns: Arc<tokio::sync::Semaphore>) -> Self {
         Selections {
             store,
+            turns,
             cache: Mutex::new(Vec::new()),
             listed: Mutex::new(None),
         }
@@ -75,6 +78,14 @@ impl Selections {
         let sel = Selector {
             labels,
             ..self.recent(last)
+        };
+        // Waits its turn on this (blocking) thread: pages are served from `block_in_place`.
+        let _turn = loop {
+            match self.turns.try_acquire() {
+                Ok(turn) => break turn,
+                Err(tokio::sync::TryAcquireError::Closed) => return None,
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
         };
         merged_profile(self.store.as_ref(), &sel).ok().flatten()
     }
@@ -273,7 +284,10 @@ mod tests {
                 .unwrap();
         }
         let app = phaseprof_view::web::app(phaseprof_view::web::AppState {
-            source: Arc::new(Selections::new(store)),
+            source: Arc::new(Selections::new(
+                store,
+                Arc::new(tokio::sync::Semaphore::new(2)),
+            )),
             token: None,
             tls: false,
         });

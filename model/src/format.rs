@@ -46,15 +46,21 @@ pub fn write_profile(profile: &Profile, mut out: impl Write) -> Result<(), Forma
 /// Reads a profile of any format version up to [`FORMAT_VERSION`], inflating at most
 /// [`DEFAULT_MAX_INFLATED`] bytes.
 pub fn read_profile(input: impl Read) -> Result<Profile, FormatError> {
-    read_profile_limited(input, DEFAULT_MAX_INFLATED)
+    let json = inflate(input, DEFAULT_MAX_INFLATED)?;
+    serde_json::from_slice(&json).map_err(|e| FormatError::Corrupt(e.to_string()))
 }
 
-/// [`read_profile`] inflating at most `max_inflated` bytes of JSON ([`FormatError::TooLarge`]
-/// beyond: the inflation stops there, so memory stays bounded whatever the input).
-pub fn read_profile_limited(
-    mut input: impl Read,
-    max_inflated: u64,
-) -> Result<Profile, FormatError> {
+/// A window from an untrusted sender: [`read_profile`] inflating at most `max_inflated` bytes
+/// of JSON ([`FormatError::TooLarge`] beyond: the inflation stops there), and decoding within
+/// the window limits (`window_limits`), so memory and work stay bounded whatever the input.
+pub fn read_profile_limited(input: impl Read, max_inflated: u64) -> Result<Profile, FormatError> {
+    let json = inflate(input, max_inflated)?;
+    crate::window_limits::limited(|| serde_json::from_slice(&json))
+        .map_err(|e| FormatError::Corrupt(e.to_string()))
+}
+
+/// The JSON of a profile file: its header checked, inflated up to `max_inflated` bytes.
+fn inflate(mut input: impl Read, max_inflated: u64) -> Result<Vec<u8>, FormatError> {
     let mut magic = [0u8; 10];
     input
         .read_exact(&mut magic)
@@ -85,7 +91,7 @@ pub fn read_profile_limited(
             limit: max_inflated,
         });
     }
-    serde_json::from_slice(&json).map_err(|e| FormatError::Corrupt(e.to_string()))
+    Ok(json)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod syscall_spread;
 pub mod threads;
 pub mod units;
 pub mod unwind_info;
+pub mod window_limits;
 
 pub use build::{PhaseAt, ProfileBuilder};
 pub use format::{

@@ -91,6 +91,7 @@ pub struct Frame {
 /// A call stack as frame indices, leaf first (as pprof orders them).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Stack {
+    #[serde(deserialize_with = "crate::window_limits::stack_frames")]
     pub frames: Vec<u32>,
 }
 
@@ -233,26 +234,37 @@ pub struct SyscallSample {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct Profile {
     pub meta: Meta,
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub frames: Vec<Frame>,
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub stacks: Vec<Stack>,
     /// Phase names by index; index 0 is always `(none)`.
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub phases: Vec<String>,
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub cpu: Vec<CpuSample>,
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub offcpu: Vec<OffCpuSample>,
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub syscalls: Vec<SyscallSample>,
     /// Exact per-phase totals by phase index (inclusive of nested phases); empty without phases.
     #[serde(default)]
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub phase_stats: Vec<PhaseStats>,
     /// Allocations per (process, phase): exact for native allocators.
     #[serde(default)]
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub alloc_totals: Vec<AllocTotal>,
     /// Sampled allocation stacks with estimated bytes.
     #[serde(default)]
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub allocs: Vec<AllocSample>,
     /// Sampled allocations still live at the end, by stack.
     #[serde(default)]
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub live: Vec<LiveSample>,
     #[serde(default)]
+    #[serde(deserialize_with = "crate::window_limits::items")]
     pub page_faults: Vec<PageFaultSample>,
     /// Named costs over the whole recording that are computed from stacks (`event = "alloc"`).
     #[serde(default)]

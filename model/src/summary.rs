@@ -72,7 +72,11 @@ impl Summary {
         let mut costs = BTreeMap::new();
         let m = &profile.meta;
         if profile.recorded(EventKind::Cpu) {
-            let samples: u64 = profile.cpu.iter().map(|s| s.count).sum();
+            let samples: u64 = profile
+                .cpu
+                .iter()
+                .map(|s| s.count)
+                .fold(0u64, u64::saturating_add);
             events.insert(
                 "cpu".into(),
                 serde_json::json!({
@@ -86,18 +90,28 @@ impl Summary {
             );
         }
         if profile.recorded(EventKind::Offcpu) {
-            let total: u64 = profile.offcpu.iter().map(|s| s.ns).sum();
+            let total: u64 = profile
+                .offcpu
+                .iter()
+                .map(|s| s.ns)
+                .fold(0u64, u64::saturating_add);
             events.insert("offcpu".into(), serde_json::json!({"total_ns": total}));
         }
         if profile.recorded(EventKind::Syscall) {
             let by_name = syscalls_by_name(profile);
-            let count = by_name.values().map(|c| c.count).sum::<u64>();
-            let total_ns = by_name.values().map(|c| c.total_ns).sum::<u64>();
+            let count = by_name
+                .values()
+                .map(|c| c.count)
+                .fold(0u64, u64::saturating_add);
+            let total_ns = by_name
+                .values()
+                .map(|c| c.total_ns)
+                .fold(0u64, u64::saturating_add);
             let flushes = FLUSH_SYSCALLS
                 .iter()
                 .filter_map(|n| by_name.get(*n))
                 .map(|c| c.count)
-                .sum();
+                .fold(0u64, u64::saturating_add);
             costs.insert("flush_syscalls".into(), Some(flushes));
             events.insert(
                 "syscall".into(),
@@ -109,13 +123,17 @@ impl Summary {
                 (a.0 + t.bytes, a.1 + t.count, a.2 + t.frees)
             });
             let info = m.alloc.clone().unwrap_or_default();
-            let live_bytes: u64 = profile.live.iter().map(|l| l.bytes).sum();
+            let live_bytes: u64 = profile
+                .live
+                .iter()
+                .map(|l| l.bytes)
+                .fold(0u64, u64::saturating_add);
             let mut by_pid: BTreeMap<String, [u64; 3]> = BTreeMap::new();
             for t in &profile.alloc_totals {
                 let e = by_pid.entry(t.pid.to_string()).or_default();
-                e[0] += t.bytes;
-                e[1] += t.count;
-                e[2] += t.frees;
+                e[0] = e[0].saturating_add(t.bytes);
+                e[1] = e[1].saturating_add(t.count);
+                e[2] = e[2].saturating_add(t.frees);
             }
             let by_pid: BTreeMap<String, serde_json::Value> = by_pid
                 .into_iter()
@@ -141,7 +159,11 @@ impl Summary {
             );
         }
         if profile.recorded(EventKind::Pagefault) {
-            let count: u64 = profile.page_faults.iter().map(|s| s.count).sum();
+            let count: u64 = profile
+                .page_faults
+                .iter()
+                .map(|s| s.count)
+                .fold(0u64, u64::saturating_add);
             events.insert(
                 "pagefault".into(),
                 serde_json::json!({"count": count, "unwind": m.unwind}),
@@ -254,8 +276,8 @@ pub fn syscalls_by_name(profile: &Profile) -> BTreeMap<String, CountNs> {
     let mut by_name: BTreeMap<String, CountNs> = BTreeMap::new();
     for s in &profile.syscalls {
         let e = by_name.entry(s.name.clone()).or_default();
-        e.count += s.count;
-        e.total_ns += s.total_ns;
+        e.count = e.count.saturating_add(s.count);
+        e.total_ns = e.total_ns.saturating_add(s.total_ns);
     }
     by_name
 }

@@ -19,11 +19,11 @@ pub struct Totals {
 
 impl Totals {
     fn absorb(&mut self, t: &Totals) {
-        self.cpu_samples += t.cpu_samples;
-        self.offcpu_ns += t.offcpu_ns;
-        self.syscalls += t.syscalls;
-        self.syscall_ns += t.syscall_ns;
-        self.page_faults += t.page_faults;
+        self.cpu_samples = self.cpu_samples.saturating_add(t.cpu_samples);
+        self.offcpu_ns = self.offcpu_ns.saturating_add(t.offcpu_ns);
+        self.syscalls = self.syscalls.saturating_add(t.syscalls);
+        self.syscall_ns = self.syscall_ns.saturating_add(t.syscall_ns);
+        self.page_faults = self.page_faults.saturating_add(t.page_faults);
     }
 
     /// Busiest first: cpu, then off-cpu, then syscalls.
@@ -96,14 +96,20 @@ pub fn threads(p: &Profile, phase: Option<u32>) -> Vec<ThreadRow> {
         .iter()
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        entry(&mut by, p, s.pid, s.tid).totals.cpu_samples += s.count;
+        entry(&mut by, p, s.pid, s.tid).totals.cpu_samples = entry(&mut by, p, s.pid, s.tid)
+            .totals
+            .cpu_samples
+            .saturating_add(s.count);
     }
     for s in p
         .offcpu
         .iter()
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        entry(&mut by, p, s.pid, s.tid).totals.offcpu_ns += s.ns;
+        entry(&mut by, p, s.pid, s.tid).totals.offcpu_ns = entry(&mut by, p, s.pid, s.tid)
+            .totals
+            .offcpu_ns
+            .saturating_add(s.ns);
     }
     for s in p
         .syscalls
@@ -111,15 +117,18 @@ pub fn threads(p: &Profile, phase: Option<u32>) -> Vec<ThreadRow> {
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
         let r = &mut entry(&mut by, p, s.pid, s.tid).totals;
-        r.syscalls += s.count;
-        r.syscall_ns += s.total_ns;
+        r.syscalls = r.syscalls.saturating_add(s.count);
+        r.syscall_ns = r.syscall_ns.saturating_add(s.total_ns);
     }
     for s in p
         .page_faults
         .iter()
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        entry(&mut by, p, s.pid, s.tid).totals.page_faults += s.count;
+        entry(&mut by, p, s.pid, s.tid).totals.page_faults = entry(&mut by, p, s.pid, s.tid)
+            .totals
+            .page_faults
+            .saturating_add(s.count);
     }
     let mut rows: Vec<ThreadRow> = by.into_values().collect();
     rows.sort_by_key(|r| r.totals.rank());
@@ -150,7 +159,8 @@ pub fn processes(p: &Profile, phase: Option<u32>) -> Vec<ProcessRow> {
         .iter()
         .filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        entry(&mut by, p, s.pid).alloc_bytes += s.bytes;
+        entry(&mut by, p, s.pid).alloc_bytes =
+            entry(&mut by, p, s.pid).alloc_bytes.saturating_add(s.bytes);
     }
     let mut rows: Vec<ProcessRow> = by.into_values().collect();
     rows.sort_by_key(|r| r.totals.rank());

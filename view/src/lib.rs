@@ -10,6 +10,7 @@ pub mod otlp;
 pub mod pprof;
 pub mod report;
 pub mod speedscope;
+pub mod terminal;
 pub mod web;
 
 #[cfg(test)]

@@ -156,6 +156,11 @@ pub fn run_report(args: ReportArgs) -> Result<i32> {
     if let Some(kind) = opts.event.filter(|&k| !profile.recorded(k)) {
         bail!(phaseprof_flamegraphs::FlamegraphError::NotRecorded(kind));
     }
+    // JSON escapes what it carries; text goes to a terminal, where names are shown escaped.
+    let profile = match opts.json {
+        true => profile,
+        false => phaseprof_view::terminal::for_terminal(&profile),
+    };
     write_report(&profile, &opts, std::io::stdout().lock())?;
     Ok(0)
 }

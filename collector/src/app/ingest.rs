@@ -27,6 +27,9 @@ pub struct IngestLimits {
     /// Uploads read and decoded at once (`--max-uploads`); others wait up to `UPLOAD_WAIT`,
     /// then get 503. Bodies in memory: at most this many times `max_body`.
     pub uploads: Arc<Semaphore>,
+    /// Upload slots per agent: a quarter of `uploads` (at least 1), so one token's slow bodies
+    /// leave the other agents three quarters.
+    pub per_agent: Arc<AgentSlots>,
     /// Decodes at once (the cores): each may hold up to `max_inflated`.
     pub decoders: Arc<Semaphore>,
     pub rate: Arc<RateLimit>,
@@ -52,6 +55,10 @@ impl IngestLimits {
             max_inflated,
             body_timeout,
             uploads: Arc::new(Semaphore::new(max_uploads.max(1))),
+            per_agent: Arc::new(AgentSlots {
+                max: (max_uploads / 4).max(1),
+                taken: Mutex::new(HashMap::new()),
+            }),
             decoders: Arc::new(Semaphore::new(cores)),
             rate: Arc::new(rate),
         }
@@ -89,6 +96,45 @@ impl RateLimit {
             Ok(())
         } else {
             Err(((1.0 - *tokens) / self.per_second).ceil().max(1.0) as u64)
+        }
+    }
+}
+
+/// Upload slots taken per agent.
+pub struct AgentSlots {
+    max: usize,
+    taken: Mutex<HashMap<String, usize>>,
+}
+
+/// One upload's place in its agent's count, given back when dropped.
+struct AgentSlot {
+    slots: Arc<AgentSlots>,
+    agent: String,
+}
+
+impl AgentSlots {
+    fn take(slots: &Arc<AgentSlots>, agent: &str) -> Option<AgentSlot> {
+        let mut taken = slots.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let n = taken.entry(agent.to_string()).or_default();
+        if *n >= slots.max {
+            return None;
+        }
+        *n += 1;
+        Some(AgentSlot {
+            slots: slots.clone(),
+            agent: agent.to_string(),
+        })
+    }
+}
+
+impl Drop for AgentSlot {
+    fn drop(&mut self) {
+        let mut taken = self.slots.taken.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = taken.get_mut(&self.agent) {
+            *n -= 1;
+            if *n == 0 {
+                taken.remove(&self.agent);
+            }
         }
     }
 }
@@ -180,6 +226,16 @@ pub(super) async fn ingest(
     if declared.is_some_and(|n| n > l.max_body as u64) {
         return Err(over_body());
     }
+    let Some(_agent_slot) = AgentSlots::take(&l.per_agent, &agent) else {
+        s.metrics.rejected_busy.fetch_add(1, Ordering::Relaxed);
+        return Err(WebError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "agent `{agent}` has {} uploads in progress already (a quarter of --max-uploads); retry",
+                l.per_agent.max
+            ),
+        ));
+    };
     let Ok(Ok(_slot)) = tokio::time::timeout(UPLOAD_WAIT, l.uploads.clone().acquire_owned()).await
     else {
         s.metrics.rejected_busy.fetch_add(1, Ordering::Relaxed);

@@ -60,6 +60,8 @@ pub struct AppState {
 /// A store failure is the server's (500), with the store's reason (credentials redacted).
 impl From<StoreError> for WebError {
     fn from(e: StoreError) -> Self {
+        // Logged too: the operator reads the journal, not the agents' retries.
+        eprintln!("phaseprof-collector: store error: {e}");
         WebError::internal(e)
     }
 }
@@ -92,7 +94,9 @@ pub fn app(state: AppState) -> Router {
 
 /// Prometheus text. Reads counters only, never the store, so it answers at once whatever the
 /// store or the uploads are doing.
-async fn metrics(State(s): State<AppState>) -> Result<Response, WebError> {
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Response, WebError> {
+    // As the queries: the read token where one is set, else a loopback Host (DNS rebinding).
+    queries::check_read(&s, &headers)?;
     let m = &s.metrics;
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let c = &m.connections;
@@ -115,6 +119,8 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, WebError> {
          phaseprof_collector_connections_open {}\n\
          # TYPE phaseprof_collector_connections_refused_total counter\n\
          phaseprof_collector_connections_refused_total {}\n\
+         # TYPE phaseprof_collector_connections_refused_per_address_total counter\n\
+         phaseprof_collector_connections_refused_per_address_total {}\n\
          # TYPE phaseprof_collector_connections_timed_out_total counter\n\
          phaseprof_collector_connections_timed_out_total {}\n\
          # TYPE phaseprof_collector_windows_stored gauge\n\
@@ -131,6 +137,7 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, WebError> {
         g(&m.rejected_timeout),
         g(&c.open),
         g(&c.refused),
+        g(&c.refused_per_address),
         g(&c.timed_out),
         g(&m.windows_stored),
     );

@@ -28,7 +28,7 @@ pub(super) struct SelectorQuery {
 
 /// Queries need the read token; without one (a loopback collector), a request must name a
 /// loopback host, as the pages require (DNS rebinding).
-fn check_read(s: &AppState, headers: &HeaderMap) -> Result<(), WebError> {
+pub(super) fn check_read(s: &AppState, headers: &HeaderMap) -> Result<(), WebError> {
     let loopback = auth::is_loopback_host(headers.get(header::HOST));
     auth::authorize(s.read_token.as_deref(), headers, loopback, None).map(|_| ())
 }

@@ -46,9 +46,9 @@ pub fn top_functions(
     phase: Option<u32>,
 ) -> (Vec<FunctionCost>, u64) {
     let mut costs: HashMap<String, FunctionCost> = HashMap::new();
-    let mut grand = 0;
+    let mut grand: u64 = 0;
     for w in profile.weighted_stacks(kind, phase) {
-        grand += w.value;
+        grand = grand.saturating_add(w.value);
         let mut names: Vec<String> = w
             .frames
             .iter()
@@ -66,7 +66,7 @@ pub fn top_functions(
                 name: leaf.clone(),
                 ..Default::default()
             });
-            e.self_value += w.value;
+            e.self_value = e.self_value.saturating_add(w.value);
         }
         let unique: HashSet<&String> = names.iter().collect();
         for n in unique {
@@ -74,7 +74,7 @@ pub fn top_functions(
                 name: n.clone(),
                 ..Default::default()
             });
-            e.total_value += w.value;
+            e.total_value = e.total_value.saturating_add(w.value);
         }
     }
     let mut v: Vec<FunctionCost> = costs.into_values().collect();
@@ -166,7 +166,11 @@ fn write_live(profile: &Profile, top: usize, mut out: impl Write) -> std::io::Re
             "== live heap: not tracked (duty-cycled probes miss frees) =="
         );
     }
-    let total: u64 = profile.live.iter().map(|l| l.bytes).sum();
+    let total: u64 = profile
+        .live
+        .iter()
+        .map(|l| l.bytes)
+        .fold(0u64, u64::saturating_add);
     writeln!(
         out,
         "== live heap at the end: {} (estimated from sampled allocations) ==",

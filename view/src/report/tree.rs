@@ -19,9 +19,9 @@ struct Node {
 
 impl Node {
     fn add(&mut self, path: &[String], value: u64) {
-        self.total += value;
+        self.total = self.total.saturating_add(value);
         match path.split_first() {
-            None => self.self_value += value,
+            None => self.self_value = self.self_value.saturating_add(value),
             Some((first, rest)) => self
                 .children
                 .entry(first.clone())
@@ -89,7 +89,10 @@ fn write_node(
         write_node(out, cut, child, c, depth + 1)?;
     }
     if !folded.is_empty() {
-        let rest: u64 = folded.iter().map(|(_, c)| c.total).sum();
+        let rest: u64 = folded
+            .iter()
+            .map(|(_, c)| c.total)
+            .fold(0u64, u64::saturating_add);
         writeln!(
             out,
             "{:>7.2}% {:>8} {:>12}  {}[{} more, each under {}%]",

@@ -226,14 +226,18 @@ pub fn parse_diff_query(raw: Option<&str>) -> DiffQuery {
         let Some((k, v)) = kv.split_once('=') else {
             continue;
         };
-        let ids = v
-            .split([',', '+'])
-            .filter(|s| !s.is_empty())
-            .map(String::from);
+        // Split on the separators as sent, then decode each id: an id holding a comma (a
+        // collector's label selection) arrives as %2C and stays whole.
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let ids = v.split([',', '+']).filter(|s| !s.is_empty()).map(decode);
         match k {
             "a" => q.a.extend(ids),
             "b" => q.b.extend(ids),
-            "event" => q.event = Some(v.to_string()),
+            "event" => q.event = Some(decode(v)),
             "absolute" => q.absolute = matches!(v, "1" | "true" | "on"),
             _ => {}
         }
@@ -323,4 +327,21 @@ pub async fn range_download(
         body,
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that ids are split on the separators as sent and then percent-decoded: an encoded
+    // comma stays inside its id (a collector's label selection), encoded characters decode.
+    #[test]
+    fn diff_ids_are_percent_decoded() {
+        let q = parse_diff_query(Some(
+            "a=host%3Dn1%2Cservice%3Drelay%7C1h,run%201&b=x+y&event=cpu",
+        ));
+        assert_eq!(q.a, vec!["host=n1,service=relay|1h", "run 1"]);
+        assert_eq!(q.b, vec!["x", "y"]);
+        assert_eq!(q.event.as_deref(), Some("cpu"));
+    }
 }

@@ -3,8 +3,10 @@
 //! that opens connections and sends nothing, or sends its request a byte at a time, would
 //! otherwise hold a task and a file descriptor for as long as it likes.
 //!
-//! - At most `max_connections` at once (TLS handshakes included); beyond that a new connection
-//!   is closed at once and counted, so the ones already open keep being served.
+//! - At most `max_connections` at once (TLS handshakes included), and at most `per_address`
+//!   from one client address; beyond either a new connection is closed at once and counted, so
+//!   the ones already open keep being served and one client (5,000 idle connections, a
+//!   reconnect loop) cannot take the slots of all others.
 //! - A TLS handshake, and each request's head, must arrive within `header_timeout`.
 //! - A connection on which no byte has moved either way for `idle_timeout` is closed (a request
 //!   in progress finishes first, unless it also stays silent that long).
@@ -27,6 +29,8 @@ use tower::ServiceExt;
 
 /// The defaults of `--max-connections`, and the deadlines.
 pub const MAX_CONNECTIONS: usize = 4096;
+/// The default of `--max-connections-per-address`: a browser opens 6, an agent 1, a scraper 1.
+pub const PER_ADDRESS_CONNECTIONS: usize = 64;
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A request head larger than this is refused (hyper's default is 400 KiB per connection).
@@ -37,6 +41,7 @@ const SPARE_FDS: u64 = 64;
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub max_connections: usize,
+    pub per_address: usize,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
 }
@@ -45,6 +50,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: MAX_CONNECTIONS,
+            per_address: PER_ADDRESS_CONNECTIONS,
             header_timeout: HEADER_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
         }
@@ -57,6 +63,8 @@ pub struct ConnectionCounters {
     pub open: AtomicU64,
     /// Closed at accept: `max_connections` were open.
     pub refused: AtomicU64,
+    /// Closed at accept: `per_address` were open from that client's address.
+    pub refused_per_address: AtomicU64,
     /// Closed for a TLS handshake or a request head past its deadline, or idle past
     /// `idle_timeout`.
     pub timed_out: AtomicU64,
@@ -112,6 +120,49 @@ pub fn listen(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
     socket.listen(ACCEPT_BACKLOG)
 }
 
+/// Connections open per client address.
+#[derive(Default)]
+struct PerAddress {
+    open: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+/// One connection's place in its address's count, given back when dropped.
+struct AddressSlot {
+    table: Arc<PerAddress>,
+    addr: std::net::IpAddr,
+}
+
+impl PerAddress {
+    fn take(table: &Arc<PerAddress>, addr: std::net::IpAddr, max: usize) -> Option<AddressSlot> {
+        let addr = match addr {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        let mut open = table.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(addr).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot {
+            table: table.clone(),
+            addr,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.addr) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.addr);
+            }
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `stop` resolves, then lets open requests finish (up to
 /// `idle_timeout`). `handshake` turns an accepted TCP stream into the connection's stream: TLS,
 /// or the stream itself (`plain`).
@@ -130,10 +181,11 @@ where
 {
     let max = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let slots = Arc::new(Semaphore::new(max));
+    let per_address = Arc::new(PerAddress::default());
     let (stopping, stop_rx) = watch::channel(false);
     tokio::pin!(stop);
     loop {
-        let (tcp, _peer) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(c) => c,
@@ -144,6 +196,12 @@ where
                     continue;
                 }
             },
+        };
+        let Some(address_slot) = PerAddress::take(&per_address, peer.ip(), limits.per_address)
+        else {
+            counters.refused_per_address.fetch_add(1, Ordering::Relaxed);
+            drop(tcp);
+            continue;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             counters.refused.fetch_add(1, Ordering::Relaxed);
@@ -169,6 +227,7 @@ where
             }
             counters.open.fetch_sub(1, Ordering::Relaxed);
             drop(slot);
+            drop(address_slot);
         });
     }
     let _ = stopping.send(true);
@@ -341,6 +400,7 @@ mod tests {
         let counters = Arc::new(ConnectionCounters::default());
         let limits = Limits {
             max_connections: 1,
+            per_address: PER_ADDRESS_CONNECTIONS,
             header_timeout: Duration::from_millis(300),
             idle_timeout: Duration::from_secs(5),
         };
@@ -380,6 +440,37 @@ mod tests {
         );
     }
 
+    // Checks the per-address limit: with 2 silent connections from 127.0.0.1 (its limit), a
+    // third from there is refused and counted, while a client from 127.0.0.2 is served.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_address_cannot_take_every_slot() {
+        let limits = Limits {
+            per_address: 2,
+            ..Limits::default()
+        };
+        let (addr, counters) = start(limits).await;
+        let mut silent = Vec::new();
+        for _ in 0..2 {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!get_ok(addr).await, "a third from the same address");
+        assert_eq!(counters.refused_per_address.load(Ordering::Relaxed), 1);
+        let other = tokio::net::TcpSocket::new_v4().unwrap();
+        other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut s = other.connect(addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut out)).await;
+        assert!(
+            out.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+
     // Checks the connection limit and the deadlines: with 2 slots held by silent clients a
     // third connection is refused (closed, counted), and once the header deadline closes the
     // silent ones a request is served again; a client idle after its request is closed too.
@@ -387,6 +478,7 @@ mod tests {
     async fn silent_clients_are_closed_and_the_limit_holds() {
         let limits = Limits {
             max_connections: 2,
+            per_address: PER_ADDRESS_CONNECTIONS,
             header_timeout: Duration::from_millis(300),
             idle_timeout: Duration::from_millis(600),
         };
