@@ -29,6 +29,9 @@ pub enum FormatError {
     Corrupt(String),
     #[error("the profile inflates to more than {limit} bytes (a gzip bomb, or a limit to raise)")]
     TooLarge { limit: u64 },
+    /// Past a window limit (`window_limits`): refused as it decoded.
+    #[error("over the limits of one window: {0}")]
+    OverLimit(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -55,8 +58,12 @@ pub fn read_profile(input: impl Read) -> Result<Profile, FormatError> {
 /// the window limits (`window_limits`), so memory and work stay bounded whatever the input.
 pub fn read_profile_limited(input: impl Read, max_inflated: u64) -> Result<Profile, FormatError> {
     let json = inflate(input, max_inflated)?;
-    crate::window_limits::limited(|| serde_json::from_slice(&json))
-        .map_err(|e| FormatError::Corrupt(e.to_string()))
+    crate::window_limits::limited(|| serde_json::from_slice(&json)).map_err(|e| {
+        match crate::window_limits::take_refusal() {
+            Some(why) => FormatError::OverLimit(why),
+            None => FormatError::Corrupt(e.to_string()),
+        }
+    })
 }
 
 /// The JSON of a profile file: its header checked, inflated up to `max_inflated` bytes.

@@ -21,10 +21,23 @@ pub const MAX_WINDOW_ITEMS: u64 = 2_000_000;
 thread_local! {
     /// Items a limited read may still decode on this thread; None: no limit.
     static LEFT: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The limit the last limited read stopped at, if it did.
+    static REFUSAL: Cell<Option<String>> = const { Cell::new(None) };
+}
+
+/// Why the last limited read on this thread stopped, if a limit stopped it.
+pub fn take_refusal() -> Option<String> {
+    REFUSAL.with(|r| r.take())
+}
+
+fn refuse<E: Error>(why: String) -> E {
+    REFUSAL.with(|r| r.set(Some(why.clone())));
+    E::custom(why)
 }
 
 /// Runs `f` with the window limits on (for a read of untrusted bytes on this thread).
 pub fn limited<T>(f: impl FnOnce() -> T) -> T {
+    REFUSAL.with(|r| r.set(None));
     let before = LEFT.with(|l| l.replace(Some(MAX_WINDOW_ITEMS)));
     let out = f();
     LEFT.with(|l| l.set(before));
@@ -64,13 +77,13 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Bounded<T> {
         let mut out = Vec::new();
         while let Some(item) = seq.next_element()? {
             if self.per_list.is_some_and(|max| out.len() >= max) && limiting() {
-                return Err(A::Error::custom(format!(
+                return Err(refuse(format!(
                     "a stack of more than {} frames",
                     self.per_list.unwrap_or_default()
                 )));
             }
             if !take_item() {
-                return Err(A::Error::custom(format!(
+                return Err(refuse(format!(
                     "more than {MAX_WINDOW_ITEMS} items in one window (at the {})",
                     self.what
                 )));

@@ -1,12 +1,14 @@
 //! The collector against a hostile network: gzip bombs (up to 4 GiB inflated), slow headers and slow bodies without a
-//! token, 2,000 idle connections, 200 concurrent valid uploads, a 100k-phase window, empty
-//! tokens and foreign Host headers, all at once against one collector. Throughout, `/metrics`
-//! must answer within a second; at the end every valid window is stored exactly once, nothing
-//! else is, and the collector's peak memory stayed under its documented bound. Then `kill -9`
-//! in the middle of a 200-way ingest: after a restart, every acknowledged window is there once
-//! and the agents' retries added no duplicates.
+//! token, 64 slow bodies from one agent's token, 5,000 idle connections from one address, a
+//! 69 KB window whose one stack holds 33 million frames, 200 concurrent valid uploads, a
+//! 100k-phase window, empty tokens and foreign Host headers, all at once against one collector,
+//! each kind of attacker at its own loopback address. Throughout, `/metrics` must answer within
+//! a second; at the end every valid window is stored exactly once, nothing else is, and the
+//! collector's peak memory stayed under its documented bound. Then `kill -9` in the middle of a
+//! 200-way ingest: after a restart, every acknowledged window is there once and the agents'
+//! retries added no duplicates.
 use std::io::{BufRead, Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +26,19 @@ const MIB: u64 = 1 << 20;
 const MAX_BODY: u64 = 4 * MIB;
 const MAX_INFLATED: u64 = 64 * MIB;
 const MAX_UPLOADS: u64 = 64;
+
+/// Agent `i` uploads from 127.0.1.(i+1); each kind of attacker has its own 127.0.2.x.
+fn agent_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 1, i as u8 + 1)
+}
+const SLOW_HEADS: Ipv4Addr = Ipv4Addr::new(127, 0, 2, 2);
+const SLOW_BODIES: Ipv4Addr = Ipv4Addr::new(127, 0, 2, 3);
+const ONE_TOKEN: Ipv4Addr = Ipv4Addr::new(127, 0, 2, 4);
+const IDLE: Ipv4Addr = Ipv4Addr::new(127, 0, 2, 5);
+
+fn to(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
 
 fn token(i: usize) -> String {
     format!("hostile-agent-token-{i:04}")
@@ -113,7 +128,8 @@ fn post(port: u16, agent: usize, key: Option<&str>, body: &[u8]) -> (u16, String
     if let Some(k) = key {
         headers.push_str(&format!("Idempotency-Key: {k}\r\n"));
     }
-    try_http_request(
+    try_http_request_from(
+        Some(agent_addr(agent)),
         "POST",
         &format!("http://127.0.0.1:{port}/api/v1/windows"),
         &headers,
@@ -205,6 +221,34 @@ fn many_phases() -> Vec<u8> {
         };
         100_000
     ];
+    let mut out = Vec::new();
+    write_profile(&b.finish(), &mut out).unwrap();
+    out
+}
+
+/// A window whose one stack holds 33,000,000 frames: 66 MB of JSON, ~69 KB gzipped (under
+/// `--max-body` and `--max-inflated`), as the hostile round of issue 24 sent it.
+fn deep_stack() -> Vec<u8> {
+    let mut b = ProfileBuilder::new(
+        Meta {
+            events: vec![EventKind::Cpu],
+            start_unix_ns: now_ns() - 1_000_000,
+            end_unix_ns: now_ns(),
+            labels: [("host".to_string(), "h0".to_string())]
+                .into_iter()
+                .collect(),
+            ..Meta::default()
+        },
+        vec![],
+    );
+    let f = b.intern_frame(Frame {
+        function: "deep".into(),
+        module: "m".into(),
+        kind: FrameKind::User,
+        inlined: false,
+    });
+    let s = b.intern_stack(vec![f; 33_000_000]);
+    b.add_cpu(7, 7, PhaseAt::NONE, s, 1);
     let mut out = Vec::new();
     write_profile(&b.finish(), &mut out).unwrap();
     out
@@ -328,7 +372,7 @@ fn raise_fd_limit() {
 /// server keeps it open: how long that was.
 fn trickle(port: u16, head: &[u8], every: Duration) -> Duration {
     let t = Instant::now();
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+    let Ok(mut s) = connect_from(SLOW_HEADS, to(port)) else {
         return t.elapsed();
     };
     for b in head.iter().cycle() {
@@ -395,7 +439,7 @@ fn a_hostile_network_cannot_knock_the_collector_over() {
     }
     for _ in 0..60 {
         attacks.push(std::thread::spawn(move || {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let mut s = connect_from(SLOW_BODIES, to(port)).unwrap();
             s.write_all(b"POST /api/v1/windows HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 16000000\r\n\r\nPHASE")
                 .unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -404,13 +448,15 @@ fn a_hostile_network_cannot_knock_the_collector_over() {
             assert_eq!(&b, b"HTTP/1.1 401", "{}", String::from_utf8_lossy(&b));
         }));
     }
-    // Slow bodies with a token: each holds an upload slot until the body deadline (408).
-    for i in 0..4 {
+    // 64 slow bodies with one agent's token (all of --max-uploads): a quarter hold that
+    // agent's upload slots until the body deadline (408), the rest are turned away (503), and
+    // the other agents' uploads go on.
+    for _ in 0..MAX_UPLOADS {
         attacks.push(std::thread::spawn(move || {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let mut s = connect_from(ONE_TOKEN, to(port)).unwrap();
             let head = format!(
                 "POST /api/v1/windows HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nContent-Length: 1000000\r\n\r\n",
-                token(i)
+                token(AGENTS - 1)
             );
             s.write_all(head.as_bytes()).unwrap();
             let t = Instant::now();
@@ -425,14 +471,30 @@ fn a_hostile_network_cannot_knock_the_collector_over() {
                     Err(_) => {}
                 }
             }
-            assert!(reply.starts_with(b"HTTP/1.1 408"), "{}", String::from_utf8_lossy(&reply));
+            assert!(
+                reply.starts_with(b"HTTP/1.1 408") || reply.starts_with(b"HTTP/1.1 503"),
+                "{}",
+                String::from_utf8_lossy(&reply)
+            );
         }));
     }
-    // 2,000 connections opened and left silent.
-    let idle: Vec<TcpStream> = (0..2000)
-        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+    // 5,000 connections from one address opened and left silent: all but that address's
+    // share are closed at once.
+    let idle: Vec<TcpStream> = (0..5000)
+        .filter_map(|_| connect_from(IDLE, to(port)).ok())
         .collect();
-    assert_eq!(idle.len(), 2000);
+    assert!(idle.len() >= 4900, "{} connected", idle.len());
+    // The deep stack: refused as it decodes.
+    let deep = deep_stack();
+    let t = Instant::now();
+    let (status, reply) = post(port, 0, Some("deep"), &deep);
+    let took = t.elapsed();
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply.contains("more than 1024 frames"), "{reply}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the deep stack took {took:?}"
+    );
     // Empty tokens, a foreign Host, the 100k-phase window.
     let url = format!("http://127.0.0.1:{port}");
     let (status, _) = try_http_request(
@@ -498,12 +560,43 @@ fn a_hostile_network_cannot_knock_the_collector_over() {
         20
     );
     assert!(metric(&metrics, "phaseprof_collector_connections_timed_out_total") >= 100);
+    assert!(
+        metric(
+            &metrics,
+            "phaseprof_collector_connections_refused_per_address_total"
+        ) >= 4900
+    );
     let (status, merged) = http_get(&format!("{url}/api/v1/merged?from={base}"));
     assert_eq!(status, 200, "{merged}");
     let merged: serde_json::Value = serde_json::from_str(&merged).unwrap();
     let want: u64 = (1..=WINDOWS as u64).sum();
     assert_eq!(merged["events"]["cpu"]["samples"], want);
     drop(c);
+}
+
+// Checks the upload of issue 24 alone against a fresh collector: one stack of 33 million
+// frames in 69 KB is refused with 400 within a second, and the collector's peak memory stays
+// under 256 MiB.
+#[test]
+fn a_deep_stack_is_refused_at_once() {
+    let dir = scratch("hostile-deep");
+    let port = free_port();
+    let c = start(&dir, port, &[]);
+    let body = deep_stack();
+    let t = Instant::now();
+    let (status, reply) = post(port, 0, Some("deep"), &body);
+    let took = t.elapsed();
+    let peak = vm_hwm_mib(c.0.id());
+    eprintln!(
+        "deep stack: {} KB sent, {status} after {} ms, collector peak RSS {peak} MiB: {reply}",
+        body.len() / 1000,
+        took.as_millis()
+    );
+    assert_eq!(status, 400, "{reply}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(peak < 256, "peak RSS {peak} MiB");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // Checks empty tokens are refused at start, from the flag and from the environment.

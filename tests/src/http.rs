@@ -23,11 +23,70 @@ pub fn try_http_request(
     headers: &str,
     body: &[u8],
 ) -> std::io::Result<(u16, String)> {
+    try_http_request_from(None, method, url, headers, body)
+}
+
+/// A TCP connection to `to` from the loopback address `from` (127.0.0.0/8 is all local, so
+/// tests play clients at different addresses).
+pub fn connect_from(
+    from: std::net::Ipv4Addr,
+    to: std::net::SocketAddr,
+) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::FromRawFd;
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as u16,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let std::net::SocketAddr::V4(to) = to else {
+        return Err(std::io::Error::other("IPv4 only"));
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    // SAFETY: a new socket we own; bind and connect read the sockaddr structs we pass.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = std::net::TcpStream::from_raw_fd(fd);
+        let local = sockaddr(from, 0);
+        if libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let remote = sockaddr(*to.ip(), to.port());
+        if libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+/// `try_http_request` from the loopback address `from` (None: the system's choice).
+pub fn try_http_request_from(
+    from: Option<std::net::Ipv4Addr>,
+    method: &str,
+    url: &str,
+    headers: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
     let rest = url.strip_prefix("http://").expect("an http:// URL");
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
-    let mut s = std::net::TcpStream::connect(host)?;
+    let mut s = match from {
+        Some(ip) => {
+            let to = host
+                .to_socket_addrs()?
+                .next()
+                .ok_or_else(|| std::io::Error::other(host.to_string()))?;
+            connect_from(ip, to)?
+        }
+        None => std::net::TcpStream::connect(host)?,
+    };
     // One write, no Nagle: a request sent in pieces waits out the peer's delayed ACK (40 ms).
     s.set_nodelay(true)?;
     let mut req = format!(

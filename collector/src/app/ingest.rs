@@ -329,6 +329,9 @@ fn check_window(
         Err(e @ phaseprof_model::FormatError::TooLarge { .. }) => {
             return Err(Rejected::TooLarge(format!("{e} (--max-inflated)")))
         }
+        Err(e @ phaseprof_model::FormatError::OverLimit(_)) => {
+            return Err(Rejected::Malformed(e.to_string()))
+        }
         Err(e) => return Err(Rejected::Malformed(format!("not a phaseprof window: {e}"))),
     };
     if let Err(e) = profile.validate() {
