@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// Largest debug file fetched (debug info of big programs runs to hundreds of MiB).
 const MAX_FETCH_BYTES: u64 = 2 << 30;
 /// Time all fetches of one recording may take together: past it, no more are tried.
-const FETCH_BUDGET: Duration = Duration::from_secs(20);
+const FETCH_BUDGET: Duration = Duration::from_secs(10);
 
 pub struct DebugFiles {
     dirs: Vec<PathBuf>,

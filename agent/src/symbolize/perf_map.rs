@@ -17,6 +17,10 @@ type JitFunction = (u64, u64, String);
 
 /// Functions kept per map (a JIT's map holds thousands; a map past this is not a JIT's).
 const MAX_FUNCTIONS: usize = 200_000;
+/// Bytes read per lookup that misses: a map is read on in steps, as far as lookups need.
+const READ_STEP: u64 = 4 << 20;
+/// A line longer than this is no `START SIZE name` line: dropped unread.
+const MAX_LINE: usize = 64 << 10;
 
 #[derive(Default)]
 pub struct PerfMaps {
@@ -100,6 +104,14 @@ impl PerfMap {
         for (root, path) in map_paths(pid) {
             match target_files::open_in_root(root, &path, false, &expect) {
                 Ok(f) => {
+                    let len = f.metadata().map_or(0, |m| m.len());
+                    if len > MAX_PERF_MAP_BYTES {
+                        eprintln!(
+                            "phaseprof: warning: perf map of pid {pid} is {} MiB: only its first {} MiB are read",
+                            len >> 20,
+                            MAX_PERF_MAP_BYTES >> 20
+                        );
+                    }
                     map.file = Some(f);
                     break;
                 }
@@ -139,13 +151,16 @@ impl PerfMap {
             return;
         }
         let mut bytes = std::mem::take(&mut self.partial);
-        let want = (len - self.read).min(room);
+        let want = (len - self.read).min(room).min(READ_STEP);
         let Ok(n) = file.take(want).read_to_end(&mut bytes) else {
             return;
         };
         self.read += n as u64;
         let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         self.partial = bytes.split_off(complete);
+        if self.partial.len() > MAX_LINE {
+            self.partial.clear();
+        }
         let mut added = parse(&String::from_utf8_lossy(&bytes));
         added.truncate(MAX_FUNCTIONS - self.functions.len());
         self.functions.append(&mut added);
