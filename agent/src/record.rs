@@ -260,22 +260,9 @@ fn record_into(
         }
         TargetSpec::Command(argv) => {
             let path = command_path.expect("resolved before recording");
-            let held = HeldChild::spawn(&path, argv)?;
-            watchdog = Some(HoldWatchdog::start(held.pid)?);
-            session.add_held_child(held.pid, &path)?;
-            let meta = session.meta_mut();
-            meta.command = argv.clone();
-            meta.exe = std::fs::canonicalize(&path)
-                .unwrap_or(path.clone())
-                .to_string_lossy()
-                .into_owned();
-            meta.comm = path
-                .file_name()
-                .map(|n| n.to_string_lossy().chars().take(15).collect())
-                .unwrap_or_default();
-            meta.build_id = targets::build_id_hex(&path);
-            child = Some(CommandChild::new(held.pid));
-            held.release()?;
+            let (c, w) = start_command(&mut session, &path, argv)?;
+            child = Some(c);
+            watchdog = Some(w);
         }
     }
     // Targets are in the map now: from this line on, nothing they do is missed.
@@ -350,4 +337,30 @@ fn record_into(
         }
     }
     Ok(Recorded { profile, stop })
+}
+
+/// Forks `argv` held before its execve, with the watchdog that continues it should phaseprof
+/// die, makes it the target, notes what it is, and lets it exec.
+fn start_command(
+    session: &mut Session,
+    path: &std::path::Path,
+    argv: &[String],
+) -> Result<(CommandChild, HoldWatchdog)> {
+    let held = HeldChild::spawn(path, argv)?;
+    let watchdog = HoldWatchdog::start(held.pid)?;
+    session.add_held_child(held.pid, path)?;
+    let meta = session.meta_mut();
+    meta.command = argv.to_vec();
+    meta.exe = std::fs::canonicalize(path)
+        .unwrap_or(path.to_path_buf())
+        .to_string_lossy()
+        .into_owned();
+    meta.comm = path
+        .file_name()
+        .map(|n| n.to_string_lossy().chars().take(15).collect())
+        .unwrap_or_default();
+    meta.build_id = targets::build_id_hex(path);
+    let child = CommandChild::new(held.pid);
+    held.release()?;
+    Ok((child, watchdog))
 }

@@ -17,11 +17,7 @@ impl Profile {
     /// of at least 20 expected), a sentence saying so.
     pub fn cpu_sample_shortfall(&self) -> Option<String> {
         let expected = self.expected_cpu_samples()?;
-        let got: u64 = self
-            .cpu
-            .iter()
-            .map(|s| s.count)
-            .fold(0u64, u64::saturating_add);
+        let got: u64 = crate::saturating_sum(self.cpu.iter().map(|s| s.count));
         (expected >= 20 && (got as f64) < 0.8 * expected as f64).then(|| {
             format!(
                 "INCOMPLETE: {got} cpu samples where the targets' {:.2} s of CPU time call for ~{expected} at {} Hz ({:.0}% missing): the sampling events fired for part of the recording",

@@ -51,6 +51,12 @@ pub fn syscall_nr(name: &str) -> Option<u32> {
         .map(|i| i as u32)
 }
 
+/// The sum of `values`, saturating at 2^64−1 as every merged counter does (a plain `sum`
+/// wraps in release builds).
+pub fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0, u64::saturating_add)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

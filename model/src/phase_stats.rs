@@ -87,11 +87,7 @@ impl PhaseStats {
     /// The `q` quantile (0..=1) of wall time: the midpoint of the bucket holding it, capped by
     /// the exact maximum.
     pub fn wall_quantile(&self, q: f64) -> u64 {
-        let total: u64 = self
-            .wall_hist
-            .iter()
-            .map(|(_, n)| *n)
-            .fold(0u64, u64::saturating_add);
+        let total: u64 = crate::saturating_sum(self.wall_hist.iter().map(|(_, n)| *n));
         if total == 0 {
             return 0;
         }

@@ -248,23 +248,18 @@ pub struct Profile {
     #[serde(deserialize_with = "crate::window_limits::items")]
     pub syscalls: Vec<SyscallSample>,
     /// Exact per-phase totals by phase index (inclusive of nested phases); empty without phases.
-    #[serde(default)]
-    #[serde(deserialize_with = "crate::window_limits::items")]
+    #[serde(default, deserialize_with = "crate::window_limits::items")]
     pub phase_stats: Vec<PhaseStats>,
     /// Allocations per (process, phase): exact for native allocators.
-    #[serde(default)]
-    #[serde(deserialize_with = "crate::window_limits::items")]
+    #[serde(default, deserialize_with = "crate::window_limits::items")]
     pub alloc_totals: Vec<AllocTotal>,
     /// Sampled allocation stacks with estimated bytes.
-    #[serde(default)]
-    #[serde(deserialize_with = "crate::window_limits::items")]
+    #[serde(default, deserialize_with = "crate::window_limits::items")]
     pub allocs: Vec<AllocSample>,
     /// Sampled allocations still live at the end, by stack.
-    #[serde(default)]
-    #[serde(deserialize_with = "crate::window_limits::items")]
+    #[serde(default, deserialize_with = "crate::window_limits::items")]
     pub live: Vec<LiveSample>,
-    #[serde(default)]
-    #[serde(deserialize_with = "crate::window_limits::items")]
+    #[serde(default, deserialize_with = "crate::window_limits::items")]
     pub page_faults: Vec<PageFaultSample>,
     /// Named costs over the whole recording that are computed from stacks (`event = "alloc"`).
     #[serde(default)]

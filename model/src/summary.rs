@@ -72,11 +72,7 @@ impl Summary {
         let mut costs = BTreeMap::new();
         let m = &profile.meta;
         if profile.recorded(EventKind::Cpu) {
-            let samples: u64 = profile
-                .cpu
-                .iter()
-                .map(|s| s.count)
-                .fold(0u64, u64::saturating_add);
+            let samples: u64 = crate::saturating_sum(profile.cpu.iter().map(|s| s.count));
             events.insert(
                 "cpu".into(),
                 serde_json::json!({
@@ -90,28 +86,19 @@ impl Summary {
             );
         }
         if profile.recorded(EventKind::Offcpu) {
-            let total: u64 = profile
-                .offcpu
-                .iter()
-                .map(|s| s.ns)
-                .fold(0u64, u64::saturating_add);
+            let total: u64 = crate::saturating_sum(profile.offcpu.iter().map(|s| s.ns));
             events.insert("offcpu".into(), serde_json::json!({"total_ns": total}));
         }
         if profile.recorded(EventKind::Syscall) {
             let by_name = syscalls_by_name(profile);
-            let count = by_name
-                .values()
-                .map(|c| c.count)
-                .fold(0u64, u64::saturating_add);
-            let total_ns = by_name
-                .values()
-                .map(|c| c.total_ns)
-                .fold(0u64, u64::saturating_add);
-            let flushes = FLUSH_SYSCALLS
-                .iter()
-                .filter_map(|n| by_name.get(*n))
-                .map(|c| c.count)
-                .fold(0u64, u64::saturating_add);
+            let count = crate::saturating_sum(by_name.values().map(|c| c.count));
+            let total_ns = crate::saturating_sum(by_name.values().map(|c| c.total_ns));
+            let flushes = crate::saturating_sum(
+                FLUSH_SYSCALLS
+                    .iter()
+                    .filter_map(|n| by_name.get(*n))
+                    .map(|c| c.count),
+            );
             costs.insert("flush_syscalls".into(), Some(flushes));
             events.insert(
                 "syscall".into(),
@@ -123,11 +110,7 @@ impl Summary {
                 (a.0 + t.bytes, a.1 + t.count, a.2 + t.frees)
             });
             let info = m.alloc.clone().unwrap_or_default();
-            let live_bytes: u64 = profile
-                .live
-                .iter()
-                .map(|l| l.bytes)
-                .fold(0u64, u64::saturating_add);
+            let live_bytes: u64 = crate::saturating_sum(profile.live.iter().map(|l| l.bytes));
             let mut by_pid: BTreeMap<String, [u64; 3]> = BTreeMap::new();
             for t in &profile.alloc_totals {
                 let e = by_pid.entry(t.pid.to_string()).or_default();
@@ -159,11 +142,7 @@ impl Summary {
             );
         }
         if profile.recorded(EventKind::Pagefault) {
-            let count: u64 = profile
-                .page_faults
-                .iter()
-                .map(|s| s.count)
-                .fold(0u64, u64::saturating_add);
+            let count: u64 = crate::saturating_sum(profile.page_faults.iter().map(|s| s.count));
             events.insert(
                 "pagefault".into(),
                 serde_json::json!({"count": count, "unwind": m.unwind}),

@@ -12,6 +12,7 @@ mod exactness;
 mod exports;
 mod fleet;
 mod hostile;
+mod hostile_bodies;
 mod hostile_local;
 mod kernels;
 mod phases;

@@ -166,11 +166,7 @@ fn write_live(profile: &Profile, top: usize, mut out: impl Write) -> std::io::Re
             "== live heap: not tracked (duty-cycled probes miss frees) =="
         );
     }
-    let total: u64 = profile
-        .live
-        .iter()
-        .map(|l| l.bytes)
-        .fold(0u64, u64::saturating_add);
+    let total: u64 = phaseprof_model::saturating_sum(profile.live.iter().map(|l| l.bytes));
     writeln!(
         out,
         "== live heap at the end: {} (estimated from sampled allocations) ==",

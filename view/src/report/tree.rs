@@ -89,10 +89,7 @@ fn write_node(
         write_node(out, cut, child, c, depth + 1)?;
     }
     if !folded.is_empty() {
-        let rest: u64 = folded
-            .iter()
-            .map(|(_, c)| c.total)
-            .fold(0u64, u64::saturating_add);
+        let rest: u64 = phaseprof_model::saturating_sum(folded.iter().map(|(_, c)| c.total));
         writeln!(
             out,
             "{:>7.2}% {:>8} {:>12}  {}[{} more, each under {}%]",
