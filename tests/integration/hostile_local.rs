@@ -138,6 +138,7 @@ fn record(name: &str, args: &[String], env: &[(&str, &str)], limit: Duration) ->
         .unwrap();
     let pid = child.id() as i32;
     let mut guard = Killed(child);
+    // SAFETY: rusage is plain integers; zero is a valid value for wait4 to overwrite.
     let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
     loop {
         // SAFETY: wait4 on our own child with valid out pointers.

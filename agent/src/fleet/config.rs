@@ -7,7 +7,9 @@
 //! window = "10s"
 //! spool_dir = "/var/lib/phaseprof-agent/spool"
 //! spool_limit = "256MiB"
-//! metrics_listen = "127.0.0.1:9464"
+//! metrics_listen = "127.0.0.1:9464"        # /metrics; on a non-loopback address also:
+//! # metrics_token_file = "/etc/phaseprof/metrics.token"  # or metrics_token = "...": asked
+//! #                                         # of scrapers as `Authorization: Bearer`
 //! events = ["cpu", "offcpu", "syscall"]
 //! unwind = "auto"                  # auto | fp | dwarf | copy (see `record --unwind`)
 //! stack_copy = "16KiB"             # user stack copied per sample with `copy` unwinding
@@ -44,6 +46,9 @@ struct RawConfig {
     #[serde(default = "default_spool_limit")]
     spool_limit: String,
     metrics_listen: Option<SocketAddr>,
+    /// Bearer token `/metrics` asks for (needed when `metrics_listen` is not loopback).
+    metrics_token: Option<String>,
+    metrics_token_file: Option<PathBuf>,
     #[serde(default = "default_events")]
     events: Vec<String>,
     #[serde(default = "default_unwind")]
@@ -129,6 +134,8 @@ pub struct AgentConfig {
     pub spool_dir: PathBuf,
     pub spool_limit: u64,
     pub metrics_listen: Option<SocketAddr>,
+    /// None: `/metrics` answers requests for a loopback Host only (DNS rebinding).
+    pub metrics_token: Option<String>,
     pub events: Vec<EventKind>,
     pub unwind: crate::unwind::UnwindMode,
     pub stack_copy_bytes: u32,
@@ -211,6 +218,27 @@ impl AgentConfig {
         if targets.is_empty() {
             bail!("{file}: no [[target]]: name (regex), exe or cgroup");
         }
+        let metrics_token = match (raw.metrics_token, raw.metrics_token_file) {
+            (Some(t), None) => Some(t),
+            (None, Some(p)) => Some(
+                std::fs::read_to_string(&p)
+                    .with_context(|| format!("{file}: reading metrics_token_file {}", p.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            (None, None) => None,
+            _ => bail!("{file}: give at most one of `metrics_token` and `metrics_token_file`"),
+        };
+        if metrics_token.as_ref().is_some_and(|t| t.is_empty()) {
+            bail!("{file}: the metrics token is empty");
+        }
+        if let Some(addr) = raw.metrics_listen {
+            if !addr.ip().is_loopback() && metrics_token.is_none() {
+                bail!(
+                    "{file}: metrics_listen = \"{addr}\" is not a loopback address: set metrics_token too (scrapers send it as a bearer token)"
+                );
+            }
+        }
         Ok(AgentConfig {
             collector: raw.collector.trim_end_matches('/').to_string(),
             ca_file: raw.ca_file,
@@ -219,6 +247,7 @@ impl AgentConfig {
             spool_dir: raw.spool_dir,
             spool_limit,
             metrics_listen: raw.metrics_listen,
+            metrics_token,
             events,
             unwind,
             stack_copy_bytes,

@@ -133,6 +133,7 @@ const METRICS_TIMEOUT: Duration = Duration::from_secs(2);
 /// nothing delays no one.
 fn serve_metrics(
     addr: std::net::SocketAddr,
+    token: Option<String>,
     a: Arc<AgentMetrics>,
     p: Arc<PushMetrics>,
 ) -> Result<()> {
@@ -149,11 +150,11 @@ fn serve_metrics(
                 continue; // dropped: closed
             }
             busy.fetch_add(1, Ordering::Relaxed);
-            let (a, p, done) = (a.clone(), p.clone(), busy.clone());
+            let (a, p, done, token) = (a.clone(), p.clone(), busy.clone(), token.clone());
             let spawned = std::thread::Builder::new()
                 .name("metrics".into())
                 .spawn(move || {
-                    answer_metrics(conn, &a, &p);
+                    answer_metrics(conn, token.as_deref(), &a, &p);
                     done.fetch_sub(1, Ordering::Relaxed);
                 });
             if spawned.is_err() {
@@ -164,7 +165,39 @@ fn serve_metrics(
     Ok(())
 }
 
-fn answer_metrics(mut conn: std::net::TcpStream, a: &AgentMetrics, p: &PushMetrics) {
+/// The value of header `name` in a request head.
+fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+}
+
+/// Whether a request may read the metrics: its bearer token where one is set, else a loopback
+/// Host (a page elsewhere that rebinds its name to 127.0.0.1 names its own host).
+fn allowed(head: &str, token: Option<&str>) -> Result<(), &'static str> {
+    use phaseprof_view::web::auth;
+    match token {
+        Some(t) => header(head, "authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|got| auth::same(got, t))
+            .then_some(())
+            .ok_or("401 Unauthorized"),
+        None => {
+            let host = header(head, "host").and_then(|h| axum::http::HeaderValue::from_str(h).ok());
+            auth::is_loopback_host(host.as_ref())
+                .then_some(())
+                .ok_or("403 Forbidden")
+        }
+    }
+}
+
+fn answer_metrics(
+    mut conn: std::net::TcpStream,
+    token: Option<&str>,
+    a: &AgentMetrics,
+    p: &PushMetrics,
+) {
     let _ = conn.set_read_timeout(Some(METRICS_TIMEOUT));
     let _ = conn.set_write_timeout(Some(METRICS_TIMEOUT));
     // The request head, up to its blank line (or the deadline, or 8 KiB).
@@ -179,6 +212,10 @@ fn answer_metrics(mut conn: std::net::TcpStream, a: &AgentMetrics, p: &PushMetri
         if Instant::now() > deadline {
             return;
         }
+    }
+    if let Err(status) = allowed(&String::from_utf8_lossy(&head), token) {
+        let _ = write!(conn, "HTTP/1.0 {status}\r\nContent-Length: 0\r\n\r\n");
+        return;
     }
     let body = metrics_text(a, p);
     let _ = write!(
@@ -229,7 +266,12 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     )?;
     let agent_metrics = Arc::new(AgentMetrics::default());
     if let Some(addr) = cfg.metrics_listen {
-        serve_metrics(addr, agent_metrics.clone(), sender.metrics.clone())?;
+        serve_metrics(
+            addr,
+            cfg.metrics_token.clone(),
+            agent_metrics.clone(),
+            sender.metrics.clone(),
+        )?;
     }
     let mut storage = MaybeUninit::uninit();
     let (mut session, _) = open_session(&opts, plan, None, &mut storage)?;
@@ -315,4 +357,25 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     sender.flush_spool(true);
     eprintln!("phaseprof: agent stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks who may read /metrics: with a token only its bearer; without one only requests
+    // naming a loopback host (a rebinding page names its own).
+    #[test]
+    fn metrics_need_the_token_or_a_loopback_host() {
+        let head = |extra: &str| format!("GET /metrics HTTP/1.1\r\n{extra}\r\n");
+        assert!(allowed(&head("Host: 127.0.0.1:9464\r\n"), None).is_ok());
+        assert!(allowed(&head("Host: localhost\r\n"), None).is_ok());
+        assert!(allowed(&head("Host: evil.example:9464\r\n"), None).is_err());
+        let t = Some("s3cret-token-s3cret");
+        assert!(allowed(&head("Host: localhost\r\n"), t).is_err());
+        let ok = "Host: x\r\nAuthorization: Bearer s3cret-token-s3cret\r\n";
+        assert!(allowed(&head(ok), t).is_ok());
+        let bad = "Host: x\r\nAuthorization: Bearer wrong\r\n";
+        assert!(allowed(&head(bad), t).is_err());
+    }
 }

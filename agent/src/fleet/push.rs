@@ -263,24 +263,47 @@ impl Sender {
         self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
     }
 
+    /// Writes `body` to `path` whole: under a temporary name, then renamed, so a crash never
+    /// leaves half a window; a failed write leaves nothing.
+    fn write_whole(path: &Path, body: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let tmp = path.with_extension("tmp");
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(body).and_then(|()| f.sync_data()))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
+    }
+
     fn spool_window(&mut self, body: &[u8], seq: u64, key: &str) -> Result<()> {
         let path = self.spool.join(format!("{seq:020}-{key}.phaseprof"));
-        // Written whole under a temporary name, then renamed: a crash never leaves half a window.
-        let tmp = path.with_extension("tmp");
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .with_context(|| format!("writing {}", tmp.display()))?;
-            f.write_all(body)
-                .with_context(|| format!("writing {}", tmp.display()))?;
+        let mut written = Self::write_whole(&path, body);
+        if written.is_err() {
+            // A full disk (or quota): the oldest window makes room for this one, counted.
+            if let Some((_, oldest)) = Self::spooled(&self.spool)?.first() {
+                if std::fs::remove_file(oldest).is_ok() {
+                    self.metrics.windows_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                written = Self::write_whole(&path, body);
+            }
         }
-        std::fs::rename(&tmp, &path)?;
+        if let Err(e) = written {
+            // The agent records on: this window is dropped, counted and said.
+            self.metrics.windows_dropped.fetch_add(1, Ordering::Relaxed);
+            eprintln!(
+                "phaseprof: warning: a window could not be spooled ({e}) and is dropped: {}",
+                self.spool.display()
+            );
+            return Ok(());
+        }
         self.metrics.windows_spooled.fetch_add(1, Ordering::Relaxed);
         // Over the limit: the oldest windows go first, counted.
         let mut files = Self::spooled(&self.spool)?;
@@ -482,5 +505,51 @@ mod tests {
             .collect();
         assert_eq!(sent, spooled);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Checks a spool on a full disk (a 256 KiB tmpfs; needs root, skipped without): windows
+    // that cannot be written are dropped and counted, the agent goes on, and no `.tmp` is left.
+    #[test]
+    fn a_full_spool_disk_drops_and_counts() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: mounting a tmpfs needs root");
+            return;
+        }
+        let dir = spool("full");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|st| st.success());
+        assert!(mounted, "mount tmpfs");
+        /// Unmounts and removes the spool however the test ends.
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _unmount = Unmount(dir.clone());
+        let (url, _) = fake_collector(|_| 503);
+        let mut s = Sender::new(&url, None, "t", dir.clone(), 1 << 30).unwrap();
+        let body = window(2000);
+        assert!(body.len() > 10_000, "{}", body.len());
+        let n = 40;
+        for _ in 0..n {
+            s.submit(body.clone()).unwrap();
+        }
+        let kept = Sender::spooled(&dir).unwrap().len() as u64;
+        let dropped = s.metrics.windows_dropped.load(Ordering::Relaxed);
+        let tmp = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "tmp"))
+            .count();
+        assert!(dropped > 0, "nothing dropped");
+        assert_eq!(kept + dropped, n, "every window kept or counted");
+        assert_eq!(tmp, 0, "a .tmp left behind");
     }
 }
