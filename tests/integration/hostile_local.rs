@@ -138,11 +138,15 @@ fn record(name: &str, args: &[String], env: &[(&str, &str)], limit: Duration) ->
         .unwrap();
     let pid = child.id() as i32;
     let mut guard = Killed(child);
-    // SAFETY: rusage is plain integers; zero is a valid value for wait4 to overwrite.
-    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // Its peak RSS: VmHWM, read as it runs (the rusage of a forked child would count the
+    // test process's own pages from before the exec).
+    let (mut status, mut peak_kib) = (0, 0u64);
     loop {
-        // SAFETY: wait4 on our own child with valid out pointers.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if let Some(kib) = vm_hwm_kib(pid as u32) {
+            peak_kib = peak_kib.max(kib);
+        }
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
             break;
         }
@@ -153,14 +157,14 @@ fn record(name: &str, args: &[String], env: &[(&str, &str)], limit: Duration) ->
                 std::fs::read_to_string(&err).unwrap_or_default()
             );
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(10));
     }
     std::mem::forget(guard); // reaped above
     let stderr = std::fs::read_to_string(&err).unwrap_or_default();
     eprintln!(
         "{name}: {:.1} s, peak RSS {} MiB; {}",
         t.elapsed().as_secs_f64(),
-        usage.ru_maxrss / 1024,
+        peak_kib / 1024,
         stderr
             .lines()
             .filter(|l| l.contains("warning"))
@@ -171,9 +175,15 @@ fn record(name: &str, args: &[String], env: &[(&str, &str)], limit: Duration) ->
         ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         stderr,
         took: t.elapsed(),
-        peak_mib: usage.ru_maxrss as u64 / 1024,
+        peak_mib: peak_kib / 1024,
         out,
     }
+}
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    line.split_whitespace().next()?.parse().ok()
 }
 
 /// Everything a user sees of a recording: the report and the folded stacks.

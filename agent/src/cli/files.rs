@@ -217,6 +217,18 @@ pub fn run_diff(args: DiffArgs) -> Result<i32> {
         Some("html" | "htm") => CompareOutput::Html,
         _ => bail!("-o takes a .svg (differential flamegraph) or .html (verdicts and graph) file"),
     };
+    // Text goes to a terminal: names shown with their control characters escaped.
+    let (a, b) = match output {
+        CompareOutput::Text => {
+            let shown = |v: Vec<phaseprof_model::Profile>| {
+                v.iter()
+                    .map(phaseprof_view::terminal::for_terminal)
+                    .collect()
+            };
+            (shown(a), shown(b))
+        }
+        _ => (a, b),
+    };
     let opts = CompareOptions {
         output,
         event: args.event.as_deref().map(parse_event).transpose()?,

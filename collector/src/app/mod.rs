@@ -60,8 +60,10 @@ pub struct AppState {
 /// A store failure is the server's (500), with the store's reason (credentials redacted).
 impl From<StoreError> for WebError {
     fn from(e: StoreError) -> Self {
-        // Logged too: the operator reads the journal, not the agents' retries.
-        eprintln!("phaseprof-collector: store error: {e}");
+        // Logged too: the operator reads the journal, not the agents' retries. (Not eprintln:
+        // a closed stderr must not turn a store error into a panic.)
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "phaseprof-collector: store error: {e}");
         WebError::internal(e)
     }
 }

@@ -120,10 +120,13 @@ pub fn body(http: &Http, t: &str, id: i64) -> Result<Option<Vec<u8>>, StoreError
 }
 
 const KEY: &str = "kind, pid, phase, phaseset, stack, nr";
-/// Sums that saturate at 2^64−1 as merges do everywhere (ClickHouse's own UInt64 sum wraps).
-const SUMS: &str = "toUInt64(least(sum(toUInt128(value)), 18446744073709551615)), \
-    toUInt64(least(sum(toUInt128(value2)), 18446744073709551615)), \
-    toUInt64(least(sum(toUInt128(value3)), 18446744073709551615)), sum(fvalue)";
+/// Sums that saturate at 2^64−1 as merges do everywhere (ClickHouse's UInt64 `sum` wraps, and
+/// Debian's ClickHouse has no UInt128 to sum in): a Float64 sum tells when the exact one wrapped.
+const SUMS: &str =
+    "if(sum(toFloat64(value)) >= 18446744073709551615., 18446744073709551615, sum(value)), \
+    if(sum(toFloat64(value2)) >= 18446744073709551615., 18446744073709551615, sum(value2)), \
+    if(sum(toFloat64(value3)) >= 18446744073709551615., 18446744073709551615, sum(value3)), \
+    sum(fvalue)";
 
 fn read_sample(r: &mut RowReader) -> Result<(SampleKey, SampleVals), StoreError> {
     let key = SampleKey {
