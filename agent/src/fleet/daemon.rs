@@ -266,12 +266,8 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     )?;
     let agent_metrics = Arc::new(AgentMetrics::default());
     if let Some(addr) = cfg.metrics_listen {
-        serve_metrics(
-            addr,
-            cfg.metrics_token.clone(),
-            agent_metrics.clone(),
-            sender.metrics.clone(),
-        )?;
+        let token = cfg.metrics_token.clone();
+        serve_metrics(addr, token, agent_metrics.clone(), sender.metrics.clone())?;
     }
     let mut storage = MaybeUninit::uninit();
     let (mut session, _) = open_session(&opts, plan, None, &mut storage)?;
