@@ -81,19 +81,18 @@ pub fn check(file: &File, path: &Path, expect: &Expect) -> io::Result<()> {
 const OPEN_FLAGS: i32 = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
 
 /// Opens `path` (absolute, as the target sees it) inside the root of `pid` (the host's when
-/// None), following symlinks only within that root and only before the last component when
-/// `follow_last` is false.
+/// None, or once the process is gone or exiting and its root cannot be opened), following
+/// symlinks only within that root and only before the last component when `follow_last` is
+/// false.
 pub fn open_in_root(
     pid: Option<u32>,
     path: &Path,
     follow_last: bool,
     expect: &Expect,
 ) -> io::Result<File> {
-    let root = match pid {
-        Some(pid) => format!("/proc/{pid}/root"),
-        None => "/".to_string(),
-    };
-    let root = File::open(&root)?;
+    let root = pid
+        .and_then(|pid| File::open(format!("/proc/{pid}/root")).ok())
+        .map_or_else(|| File::open("/"), Ok)?;
     let rel = path.strip_prefix("/").unwrap_or(path);
     let rel = std::ffi::CString::new(rel.as_os_str().as_bytes())
         .map_err(|_| refused(path, "NUL in the path"))?;
@@ -152,9 +151,8 @@ pub fn open_mapped(pid: u32, vma: &Vma) -> io::Result<File> {
         }
         Err(_) => {
             let path = Path::new(vma.path.trim_end_matches(" (deleted)"));
-            let pid = Path::new(&format!("/proc/{pid}")).exists().then_some(pid);
             // A file that must be this inode: a symlink put in its place is no match anyway.
-            let file = open_in_root(pid, path, false, &expect)?;
+            let file = open_in_root(Some(pid), path, false, &expect)?;
             if expect.inode.is_none() {
                 return Err(refused(path, "no inode to check it against"));
             }

@@ -38,13 +38,12 @@ pub fn find(pid: u32, file: &File, mapped_path: &str, build_id: Option<&str>) ->
     let name = linked_name(file)?;
     let owner = file.metadata().ok()?.uid();
     let dir = Path::new(mapped_path.trim_end_matches(" (deleted)")).parent()?;
-    let root = Path::new(&format!("/proc/{pid}")).exists().then_some(pid);
     let expect = Expect {
         owner: Some(owner),
         ..Expect::default()
     };
     for path in candidates(dir, &name) {
-        let found = match target_files::open_in_root(root, &path, false, &expect) {
+        let found = match target_files::open_in_root(Some(pid), &path, false, &expect) {
             Ok(f) => f,
             Err(e) => {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
