@@ -18,7 +18,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::procmaps::Vma;
@@ -111,8 +111,11 @@ pub fn open_in_root(
             std::mem::size_of::<libc::open_how>(),
         )
     } as i32;
-    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-        // Before 5.6: no RESOLVE_IN_ROOT; the last component is still never followed.
+    let errno = io::Error::last_os_error().raw_os_error();
+    if fd < 0 && matches!(errno, Some(libc::ENOSYS | libc::EPERM)) {
+        // Before 5.6, or a seccomp profile that does not know openat2 (older container
+        // runtimes answer EPERM): no RESOLVE_IN_ROOT; the last component is still never
+        // followed.
         // SAFETY: openat with a NUL-terminated path.
         fd = unsafe { libc::openat(root.as_raw_fd(), rel.as_ptr(), flags) };
     }
@@ -151,17 +154,14 @@ pub fn open_mapped(pid: u32, vma: &Vma) -> io::Result<File> {
         }
         Err(_) => {
             let path = Path::new(vma.path.trim_end_matches(" (deleted)"));
-            // A file that must be this inode: a symlink put in its place is no match anyway.
-            let file = open_in_root(Some(pid), path, false, &expect)?;
             if expect.inode.is_none() {
                 return Err(refused(path, "no inode to check it against"));
             }
-            Ok(file)
+            // A file that must be this inode: a symlink put in its place is no match anyway.
+            open_in_root(Some(pid), path, false, &expect)
         }
     }
 }
-
-use std::os::unix::fs::OpenOptionsExt;
 
 /// A path to an opened file for libraries that open by path: valid while `file` is open.
 pub fn fd_path(file: &File) -> PathBuf {

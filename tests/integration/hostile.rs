@@ -475,6 +475,7 @@ fn a_hostile_network_cannot_knock_the_collector_over() {
 // under 256 MiB.
 #[test]
 fn a_deep_stack_is_refused_at_once() {
+    let _g = bpf_lock(); // builds a 66 MB window: not alongside the timing-sensitive BPF tests
     let dir = scratch("hostile-deep");
     let port = free_port();
     let c = start(&dir, port, &[]);
