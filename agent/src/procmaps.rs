@@ -83,6 +83,11 @@ impl ProcMaps {
         }
     }
 
+    /// The executable mappings last read of `pid`.
+    pub fn vmas(&self, pid: u32) -> &[Vma] {
+        self.by_pid.get(&pid).map_or(&[], Vec::as_slice)
+    }
+
     pub fn knows(&self, pid: u32) -> bool {
         self.by_pid.contains_key(&pid)
     }

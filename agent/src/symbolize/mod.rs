@@ -167,6 +167,17 @@ impl BlazeSymbolizer {
     /// Reads (again) the mappings of `pid`. Call when a target appears, execs or maps code.
     pub fn track(&mut self, pid: u32) {
         self.maps.refresh(pid);
+        self.open_mapped_files(pid);
+    }
+
+    /// Opens `pid`'s mapped files while it lives (through its mappings themselves), so that its
+    /// stacks are named from the very files it ran after it has exited too.
+    fn open_mapped_files(&mut self, pid: u32) {
+        for vma in self.maps.vmas(pid).to_vec() {
+            if vma.is_file() {
+                let _ = self.files.get(pid, &vma);
+            }
+        }
     }
 
     fn symbolize_file(&mut self, pid: u32, vma: &Vma, offsets: &[u64]) {
@@ -306,6 +317,7 @@ impl Symbolize for BlazeSymbolizer {
         if addrs.iter().any(|&a| self.maps.find(pid, a).is_none()) {
             // Code mapped since we last looked (dlopen, a JIT): look again while it is alive.
             self.maps.refresh(pid);
+            self.open_mapped_files(pid);
         }
         // Group by mapping so each file is symbolized in one batch.
         let mut per_vma: HashMap<(u64, u64), (Vma, Vec<u64>)> = HashMap::new();
