@@ -54,23 +54,25 @@ pub(crate) fn bomb(body_bytes: usize) -> (Vec<u8>, u64) {
     (b, inflated)
 }
 
+/// The meta of a cpu window of agent 0 (`host=h0`) that ended just now.
+fn recent_cpu_window() -> Meta {
+    Meta {
+        events: vec![EventKind::Cpu],
+        start_unix_ns: now_ns() - 1_000_000,
+        end_unix_ns: now_ns(),
+        labels: [("host".to_string(), "h0".to_string())]
+            .into_iter()
+            .collect(),
+        ..Meta::default()
+    }
+}
+
 /// A window with 100,000 phases (each with totals): the collector caps phases per window.
 pub(crate) fn many_phases() -> Vec<u8> {
     let phases: Vec<String> = std::iter::once("(none)".to_string())
         .chain((1..100_000).map(|i| format!("phase_{i}")))
         .collect();
-    let mut b = ProfileBuilder::new(
-        Meta {
-            events: vec![EventKind::Cpu],
-            start_unix_ns: now_ns() - 1_000_000,
-            end_unix_ns: now_ns(),
-            labels: [("host".to_string(), "h0".to_string())]
-                .into_iter()
-                .collect(),
-            ..Meta::default()
-        },
-        phases,
-    );
+    let mut b = ProfileBuilder::new(recent_cpu_window(), phases);
     *b.phase_stats_mut() = vec![
         PhaseStats {
             calls: 1,
@@ -86,18 +88,7 @@ pub(crate) fn many_phases() -> Vec<u8> {
 /// A window whose one stack holds 33,000,000 frames: 66 MB of JSON, ~69 KB gzipped (under
 /// `--max-body` and `--max-inflated`), as the hostile round of issue 24 sent it.
 pub(crate) fn deep_stack() -> Vec<u8> {
-    let mut b = ProfileBuilder::new(
-        Meta {
-            events: vec![EventKind::Cpu],
-            start_unix_ns: now_ns() - 1_000_000,
-            end_unix_ns: now_ns(),
-            labels: [("host".to_string(), "h0".to_string())]
-                .into_iter()
-                .collect(),
-            ..Meta::default()
-        },
-        vec![],
-    );
+    let mut b = ProfileBuilder::new(recent_cpu_window(), vec![]);
     let f = b.intern_frame(Frame {
         function: "deep".into(),
         module: "m".into(),
