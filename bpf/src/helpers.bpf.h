@@ -355,10 +355,19 @@ static __always_inline __u64 store_stack(struct stack_trace *st, enum stack_slot
 					 enum drop_reason reason)
 {
 	__u64 h = hash_stack(slot, seed);
+	/* `slot` is a constant at every (inlined) call: one map per caller, no map pointer that
+	 * differs by path. Odd keys live in irq_stacks, even ones in stacks (h >= 2 here). */
+	void *map = &stacks;
+	if (slot == SLOT_SAMPLE) {
+		h |= 1;
+		map = &irq_stacks;
+	} else {
+		h &= ~1ULL;
+	}
 	/* Most stacks repeat: a lock-free lookup saves the bucket lock of an update. */
-	if (bpf_map_lookup_elem(&stacks, &h))
+	if (bpf_map_lookup_elem(map, &h))
 		return h;
-	long err = bpf_map_update_elem(&stacks, &h, st, BPF_NOEXIST);
+	long err = bpf_map_update_elem(map, &h, st, BPF_NOEXIST);
 	if (err && err != -EEXIST) {
 		count_drop(reason);
 		return 0;

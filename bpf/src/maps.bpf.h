@@ -106,6 +106,19 @@ struct {
 	__type(value, struct stack_trace);
 } stacks SEC(".maps");
 
+/* Stacks stored from the cpu-clock interrupt. Its program can fire inside another program's
+ * update of a hash map on the same CPU; before Linux 6.15 that nested update fails with -EBUSY
+ * whenever the two keys share one of the map's eight per-CPU bucket locks (measured on 6.1: one
+ * stack of a few thousand lost). A map of its own is never held by what it interrupts. Keys are
+ * odd here, even in `stacks`: user space knows which map to read by the key. Sized like
+ * `stacks` by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct stack_trace);
+} irq_stacks SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SLOT_MAX);

@@ -2,7 +2,7 @@
 //! collector on 127.0.0.1; the collector is killed for 30 s and restarted; nothing is lost.
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use phaseprof_e2e::*;
@@ -12,8 +12,9 @@ use crate::require_root;
 const TOKEN_A: &str = "agent-a-token-0123456789";
 const TOKEN_B: &str = "agent-b-token-0123456789";
 
-/// A collector on `port` storing with `store` (`--data DIR` or `--clickhouse URL`).
-fn collector(port: u16, store: &[String], tokens: &Path) -> Child {
+/// A collector on `port` storing with `store` (`--data DIR` or `--clickhouse URL`), killed
+/// when dropped.
+pub(crate) fn collector(port: u16, store: &[String], tokens: &Path) -> Killed {
     let mut c = Command::new(collector_bin())
         .args([
             "--listen",
@@ -27,11 +28,14 @@ fn collector(port: u16, store: &[String], tokens: &Path) -> Child {
         .unwrap();
     let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
     read_until(&mut err, "listening on");
-    c
+    Killed(c)
 }
 
-/// An agent pushing to the collector on `port`, serving its metrics on `metrics_port`.
-fn agent(
+/// An agent (killed when dropped) pushing to the collector on `port`, serving its metrics on
+/// `metrics_port`; `extra`: more agent.toml lines. The target's phases file is used if it has
+/// one.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn agent(
     t: &Transport,
     dir: &Path,
     name: &str,
@@ -39,22 +43,27 @@ fn agent(
     token: &str,
     host: &str,
     target: &str,
-) -> (Child, std::io::BufReader<std::process::ChildStderr>) {
+    extra: &str,
+) -> (Killed, std::io::BufReader<std::process::ChildStderr>) {
     let cfg = dir.join(format!("{name}.toml"));
+    let phases = root()
+        .join("tests/workloads")
+        .join(target)
+        .join("phases.toml");
+    let phases = if phases.exists() {
+        format!("phases = \"{}\"\n", phases.display())
+    } else {
+        String::new()
+    };
     std::fs::write(
         &cfg,
         format!(
-            "collector = \"{}\"\n{}token = \"{token}\"\nwindow = \"1s\"\n\
+            "collector = \"{}\"\n{}token = \"{token}\"\nwindow = \"1s\"\n{extra}\
              spool_dir = \"{}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n[labels]\nhost = \"{host}\"\nservice = \"{target}\"\n\
-             [[target]]\nname = \"{target}\"\nphases = \"{}\"\n",
+             [[target]]\nname = \"{target}\"\n{phases}",
             t.url(port),
             t.agent_config(),
             dir.join(format!("{name}-spool")).display(),
-            root()
-                .join("tests/workloads")
-                .join(target)
-                .join("phases.toml")
-                .display()
         ),
     )
     .unwrap();
@@ -64,12 +73,12 @@ fn agent(
         .spawn()
         .unwrap();
     let err = std::io::BufReader::new(a.stderr.take().unwrap());
-    (a, err)
+    (Killed(a), err)
 }
 
 /// How agents and the test reach the collector: plain HTTP, or HTTPS trusting a private CA.
 #[derive(Clone)]
-enum Transport {
+pub(crate) enum Transport {
     Http,
     Https { ca: PathBuf },
 }
@@ -98,13 +107,13 @@ impl Transport {
     }
 }
 
-fn merged(t: &Transport, port: u16, host: &str) -> serde_json::Value {
+pub(crate) fn merged(t: &Transport, port: u16, host: &str) -> serde_json::Value {
     let (status, body) = t.get(&format!("{}/api/v1/merged?sel=host%3D{host}", t.url(port)));
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
 
-fn by_name(m: &serde_json::Value, name: &str) -> u64 {
+pub(crate) fn by_name(m: &serde_json::Value, name: &str) -> u64 {
     m["events"]["syscall"]["by_name"][name]["count"]
         .as_u64()
         .unwrap_or(0)
@@ -157,7 +166,7 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
     let tokens = dir.join("tokens");
     std::fs::write(&tokens, format!("host-a {TOKEN_A}\nhost-b {TOKEN_B}\n")).unwrap();
     let port = free_port();
-    let mut coll = collector(port, store, &tokens);
+    let coll = collector(port, store, &tokens);
 
     let mut va = Command::new(&sim)
         .args([
@@ -188,6 +197,7 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
         TOKEN_A,
         "host-a",
         "validator-sim",
+        "",
     );
     let (mut agent_b, mut err_b) = agent(
         t,
@@ -197,6 +207,7 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
         TOKEN_B,
         "host-b",
         "relay-sim",
+        "",
     );
     read_until(&mut err_a, &format!("recording pid {}", va.id()));
     read_until(&mut err_b, &format!("recording pid {}", rb.id()));
@@ -204,10 +215,9 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
     writeln!(va.stdin.take().unwrap()).unwrap();
     writeln!(rb.stdin.take().unwrap()).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = coll.kill();
-    let _ = coll.wait();
+    drop(coll);
     std::thread::sleep(Duration::from_secs(30));
-    let mut coll = collector(port, store, &tokens);
+    let coll = collector(port, store, &tokens);
     let truth_a = truth_from(&va.wait_with_output().unwrap().stdout);
     let truth_b = truth_from(&rb.wait_with_output().unwrap().stdout);
     std::thread::sleep(Duration::from_secs(2));
@@ -234,11 +244,11 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
     assert!(metric("phaseprof_agent_windows_sent_total") > 0.0);
     for a in [&agent_a, &agent_b] {
         // SAFETY: signalling children we spawned.
-        unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(a.0.id() as i32, libc::SIGTERM) };
     }
     let mut logs = String::new();
     for (a, err) in [(&mut agent_a, &mut err_a), (&mut agent_b, &mut err_b)] {
-        assert!(a.wait().unwrap().success());
+        assert!(a.0.wait().unwrap().success());
         for line in err.lines() {
             logs += &line.unwrap();
             logs.push('\n');
@@ -287,6 +297,5 @@ fn two_agents_and_an_outage(dir: &Path, store: &[String], t: &Transport) {
     assert_eq!(status, 200, "{page}");
     let page: serde_json::Value = serde_json::from_str(&page).unwrap();
     assert_eq!(by_name(&page, "write"), by_name(&a, "write"));
-    let _ = coll.kill();
-    let _ = coll.wait();
+    drop(coll);
 }

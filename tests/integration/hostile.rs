@@ -10,7 +10,7 @@
 use std::io::{BufRead, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,19 +46,9 @@ fn token(i: usize) -> String {
     format!("hostile-agent-token-{i:04}")
 }
 
-/// A collector process, killed when the test ends however it ends.
-struct Collector(Child);
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A collector on a free port over `dir`'s store; each agent's token pins its `host` label.
 /// Its stderr is drained by a thread.
-fn start(dir: &Path, port: u16, extra: &[&str]) -> Collector {
+fn start(dir: &Path, port: u16, extra: &[&str]) -> Killed {
     let tokens = dir.join("tokens");
     let lines: String = (0..AGENTS)
         .map(|i| format!("agent-{i} {} host=h{i}\n", token(i)))
@@ -82,7 +72,7 @@ fn start(dir: &Path, port: u16, extra: &[&str]) -> Collector {
             line.clear();
         }
     });
-    Collector(c)
+    Killed(c)
 }
 
 /// Window `seq` of agent `seq % AGENTS`: `seq + 1` cpu samples, its own start time.

@@ -9,7 +9,7 @@
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use phaseprof_e2e::*;
@@ -69,16 +69,6 @@ impl Drop for User {
         if self.created {
             let _ = Command::new("userdel").arg(self.name).status();
         }
-    }
-}
-
-/// A process killed when the test ends, however it ends.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -5,21 +5,11 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use phaseprof_e2e::*;
 
 use crate::require_root;
-
-/// A server process that is killed when the test ends, however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A uprobe event registered through tracefs (removed on drop): the kernel counts its hits in
 /// `uprobe_profile`.
@@ -128,7 +118,7 @@ fn nats_server_phases_match_its_counters() {
     let driver = go_workload("nats-driver").expect("Go is installed");
     let _g = bpf_lock();
     let (port, http) = (free_port(), free_port());
-    let _srv = Server(
+    let _srv = Killed(
         Command::new(&server)
             .args([
                 "-a",

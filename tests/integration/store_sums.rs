@@ -375,16 +375,6 @@ fn sums_equal_merge(name: &str, store: &[String]) {
     assert_eq!(raw.len() as u64, first["bytes"].as_u64().unwrap());
 }
 
-/// A child killed when dropped, a failed assertion included.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 // The store's sums over random windows equal `model::merge` of them: SQLite.
 #[test]
 fn store_sums_equal_merge_sqlite() {

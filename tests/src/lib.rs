@@ -1,7 +1,7 @@
 //! Shared helpers for phaseprof's end-to-end tests and benchmarks: locating the built binary,
 //! building the workloads with their own flags, and running phaseprof against them.
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 mod clickhouse;
@@ -122,6 +122,17 @@ pub fn c_workload(name: &str, variant: &str, flags: &[&str]) -> PathBuf {
         assert!(status.success(), "building workload {name}{variant} failed");
     });
     bin
+}
+
+/// A child process killed (and reaped) when dropped, however the test ends: a failed
+/// assertion leaves nothing running.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// True when running as root; BPF tests need it. (On our machines they always run as root.)

@@ -278,6 +278,9 @@ impl Engine<'_> {
                 total_ns: v.total_ns,
             });
         }
+        if !everything {
+            self.prune_stacks();
+        }
         Ok(raw)
     }
 
@@ -306,15 +309,8 @@ impl Engine<'_> {
     /// Sampled allocations not freed yet (the live heap), read without removing them.
     pub fn live_heap(&mut self) -> Result<Vec<RawLive>> {
         let mut out = Vec::new();
-        let map = &self.skel.maps.live_allocs;
-        let entries: Vec<(types::live_key, types::live_alloc)> = map
-            .keys()
-            .filter_map(|k| {
-                let v = map.lookup(&k, MapFlags::ANY).ok()??;
-                Some((pod(&k), pod(&v)))
-            })
-            .collect();
-        for (k, v) in entries {
+        let live = entries::<types::live_key, types::live_alloc>(&self.skel.maps.live_allocs);
+        for (k, v) in live {
             out.push(RawLive {
                 pid: k.tgid,
                 phase: v.phase,
@@ -328,27 +324,42 @@ impl Engine<'_> {
         Ok(out)
     }
 
-    /// The addresses of stack `id` (its hash), leaf first. A stack's entry never changes once
-    /// stored, so each is read from the kernel once.
+    /// The addresses of stack `id` (its hash), leaf first: odd keys are in `irq_stacks`.
     fn stack(&mut self, id: u64) -> Option<Vec<u64>> {
-        if id == 0 {
-            return None;
-        }
-        if let Some(s) = self.stack_cache.get(&id) {
-            return Some(s.clone());
-        }
-        let bytes = self
-            .skel
-            .maps
-            .stacks
-            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-            .ok()??;
-        let st: types::stack_trace = pod(&bytes);
-        let len = (st.len as usize).min(st.ips.len());
-        let addrs = st.ips[..len].to_vec();
-        self.stack_cache.insert(id, addrs.clone());
-        Some(addrs)
+        let maps = &self.skel.maps;
+        let map: &dyn MapCore = if id & 1 == 1 {
+            &maps.irq_stacks
+        } else {
+            &maps.stacks
+        };
+        self.stacks.get(id, map)
     }
+
+    /// After a window's drain: stacks no event referenced lately leave the kernel maps (see
+    /// `StackCache`); those of threads off-CPU now and of live allocations stay.
+    fn prune_stacks(&mut self) {
+        let maps = &self.skel.maps;
+        let mut pinned = Vec::new();
+        for (_, start) in entries::<u32, types::offcpu_start>(&maps.offcpu_starts) {
+            pinned.extend([start.user_stack, start.kernel_stack]);
+        }
+        for (_, live) in entries::<types::live_key, types::live_alloc>(&maps.live_allocs) {
+            pinned.push(live.user_stack);
+        }
+        self.stack_map_entries = self.stacks.prune(&[&maps.stacks, &maps.irq_stacks], pinned);
+    }
+}
+
+/// Every entry of a map, read without removing it (entries deleted meanwhile are skipped).
+fn entries<K: Copy, V: Copy>(map: &dyn MapCore) -> Vec<(K, V)> {
+    map.keys()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .filter_map(|k| {
+            let v = map.lookup(&k, MapFlags::ANY).ok()??;
+            Some((pod(&k), pod(&v)))
+        })
+        .collect()
 }
 
 #[cfg(test)]

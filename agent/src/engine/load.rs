@@ -275,6 +275,7 @@ fn open_skel<'obj>(
         }
     }
     open.maps.stacks.set_max_entries(cfg.stack_entries)?;
+    open.maps.irq_stacks.set_max_entries(cfg.stack_entries)?;
     open.maps
         .unwind_rows
         .set_max_entries(cfg.unwind_rows.max(1))?;
@@ -433,7 +434,8 @@ impl<'obj> Engine<'obj> {
             events: rx,
             go_allocs: go_rx,
             stack_samples: stack_rx,
-            stack_cache: HashMap::new(),
+            stacks: Default::default(),
+            stack_map_entries: 0,
             cpu_counts: Counters::default(),
             offcpu_counts: Counters::default(),
             syscall_counts: Counters::default(),

@@ -17,9 +17,11 @@ mod drain;
 pub mod features;
 mod load;
 mod mapped;
+mod stacks;
 mod stats;
 mod tables;
 
+pub use stats::StackUsage;
 pub use tables::{
     TableMapping, DEFAULT_UNWIND_ROWS, MAX_UNWIND_BLOCKS, MAX_UNWIND_MAPPINGS, UNWIND_COUNTERS,
 };
@@ -197,7 +199,9 @@ pub struct Engine<'obj> {
     go_allocs: Receiver<(u64, RawGoAlloc)>,
     /// Stack copies with the hash of their kernel stack, which `take_stack_samples` resolves.
     stack_samples: Receiver<(u64, RawStackSample)>,
-    stack_cache: HashMap<u64, Vec<u64>>,
+    stacks: stacks::StackCache,
+    /// Entries left in the kernel's stack maps after the last prune.
+    stack_map_entries: usize,
     cpu_counts: Counters,
     offcpu_counts: Counters,
     syscall_counts: Counters,

@@ -103,8 +103,32 @@ impl Engine<'_> {
                 .sum();
             counts.push((types::drop_reason(i), n));
         }
-        Ok(lost_of(&counts))
+        let mut lost = lost_of(&counts);
+        if self.stacks.expired > 0 {
+            lost.stacks += self.stacks.expired;
+            lost.by_reason
+                .insert("stack_expired".into(), self.stacks.expired);
+        }
+        Ok(lost)
     }
+
+    /// The stack maps' use: entries in the kernel maps after the last prune, stacks cached in
+    /// user space, kernel entries deleted so far.
+    pub fn stack_usage(&self) -> StackUsage {
+        StackUsage {
+            kernel: self.stack_map_entries as u64,
+            cached: self.stacks.cached() as u64,
+            pruned: self.stacks.pruned,
+        }
+    }
+}
+
+/// See `Engine::stack_usage`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StackUsage {
+    pub kernel: u64,
+    pub cached: u64,
+    pub pruned: u64,
 }
 
 /// The drop counters by reason as a `Lost`: each named (the names `report` and the docs use),

@@ -13,6 +13,7 @@
 //! events = ["cpu", "offcpu", "syscall"]
 //! unwind = "auto"                  # auto | fp | dwarf | copy (see `record --unwind`)
 //! stack_copy = "16KiB"             # user stack copied per sample with `copy` unwinding
+//! stack_entries = 16384            # distinct stacks the kernel holds at once (recycled per window)
 //! phases = "/etc/phaseprof/phases.toml"    # for targets without their own
 //! [labels]
 //! service = "relay"
@@ -55,6 +56,7 @@ struct RawConfig {
     unwind: String,
     #[serde(default = "default_stack_copy")]
     stack_copy: String,
+    stack_entries: Option<u32>,
     phases: Option<PathBuf>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
@@ -139,6 +141,8 @@ pub struct AgentConfig {
     pub events: Vec<EventKind>,
     pub unwind: crate::unwind::UnwindMode,
     pub stack_copy_bytes: u32,
+    /// Capacity of the kernel's stack maps.
+    pub stack_entries: u32,
     pub labels: BTreeMap<String, String>,
     pub targets: Vec<Target>,
 }
@@ -218,19 +222,12 @@ impl AgentConfig {
         if targets.is_empty() {
             bail!("{file}: no [[target]]: name (regex), exe or cgroup");
         }
-        let metrics_token = match (raw.metrics_token, raw.metrics_token_file) {
-            (Some(t), None) => Some(t),
-            (None, Some(p)) => Some(
-                std::fs::read_to_string(&p)
-                    .with_context(|| format!("{file}: reading metrics_token_file {}", p.display()))?
-                    .trim()
-                    .to_string(),
-            ),
-            (None, None) => None,
-            _ => bail!("{file}: give at most one of `metrics_token` and `metrics_token_file`"),
-        };
-        if metrics_token.as_ref().is_some_and(|t| t.is_empty()) {
-            bail!("{file}: the metrics token is empty");
+        let metrics_token = metrics_token(file, raw.metrics_token, raw.metrics_token_file)?;
+        let stack_entries = raw
+            .stack_entries
+            .unwrap_or(crate::engine::DEFAULT_STACK_ENTRIES);
+        if !(64..=1 << 20).contains(&stack_entries) {
+            bail!("{file}: stack_entries = {stack_entries}: give 64 to 1048576");
         }
         if let Some(addr) = raw.metrics_listen {
             if !addr.ip().is_loopback() && metrics_token.is_none() {
@@ -251,10 +248,34 @@ impl AgentConfig {
             events,
             unwind,
             stack_copy_bytes,
+            stack_entries,
             labels: raw.labels,
             targets,
         })
     }
+}
+
+/// The bearer token `/metrics` asks for: given, read from a file, or none.
+fn metrics_token(
+    file: &str,
+    token: Option<String>,
+    path: Option<PathBuf>,
+) -> Result<Option<String>> {
+    let token = match (token, path) {
+        (Some(t), None) => Some(t),
+        (None, Some(p)) => Some(
+            std::fs::read_to_string(&p)
+                .with_context(|| format!("{file}: reading metrics_token_file {}", p.display()))?
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+        _ => bail!("{file}: give at most one of `metrics_token` and `metrics_token_file`"),
+    };
+    if token.as_ref().is_some_and(|t| t.is_empty()) {
+        bail!("{file}: the metrics token is empty");
+    }
+    Ok(token)
 }
 
 #[cfg(test)]

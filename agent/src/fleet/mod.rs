@@ -2,5 +2,7 @@
 //! collector.
 pub mod config;
 pub mod daemon;
+pub mod delivery;
+pub mod metrics;
 pub mod phases;
 pub mod push;

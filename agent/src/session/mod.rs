@@ -201,6 +201,11 @@ impl<'obj> Session<'obj> {
     }
 
     /// Target processes still running.
+    /// The stack maps' use (see `Engine::stack_usage`).
+    pub fn stack_usage(&self) -> crate::engine::StackUsage {
+        self.engine.stack_usage()
+    }
+
     pub fn live(&self) -> &BTreeSet<u32> {
         &self.live
     }

@@ -1,0 +1,114 @@
+//! The fleet agent's state stays bounded while targets keep making new call paths: stacks are
+//! recycled per window, losses of every kind (stacks included) are in `/metrics`.
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use phaseprof_e2e::*;
+
+use crate::fleet::{agent, by_name, collector, merged, Transport};
+use crate::require_root;
+
+const TOKEN: &str = "agent-c-token-0123456789";
+
+/// The `chains` workload (tests/workloads/chains): random call chains 4 to 8 deep.
+pub(crate) fn chains() -> std::path::PathBuf {
+    c_workload(
+        "chains",
+        "",
+        &["-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"],
+    )
+}
+
+/// The value of metric `line` (its name and labels) in a /metrics text.
+fn metric(metrics: &str, line: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{line}` in\n{metrics}"))
+}
+
+// Checks that an agent whose kernel stack map holds 1,024 stacks keeps every stack of a target
+// that makes ~10,000 distinct call paths (30 s of 300 random chains a second, each sleeping and
+// making two syscalls at its leaf (glibc sleeps with clock_nanosleep)): the merged view has no stack lost and the exact syscall counts
+// of the workload's truth; /metrics says no stack was lost, the map stayed under its size and
+// entries were recycled.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn agent_keeps_taking_stacks_past_its_map_size() {
+    require_root!();
+    let _g = bpf_lock();
+    let dir = scratch("agent-state");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("host-c {TOKEN}\n")).unwrap();
+    let port = free_port();
+    let store = ["--data".to_string(), dir.join("data").display().to_string()];
+    let _coll = collector(port, &store, &tokens);
+    let mut target = Killed(
+        Command::new(chains())
+            .args(["30", "300", "wait"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let metrics_port = free_port();
+    let t = Transport::Http;
+    let (mut a, mut err) = agent(
+        &t,
+        &dir,
+        "c",
+        (port, metrics_port),
+        TOKEN,
+        "host-c",
+        "chains",
+        "stack_entries = 1024\n",
+    );
+    read_until(&mut err, &format!("recording pid {}", target.0.id()));
+    writeln!(target.0.stdin.take().unwrap()).unwrap();
+    let out = std::mem::replace(&mut target.0, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    let truth = truth_from(&out.stdout);
+    // The last windows reach the collector.
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, metrics) = http_get(&format!("http://127.0.0.1:{metrics_port}/metrics"));
+    assert_eq!(status, 200);
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(a.0.id() as i32, libc::SIGTERM) };
+    assert!(a.0.wait().unwrap().success());
+    let m = merged(&t, port, "host-c");
+    eprintln!(
+        "getppid {} (truth {}), nanosleep {} (truth {}), lost {}",
+        by_name(&m, "getppid"),
+        truth["getppid"],
+        by_name(&m, "clock_nanosleep"),
+        truth["nanosleep"],
+        m["lost"]
+    );
+    eprintln!(
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("stack") || l.contains("lost") || l.contains("resident"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(by_name(&m, "getppid"), num(&truth["getppid"]));
+    assert_eq!(by_name(&m, "clock_nanosleep"), num(&truth["nanosleep"]));
+    assert_eq!(m["lost"]["stacks"], 0, "{}", m["lost"]);
+    assert_eq!(m["lost"]["events"], 0, "{}", m["lost"]);
+    assert_eq!(metric(&metrics, "phaseprof_agent_lost_stacks_total"), 0.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            "phaseprof_agent_lost_total{reason=\"user_stack\"}"
+        ),
+        0.0
+    );
+    // Two maps (process context, cpu-clock interrupt) of 1,024 each.
+    assert!(metric(&metrics, "phaseprof_agent_stack_map_entries") < 2048.0);
+    assert!(metric(&metrics, "phaseprof_agent_stacks_recycled_total") > 1024.0);
+    // The off-CPU stacks alone: one distinct path per chain, far more than the map holds.
+    assert!(num(&truth["chains"]) > 4 * 1024);
+}
