@@ -161,6 +161,15 @@ impl Engine<'_> {
     /// old-parity key (see `Counters` for why keys are not deleted right away). After `detach`,
     /// `Drain::Final` drains both parities.
     pub fn drain(&mut self, how: Drain) -> Result<RawWindow> {
+        let raw = self.take_counts(how)?;
+        if how == Drain::Window {
+            self.prune_stacks();
+        }
+        Ok(raw)
+    }
+
+    /// The counter maps' growth of the window that ended, stacks resolved.
+    fn take_counts(&mut self, how: Drain) -> Result<RawWindow> {
         let everything = how == Drain::Final;
         let old = self.end_window(how);
         let take = |w: u32| everything || w == old;
@@ -277,9 +286,6 @@ impl Engine<'_> {
                 count: v.count,
                 total_ns: v.total_ns,
             });
-        }
-        if !everything {
-            self.prune_stacks();
         }
         Ok(raw)
     }
