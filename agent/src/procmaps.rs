@@ -21,6 +21,15 @@ impl Vma {
     }
 }
 
+/// `/proc/PID/maps` as text, read in a few large reads (std's `read_to_string` starts at 32
+/// bytes for a file whose size is 0, as /proc's are: ten reads for a small process).
+pub fn read_maps(pid: u32) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(16 << 10);
+    std::fs::File::open(format!("/proc/{pid}/maps"))?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Parses the executable mappings of a `/proc/PID/maps` text.
 pub fn parse_maps(text: &str) -> Vec<Vma> {
     let mut vmas = Vec::new();
@@ -75,7 +84,7 @@ pub struct ProcMaps {
 impl ProcMaps {
     /// Re-reads `pid`'s mappings. Keeps the last good copy if the process has exited.
     pub fn refresh(&mut self, pid: u32) {
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        if let Ok(text) = read_maps(pid) {
             let vmas = parse_maps(&text);
             if !vmas.is_empty() {
                 self.by_pid.insert(pid, vmas);

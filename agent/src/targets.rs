@@ -231,8 +231,8 @@ pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
     use std::os::unix::fs::MetadataExt;
     let exe =
         std::fs::read_link(exe_link(pid)).with_context(|| format!("reading /proc/{pid}/exe"))?;
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .with_context(|| format!("reading /proc/{pid}/maps"))?;
+    let maps =
+        crate::procmaps::read_maps(pid).with_context(|| format!("reading /proc/{pid}/maps"))?;
     let vmas = crate::procmaps::parse_maps(&maps);
     let mut objects: Vec<PathBuf> = Vec::new();
     let exe_vma = vmas

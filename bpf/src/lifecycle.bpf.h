@@ -61,6 +61,21 @@ static __always_inline void hold_thread(void)
 	bpf_send_signal(SIGSTOP);
 }
 
+/* A program whose entry hold is attached already: the command is to stop at its entry point,
+ * and need not stop at the exec too (user space decides while the loader maps libraries). */
+static __always_inline bool hold_at_entry_only(struct bpf_raw_tracepoint_args *ctx, __u32 tgid)
+{
+	struct linux_binprm *bprm = (struct linux_binprm *)ctx->args[2];
+	struct inode *inode = BPF_CORE_READ(bprm, file, f_inode);
+	struct program_file f = {
+		.dev = BPF_CORE_READ(inode, i_sb, s_dev),
+		.ino = BPF_CORE_READ(inode, i_ino),
+	};
+	__u32 one = 1;
+	return bpf_map_lookup_elem(&entry_probed, &f) &&
+	       !bpf_map_update_elem(&entry_wanted, &tgid, &one, BPF_ANY);
+}
+
 SEC("raw_tp/sched_process_exec")
 int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -70,24 +85,28 @@ int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 	 * (with them, sys_enter already did so at the execve's entry). */
 	if (state && *state == TARGET_ARMED)
 		*state = TARGET_ACTIVE;
-	if (state && hold_execs)
+	/* ppid of the event: 1 when stopped here (user space continues it). */
+	__u32 stopped = 0;
+	if (state && hold_execs && !hold_at_entry_only(ctx, tgid)) {
 		hold_thread();
+		stopped = 1;
+	}
 	if (notify_exec || state)
-		emit(TEV_EXEC, tgid, 0);
+		emit(TEV_EXEC, tgid, stopped);
 	return 0;
 }
 
 /*
- * `record -- CMD` walked from unwind tables: attached to a command's entry point for its pid,
- * where the dynamic loader has mapped its libraries and none of its code has run. Stops it until
- * user space has installed the tables of those libraries (and continues it), so that even the
- * main thread's first waits have whole stacks.
+ * `record -- CMD` walked from unwind tables: attached to a program's entry point (for every
+ * process; those in entry_wanted stop), where the dynamic loader has mapped its libraries and
+ * none of its code has run. Stops it until user space has installed the tables of those
+ * libraries (and continues it), so that even the main thread's first waits have whole stacks.
  */
 SEC("uprobe")
 int uprobe__entry_hold(struct pt_regs *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (!is_active(tgid))
+	if (!is_active(tgid) || !bpf_map_lookup_elem(&entry_wanted, &tgid))
 		return 0;
 	hold_thread();
 	emit(TEV_ENTRY, tgid, 0);

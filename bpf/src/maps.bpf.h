@@ -276,6 +276,30 @@ struct {
 	__type(value, __u32);
 } entry_held SEC(".maps");
 
+/* Commands to stop at their entry point (tgid -> 1): the entry-hold uprobe of a program stays
+ * attached for every process that runs it (attaching and retiring a uprobe costs ~100 ms; a
+ * command that execs the same program a thousand times pays it once), and stops only these. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} entry_wanted SEC(".maps");
+
+/* Program files whose entry-hold uprobe is attached (user space keeps it in step): a command
+ * that execs one is not stopped at the exec, only at the entry point (one stop, not two). */
+struct program_file {
+	__u64 dev; /* the kernel's dev_t: major << 20 | minor */
+	__u64 ino;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct program_file);
+	__type(value, __u32);
+} entry_probed SEC(".maps");
+
 /* Targets whose user stacks are unwound in user space from a copy (no frame pointers). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -13,8 +13,11 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
+/* Each target's block of mappings; user space writes blocks through mmap too (a command that
+ * execs a hundred programs writes two blocks each: one syscall per mapping added up). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, MAX_UNWIND_BLOCKS *MAX_UNWIND_MAPPINGS);
 	__type(key, __u32);
 	__type(value, struct unwind_mapping);

@@ -86,10 +86,7 @@ impl Engine<'_> {
         // programs read it concurrently.
         unsafe { std::ptr::write_volatile(ptr, true) };
         self.detached_at_ns = Some(monotonic_ns());
-        let held: Vec<u32> = self.entry_holds.keys().copied().collect();
-        for pid in held {
-            self.release_entry(pid);
-        }
+        self.retire_entry_holds();
         self.alloc_links.clear();
         self.links.clear();
     }
@@ -119,6 +116,7 @@ impl Engine<'_> {
     pub fn remove_target(&self, pid: u32) {
         let _ = self.skel.maps.target_pids.delete(&pid.to_ne_bytes());
         let _ = self.skel.maps.unwind_pids.delete(&pid.to_ne_bytes());
+        self.unwant_entry(pid);
     }
 
     /// Sends copies of `pid`'s user stack with its cpu samples and page faults, unwound in user
@@ -134,24 +132,6 @@ impl Engine<'_> {
         }
     }
 
-    /// Stops `pid` (a command that just exec'd `exe`) at `exe`'s entry point, with a
-    /// `TargetEvent::Entry`.
-    pub fn hold_at_entry(&mut self, pid: u32, exe: &std::path::Path, offset: u64) -> Result<()> {
-        let link = self
-            .skel
-            .progs
-            .uprobe__entry_hold
-            .attach_uprobe(false, pid as i32, exe, offset as usize)
-            .with_context(|| format!("attaching the entry hold of pid {pid}"))?;
-        self.entry_holds.insert(pid, link);
-        Ok(())
-    }
-
-    /// Whether `pid` will stop (or has) at its entry point.
-    pub fn held_at_entry(&self, pid: u32) -> bool {
-        self.entry_holds.contains_key(&pid)
-    }
-
     /// Continues `pid`, stopped at its exec or entry point (SIGCONT; harmless if it is not).
     /// Waits for the stop first (a few ms at most): a SIGCONT sent while our SIGSTOP is still
     /// pending would cancel it, and the program would run on before its tables are in.
@@ -163,15 +143,6 @@ impl Engine<'_> {
         }
         // SAFETY: kill with a valid signal.
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
-    }
-
-    /// Continues `pid` stopped at its entry point, and detaches that hold.
-    pub fn release_entry(&mut self, pid: u32) {
-        if self.entry_holds.contains_key(&pid) {
-            self.resume(pid);
-            // After the signal: retiring a uprobe waits for RCU grace periods (~100 ms here).
-            self.entry_holds.remove(&pid);
-        }
     }
 
     /// Attaches phase probes (and the Go scheduler's), for every process mapping their files.

@@ -333,6 +333,21 @@ fn probe_features_for(cfg: &EngineConfig) -> Result<KernelFeatures> {
     Ok(features)
 }
 
+/// The unwind rows (`rows` of them) and the blocks of mappings, mapped for writing.
+fn map_unwind_arrays(
+    skel: &phaseprof_bpf::PhaseprofSkel<'_>,
+    rows: u32,
+) -> Result<(MappedArray, MappedArray)> {
+    let blocks = (limits::MAX_UNWIND_BLOCKS * limits::MAX_UNWIND_MAPPINGS) as usize;
+    Ok((
+        MappedArray::map(skel.maps.unwind_rows.as_fd(), rows as usize * 8)?,
+        MappedArray::map(
+            skel.maps.unwind_mappings.as_fd(),
+            blocks * std::mem::size_of::<types::unwind_mapping>(),
+        )?,
+    ))
+}
+
 impl<'obj> Engine<'obj> {
     /// Chooses the sched_switch flavour, then opens, configures and loads the programs once.
     pub fn load(
@@ -359,6 +374,7 @@ impl<'obj> Engine<'obj> {
                     types::target_event_kind::TEV_EXEC => TargetEvent::Exec {
                         pid: e.pid,
                         comm: String::from_utf8_lossy(&comm).into_owned(),
+                        stopped: e.ppid == 1,
                     },
                     types::target_event_kind::TEV_EXIT => TargetEvent::Exit { pid: e.pid },
                     types::target_event_kind::TEV_FORK => TargetEvent::Fork {
@@ -412,12 +428,12 @@ impl<'obj> Engine<'obj> {
             },
         )?;
         let ring = builder.build()?;
-        let rows = match cfg.unwind_rows {
-            0 => None,
-            n => Some(MappedArray::map(
-                skel.maps.unwind_rows.as_fd(),
-                n as usize * 8,
-            )?),
+        let (rows, unwind_mappings) = match cfg.unwind_rows {
+            0 => (None, None),
+            n => {
+                let (rows, mappings) = map_unwind_arrays(&skel, n)?;
+                (Some(rows), Some(mappings))
+            }
         };
         let target_bits = MappedArray::map(
             skel.maps.target_bits.as_fd(),
@@ -425,11 +441,12 @@ impl<'obj> Engine<'obj> {
         )?;
         Ok(Engine {
             rows,
+            unwind_mappings,
             target_bits,
             skel,
             links: Vec::new(),
             alloc_links: HashMap::new(),
-            entry_holds: HashMap::new(),
+            entry_holds: Default::default(),
             ring,
             events: rx,
             go_allocs: go_rx,

@@ -14,6 +14,7 @@ use drain::Counters;
 
 mod attach;
 mod drain;
+mod entry_holds;
 pub mod features;
 mod load;
 mod mapped;
@@ -149,6 +150,8 @@ pub enum TargetEvent {
     Exec {
         pid: u32,
         comm: String,
+        /// Stopped at the exec (`record -- CMD` holds): continue it with `Engine::resume`.
+        stopped: bool,
     },
     Exit {
         pid: u32,
@@ -189,8 +192,8 @@ pub enum Drain {
 pub struct Engine<'obj> {
     skel: PhaseprofSkel<'obj>,
     links: Vec<Link>,
-    /// Entry-point holds of commands, by pid (see `hold_at_entry`).
-    entry_holds: HashMap<u32, Link>,
+    /// Entry-point holds of commands (see `entry_holds.rs`).
+    entry_holds: entry_holds::EntryHolds,
     /// Allocator probes, by target: detached and re-attached when duty-cycling.
     alloc_links: HashMap<u32, Vec<Link>>,
     ring: RingBuffer<'static>,
@@ -210,6 +213,8 @@ pub struct Engine<'obj> {
     pagefault_counts: Counters,
     /// The unwind tables' rows, mapped (None: no tables).
     rows: Option<mapped::MappedArray>,
+    /// The targets' blocks of mappings into them, mapped (None: no tables).
+    unwind_mappings: Option<mapped::MappedArray>,
     /// The targets bitmap (`target_bits`), mapped.
     target_bits: mapped::MappedArray,
     /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.

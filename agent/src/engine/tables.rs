@@ -55,8 +55,14 @@ impl Engine<'_> {
                 maps.len()
             );
         }
+        let Some(array) = &self.unwind_mappings else {
+            bail!("no unwind tables were allocated at load");
+        };
+        let size = std::mem::size_of::<types::unwind_mapping>();
+        // The walker reads a block only once it is published (`publish_unwind_block`, a
+        // syscall after these stores).
         for (i, m) in maps.iter().enumerate() {
-            let key = block * MAX_UNWIND_MAPPINGS as u32 + i as u32;
+            let key = block as usize * MAX_UNWIND_MAPPINGS + i;
             let value = types::unwind_mapping {
                 start: m.start,
                 end: m.end,
@@ -64,10 +70,8 @@ impl Engine<'_> {
                 row_start: m.row_start,
                 row_count: m.row_count,
             };
-            self.skel
-                .maps
-                .unwind_mappings
-                .update(&key.to_ne_bytes(), as_bytes(&value), MapFlags::ANY)
+            array
+                .write(key * size, as_bytes(&value))
                 .context("writing an unwind mapping")?;
         }
         Ok(())

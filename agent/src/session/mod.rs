@@ -218,6 +218,12 @@ impl<'obj> Session<'obj> {
 
     /// Records `pid` from now on, all its threads included, and caches its mappings.
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
+        self.add(pid, false)
+    }
+
+    /// `add_target`; `forked`: a target's child the kernel made a target at its birth (its CPU
+    /// time counts from 0, not from a mark read now).
+    fn add(&mut self, pid: u32, forked: bool) -> Result<()> {
         if let Some((cfg, file)) = self.deferred_phases.take() {
             // Probes first, so the target's phases are seen from its first moment as a target.
             let mut plan = PhasePlan::default();
@@ -228,11 +234,15 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;
         }
+        self.sym.track(pid);
         self.choose_unwind(pid, &targets::exe_link(pid), Choice::Running)?;
         self.engine.add_target(pid)?;
-        self.cpu_at_add
-            .insert(pid, targets::cpu_ns(std::iter::once(pid)));
-        self.sym.track(pid);
+        let mark = if forked {
+            0
+        } else {
+            targets::cpu_ns(std::iter::once(pid))
+        };
+        self.cpu_at_add.insert(pid, mark);
         let meta = self.agg.builder_mut().meta_mut();
         if meta.pids.is_empty() {
             // The first target names the profile (unless it is already gone again).
@@ -298,11 +308,15 @@ impl<'obj> Session<'obj> {
         let events = self.engine.poll_events(timeout);
         // Before the events: an exec or exit below makes the process's modules unknown.
         self.unwind_received();
+        // New code mappings come in bursts (a loader maps each library's segments): each
+        // process's are re-read once, after the batch, unless an exec or its entry re-read them.
+        let mut mapped = BTreeSet::new();
         for ev in events {
             match ev {
-                TargetEvent::Exec { pid, .. } if !self.live.contains(&pid) => {
-                    // A target we have not seen (its fork's event lost) is stopped all the same.
-                    if self.hold_execs {
+                TargetEvent::Exec { pid, stopped, .. } if !self.live.contains(&pid) => {
+                    // A target we have not seen (its fork's event lost) is held all the same.
+                    self.engine.unwant_entry(pid);
+                    if stopped {
                         self.engine.resume(pid);
                     }
                     if let Some(name) = name.filter(|n| n.matches(pid)) {
@@ -311,27 +325,31 @@ impl<'obj> Session<'obj> {
                         eprintln!("phaseprof: recording {pick} (its {name} started)");
                     }
                 }
-                TargetEvent::Exec { pid, .. } => {
+                TargetEvent::Exec { pid, stopped, .. } => {
+                    mapped.remove(&pid);
                     self.sym.track(pid);
                     // A new program: inspected afresh.
-                    self.exec_seen(pid)?;
+                    self.exec_seen(pid, stopped)?;
                 }
-                TargetEvent::Entry { pid } => self.entry_reached(pid),
+                TargetEvent::Entry { pid } => {
+                    mapped.remove(&pid);
+                    self.entry_reached(pid);
+                }
                 TargetEvent::ThreadExit { tid, comm } => {
                     if self.seen_tids.insert(tid) {
                         self.agg.builder_mut().meta_mut().threads.insert(tid, comm);
                     }
                 }
                 TargetEvent::MapsChanged { pid } => {
-                    self.sym.track(pid);
-                    if let Some(w) = &mut self.walks {
-                        w.maps_changed(&mut self.engine, pid);
-                    }
+                    mapped.insert(pid);
                 }
                 // The kernel made the child a target already; we add its mappings.
-                TargetEvent::Fork { pid, .. } => self.add_target(pid)?,
+                TargetEvent::Fork { pid, .. } => self.add(pid, true)?,
                 TargetEvent::Exit { pid } => {
                     // Its pid may be reused by an unrelated process: stop matching it.
+                    if mapped.remove(&pid) {
+                        self.sym.track(pid); // what it mapped last, if it is still there
+                    }
                     self.live.remove(&pid);
                     self.engine.remove_target(pid);
                     if let Some(w) = &mut self.walks {
@@ -341,6 +359,16 @@ impl<'obj> Session<'obj> {
                         alloc.remove_target(pid);
                     }
                 }
+            }
+        }
+        for pid in mapped {
+            // A command held until its entry point re-reads everything there.
+            if self.hold_execs && self.engine.held_at_entry(pid) {
+                continue;
+            }
+            self.sym.track(pid);
+            if let Some(w) = &mut self.walks {
+                w.maps_changed(&mut self.engine, pid, self.sym.vmas(pid));
             }
         }
         Ok(())

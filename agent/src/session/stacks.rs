@@ -15,6 +15,8 @@ pub(super) enum Choice {
     BeforeExec,
     /// It just exec'd a new program.
     Exec,
+    /// It just exec'd, and will be held at its entry point, where its tables go in.
+    ExecHeld,
 }
 
 impl Session<'_> {
@@ -42,9 +44,13 @@ impl Session<'_> {
             return Ok(Walk::Fp);
         };
         let (walk, how) = match how {
-            Choice::Exec => walks.exec(&mut self.engine, pid, exe)?,
-            Choice::Running => walks.choose(&mut self.engine, pid, exe, true)?,
-            Choice::BeforeExec => walks.choose(&mut self.engine, pid, exe, false)?,
+            // The symbolizer has just read its mappings (`track`).
+            Choice::Exec => walks.exec(&mut self.engine, pid, exe, Some(self.sym.vmas(pid)))?,
+            Choice::ExecHeld => walks.exec(&mut self.engine, pid, exe, None)?,
+            Choice::Running => {
+                walks.choose(&mut self.engine, pid, exe, Some(self.sym.vmas(pid)))?
+            }
+            Choice::BeforeExec => walks.choose(&mut self.engine, pid, exe, None)?,
         };
         if self.verbose {
             eprintln!("phaseprof: pid {pid} stacks: {how}");
@@ -55,19 +61,26 @@ impl Session<'_> {
         Ok(walk)
     }
 
-    /// Target `pid` exec'd (and is stopped there if the engine holds execs): its way of walking
-    /// stacks is decided for the new program; walked from tables, it stops again at its entry
-    /// point, once the dynamic loader has mapped its libraries.
-    pub(super) fn exec_seen(&mut self, pid: u32) -> Result<()> {
+    /// Target `pid` exec'd (`stopped` there if the engine holds execs and its program had no
+    /// entry hold yet): its way of walking stacks is decided for the new program; walked from
+    /// tables, it stops at its entry point, once the dynamic loader has mapped its libraries,
+    /// and its tables go in there.
+    pub(super) fn exec_seen(&mut self, pid: u32, stopped: bool) -> Result<()> {
         let exe = targets::exe_link(pid);
-        let walk = self.choose_unwind(pid, &exe, Choice::Exec);
-        if self.hold_execs && matches!(walk, Ok(Walk::Tables)) {
-            // Without this hold (an unreadable binary) its libraries' tables follow later.
-            if let Ok(offset) = targets::entry_offset(&exe) {
-                let _ = self.engine.hold_at_entry(pid, &exe, offset);
+        if !self.hold_execs {
+            return self.choose_unwind(pid, &exe, Choice::Exec).map(|_| ());
+        }
+        let walk = self.choose_unwind(pid, &exe, Choice::ExecHeld);
+        let tables = matches!(walk, Ok(Walk::Tables));
+        // The programs may have asked for a hold at the exec already (undone for other walks).
+        if !tables || self.engine.hold_at_entry(pid, &exe).is_err() {
+            self.engine.unwant_entry(pid);
+            if let Some(w) = &mut self.walks {
+                // No hold (an unreadable binary): the tables now, its libraries' later.
+                w.install_later(&mut self.engine, pid, self.sym.vmas(pid));
             }
         }
-        if self.hold_execs {
+        if stopped {
             self.engine.resume(pid);
         }
         walk.map(|_| ())
@@ -76,8 +89,9 @@ impl Session<'_> {
     /// A held command reached its entry point: its libraries are mapped, their tables go in
     /// before any of its code runs.
     pub(super) fn entry_reached(&mut self, pid: u32) {
+        self.sym.track(pid);
         if let Some(w) = &mut self.walks {
-            w.maps_changed(&mut self.engine, pid);
+            w.install_later(&mut self.engine, pid, self.sym.vmas(pid));
         }
         self.engine.release_entry(pid);
     }

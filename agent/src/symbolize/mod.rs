@@ -165,6 +165,11 @@ fn frames_of(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
 
 impl BlazeSymbolizer {
     /// Reads (again) the mappings of `pid`. Call when a target appears, execs or maps code.
+    /// `pid`'s executable mappings as `track` last read them.
+    pub fn vmas(&self, pid: u32) -> &[Vma] {
+        self.maps.vmas(pid)
+    }
+
     pub fn track(&mut self, pid: u32) {
         self.maps.refresh(pid);
         self.open_mapped_files(pid);

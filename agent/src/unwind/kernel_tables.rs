@@ -56,9 +56,13 @@ impl KernelTables {
     /// Walks `pid`'s stacks from tables of its current mappings, compiling the files not yet in
     /// the kernel. A no-op when its mappings did not change since the last call.
     pub fn install(&mut self, engine: &mut Engine, pid: u32) -> Result<()> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        let text = crate::procmaps::read_maps(pid)
             .with_context(|| format!("reading the mappings of pid {pid}"))?;
-        let vmas = parse_maps(&text);
+        self.install_vmas(engine, pid, parse_maps(&text))
+    }
+
+    /// `install` with `pid`'s mappings just read.
+    pub fn install_vmas(&mut self, engine: &mut Engine, pid: u32, vmas: Vec<Vma>) -> Result<()> {
         if self.targets.get(&pid).is_some_and(|(_, v)| *v == vmas) {
             return Ok(());
         }
@@ -142,19 +146,27 @@ impl KernelTables {
                 out.push(no_table(vma));
                 continue;
             }
-            let Ok(file) = crate::target_files::open_mapped(pid, vma) else {
-                out.push(no_table(vma));
-                continue;
+            // A file loaded already is known by the device and inode its maps line gives: no
+            // open (a command that execs the same program a thousand times opens it once).
+            let key = match vma.inode.filter(|k| self.files.contains_key(k)) {
+                Some(key) => key,
+                None => {
+                    let Ok(file) = crate::target_files::open_mapped(pid, vma) else {
+                        out.push(no_table(vma));
+                        continue;
+                    };
+                    let Ok(meta) = file.metadata() else {
+                        out.push(no_table(vma));
+                        continue;
+                    };
+                    let key = (meta.dev(), meta.ino());
+                    if !self.files.contains_key(&key) {
+                        let rows = self.load_file(engine, &crate::target_files::fd_path(&file))?;
+                        self.files.insert(key, rows);
+                    }
+                    key
+                }
             };
-            let Ok(meta) = file.metadata() else {
-                out.push(no_table(vma));
-                continue;
-            };
-            let key = (meta.dev(), meta.ino());
-            if !self.files.contains_key(&key) {
-                let rows = self.load_file(engine, &crate::target_files::fd_path(&file))?;
-                self.files.insert(key, rows);
-            }
             let Some(Some(f)) = self.files.get(&key) else {
                 full = true;
                 out.push(no_table(vma));

@@ -51,7 +51,7 @@ impl ProcessUnwinder {
     /// The executable and libraries mapped by `pid` (read through `/proc/PID/root`, so
     /// containers' files are found).
     pub fn for_pid(pid: u32) -> Result<Self> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        let maps = crate::procmaps::read_maps(pid)
             .with_context(|| format!("reading the mappings of pid {pid}"))?;
         Ok(Self::from_mappings(&parse_maps(&maps), |vma| {
             crate::target_files::open_mapped(pid, vma)

@@ -41,7 +41,7 @@ pub struct SampleUnwinder {
 /// The executable mappings of a live process; None once it has exited (a zombie's maps read
 /// empty: keep what was read while it lived).
 fn read_vmas(pid: u32) -> Option<Vec<Vma>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let text = crate::procmaps::read_maps(pid).ok()?;
     Some(parse_maps(&text)).filter(|v| !v.is_empty())
 }
 

@@ -11,12 +11,15 @@ use super::kernel_tables::KernelTables;
 use super::samples::{SampleUnwinder, UnwindStats};
 use super::{UnwindPolicy, Walk};
 use crate::engine::{Engine, UNWIND_COUNTERS};
+use crate::procmaps::Vma;
 use crate::window::{RawCpu, RawStackSample};
 
 pub struct StackWalks {
     policy: UnwindPolicy,
     copies: SampleUnwinder,
     tables: KernelTables,
+    /// Commands walked from tables whose tables go in at their entry point.
+    tables_later: std::collections::HashSet<u32>,
     /// Counts at the last window.
     copies_at_window: UnwindStats,
     walks_at_window: [u64; UNWIND_COUNTERS],
@@ -29,25 +32,32 @@ impl StackWalks {
             copies: SampleUnwinder::default(),
             tables: KernelTables::default(),
             copies_at_window: UnwindStats::default(),
+            tables_later: Default::default(),
             walks_at_window: [0; UNWIND_COUNTERS],
         }
     }
 
     /// Decides how `pid` (running `exe`) is walked and tells the kernel; returns the way and
-    /// the decision as the report says it (`dwarf (auto: ...)`). `running`: false for a `record -- CMD`
-    /// child held before its exec, whose tables are installed at the exec.
+    /// the decision as the report says it (`dwarf (auto: ...)`). `mapped`: its executable
+    /// mappings as just read (empty: read here), or None for a `record -- CMD` child held
+    /// before its exec, whose tables are installed at the exec.
     pub fn choose(
         &mut self,
         engine: &mut Engine,
         pid: u32,
         exe: &Path,
-        running: bool,
+        mapped: Option<&[Vma]>,
     ) -> Result<(Walk, String)> {
         let d = self.policy.decide(exe);
         engine.set_unwind(pid, d.walk == Walk::Copy)?;
         let mut why = d.why;
-        if d.walk == Walk::Tables && running {
-            if let Err(e) = self.tables.install(engine, pid) {
+        if let (Walk::Tables, Some(vmas)) = (d.walk, mapped) {
+            let installed = if vmas.is_empty() {
+                self.tables.install(engine, pid)
+            } else {
+                self.tables.install_vmas(engine, pid, vmas.to_vec())
+            };
+            if let Err(e) = installed {
                 // Frame pointers then: the recording goes on with flatter stacks.
                 self.tables.forget(engine, pid);
                 why += &format!("; unwind tables not installed: {e:#}");
@@ -58,22 +68,55 @@ impl StackWalks {
         Ok((d.walk, format!("{} ({why})", d.walk.name())))
     }
 
-    /// `pid` exec'd: a new program, inspected afresh.
-    pub fn exec(&mut self, engine: &mut Engine, pid: u32, exe: &Path) -> Result<(Walk, String)> {
+    /// `pid` exec'd: a new program (mapped as `vmas`; None: its tables go in later, with
+    /// `install`), inspected afresh.
+    pub fn exec(
+        &mut self,
+        engine: &mut Engine,
+        pid: u32,
+        exe: &Path,
+        vmas: Option<&[Vma]>,
+    ) -> Result<(Walk, String)> {
         self.copies.forget(pid);
         self.tables.forget(engine, pid);
-        self.choose(engine, pid, exe, true)
+        let chosen = self.choose(engine, pid, exe, vmas)?;
+        if vmas.is_none() && chosen.0 == Walk::Tables {
+            self.tables_later.insert(pid);
+        }
+        Ok(chosen)
+    }
+
+    /// A command whose tables were left for later (`exec` without mappings) reached its entry
+    /// point, its libraries mapped as `vmas`: its tables go in.
+    pub fn install_later(&mut self, engine: &mut Engine, pid: u32, vmas: &[Vma]) {
+        if !self.tables_later.remove(&pid) {
+            return;
+        }
+        if self
+            .tables
+            .install_vmas(engine, pid, vmas.to_vec())
+            .is_err()
+        {
+            self.tables.forget(engine, pid);
+        }
     }
 
     /// `pid` mapped new code (an mmap with PROT_EXEC was seen).
-    pub fn maps_changed(&mut self, engine: &mut Engine, pid: u32) {
+    /// `vmas`: its executable mappings, just read.
+    pub fn maps_changed(&mut self, engine: &mut Engine, pid: u32, vmas: &[Vma]) {
         self.copies.maps_changed(pid);
-        if self.tables.has(pid) && self.tables.install(engine, pid).is_err() {
+        if self.tables.has(pid)
+            && self
+                .tables
+                .install_vmas(engine, pid, vmas.to_vec())
+                .is_err()
+        {
             self.tables.forget(engine, pid);
         }
     }
 
     pub fn exited(&mut self, engine: &Engine, pid: u32) {
+        self.tables_later.remove(&pid);
         self.copies.forget(pid);
         self.tables.forget(engine, pid);
     }

@@ -18,6 +18,7 @@ use std::time::Instant;
 use phaseprof_e2e::{phaseprof_bin, read_until, rust_workload, truth_from};
 
 mod defaults;
+mod execs;
 mod fleet;
 mod measure;
 mod phases;
@@ -489,6 +490,9 @@ fn main() {
             rss_kib as f64 / 1024.0
         );
         }
+    }
+    if wanted("execs") {
+        execs::execs_bench(&pp, tmp, rounds);
     }
     if wanted("unwind") {
         unwind_bench(&pp, tmp, rounds);
