@@ -19,6 +19,7 @@ mod kernels;
 mod phases;
 mod real_servers;
 mod soak;
+mod store_faults;
 mod store_sums;
 mod symbols;
 mod terminal;

@@ -5,11 +5,13 @@ use std::process::{Child, Command, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 mod clickhouse;
+mod fault_proxy;
 mod go;
 mod http;
 mod pty;
 
 pub use clickhouse::ClickHouse;
+pub use fault_proxy::{Fault, FaultProxy};
 pub use go::{go_binary, go_body_offset, go_third_party, go_workload};
 pub use http::{
     connect_from, free_port, http_get, http_post, https_get, served_url, tls_files,

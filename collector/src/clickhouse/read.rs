@@ -205,6 +205,9 @@ fn phase_sums(
     out: &mut HashMap<i64, Aggregate>,
 ) -> Result<(), StoreError> {
     let w = if by_window { "window" } else { "toInt64(0)" };
+    // Rows of listed windows only: an attempt that failed before its window was stored left
+    // rows under an id no window has (see `write`).
+    let filter = format!("{filter} AND window IN (SELECT id FROM {t} WHERE {filter})");
     let reply = rows(
         http,
         &format!(

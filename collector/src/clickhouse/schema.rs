@@ -27,6 +27,19 @@ fn statements(t: &str) -> Vec<String> {
              ORDER BY (labelset, start_ns, kind)",
             by_day("start_ns")
         ),
+        // Sample rows wait here until their window is stored; then they are copied into
+        // T_samples (whose materialized views feed the rollups) in one INSERT … SELECT.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_staging (labelset UInt64, start_ns UInt64, \
+             window Int64, {samples_cols}) ENGINE = MergeTree() {} ORDER BY window",
+            by_day("start_ns")
+        ),
+        // Windows whose rows were copied (see `write`).
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_promoted (id Int64, start_ns UInt64) \
+             ENGINE = ReplacingMergeTree() {} ORDER BY id",
+            by_day("start_ns")
+        ),
         format!(
             "CREATE TABLE IF NOT EXISTS {t}_phase_stats (labelset UInt64, start_ns UInt64, \
              window Int64, phase UInt64, calls UInt64, wall_ns UInt64, wall_max_ns UInt64, \
@@ -114,6 +127,8 @@ pub fn retain(http: &Http, t: &str, before_ns: u64) -> Result<usize, StoreError>
             (t.to_string(), "start_ns"),
             (format!("{t}_samples"), "start_ns"),
             (format!("{t}_phase_stats"), "start_ns"),
+            (format!("{t}_staging"), "start_ns"),
+            (format!("{t}_promoted"), "start_ns"),
             (format!("{t}_samples_1m"), "t"),
             (format!("{t}_samples_1h"), "t"),
         ] {
@@ -152,11 +167,9 @@ pub fn footprint(http: &Http, t: &str) -> Result<Footprint, StoreError> {
             })
         })
         .collect();
-    let body_bytes = http.number(&format!(
-        "SELECT sum(data_compressed_bytes) FROM system.columns \
-         WHERE database = currentDatabase() AND table = {} AND name = 'body'",
-        quoted(t)
-    ))?;
+    // The bodies as received (current releases keep no per-column sizes of compact parts in
+    // system.columns).
+    let body_bytes = http.number(&format!("SELECT sum(bytes) FROM {t}"))?;
     Ok(Footprint {
         total_bytes: tables.iter().map(|t| t.bytes).sum(),
         body_bytes,

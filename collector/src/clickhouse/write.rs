@@ -1,8 +1,19 @@
-//! Batches of windows into ClickHouse: the dictionary rows not known to be stored, sample
-//! rows (the rollups follow by materialized views), phase totals, then the windows
-//! themselves, each table one INSERT per batch. ClickHouse has no transactions: a batch that
-//! fails part-way is answered with the error and may leave the rows of the tables already
-//! written (the windows table is last, so such a window is never listed).
+//! Batches of windows into ClickHouse, each table one INSERT per batch, exactly once however a
+//! batch fails. ClickHouse has no transactions, so the order does the work:
+//!
+//! 1. the dictionary rows not known to be stored (ReplacingMergeTree by content: a repeat is
+//!    harmless);
+//! 2. sample rows into `T_staging` and phase totals into `T_phase_stats`, under the window's
+//!    id, fresh for every attempt: rows of an attempt that failed are never read;
+//! 3. the windows themselves: from here a window is stored, listed and read (phase totals are
+//!    read only for listed windows), and a retry of its idempotency key finds it;
+//! 4. promotion: its staged samples copied into `T_samples` by one INSERT … SELECT (whose
+//!    materialized views feed the rollups), unless they are there already (a copy whose answer
+//!    was lost), then a mark in `T_promoted`.
+//!
+//! A batch failing after step 3 is answered with the error; the agent's retry finds its
+//! windows stored and promotes what is not, and so does the next batch after any failure
+//! (`recover`), for windows whose agent never came back.
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
@@ -16,6 +27,17 @@ pub struct Writer {
     http: Http,
     table: String,
     stored: Arc<Stored>,
+    /// A batch failed since the last `recover`: windows may be stored and not promoted.
+    unsure: std::sync::atomic::AtomicBool,
+}
+
+/// How far back `recover` looks for windows stored and not promoted.
+const RECOVER_NS: u64 = 2 * 24 * crate::rows::HOUR_NS;
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// A fresh id: ClickHouse has no sequences, and collectors sharing a table must not collide.
@@ -50,19 +72,115 @@ impl Writer {
             http,
             table: table.to_string(),
             stored,
+            // A collector killed mid-batch left no note: look once at start.
+            unsure: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
     pub fn write(&self, batch: Vec<NewWindow>) -> Vec<Result<Inserted, StoreError>> {
+        use std::sync::atomic::Ordering;
         let n = batch.len();
         let mut added = Vec::new();
+        if self.unsure.load(Ordering::Relaxed) && self.recover().is_ok() {
+            self.unsure.store(false, Ordering::Relaxed);
+        }
         match self.insert(batch, &mut added) {
             Ok(r) => {
                 self.stored.add(added);
                 r
             }
-            Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
+            Err(e) => {
+                self.unsure.store(true, Ordering::Relaxed);
+                (0..n).map(|_| Err(e.duplicate())).collect()
+            }
         }
+    }
+
+    /// Promotes the windows of the last RECOVER_NS stored and not promoted.
+    pub fn recover(&self) -> Result<(), StoreError> {
+        let t = &self.table;
+        let since = now_ns().saturating_sub(RECOVER_NS);
+        let reply = self.http.run(
+            &format!(
+                "SELECT id, labelset, start_ns FROM {t} WHERE start_ns >= {since} AND id NOT IN \
+                 (SELECT id FROM {t}_promoted WHERE start_ns >= {since}) FORMAT RowBinary"
+            ),
+            None,
+        )?;
+        let mut r = RowReader(&reply);
+        let mut todo = Vec::new();
+        while !r.is_empty() {
+            todo.push((r.i64()?, r.u64()?, r.u64()?));
+        }
+        for chunk in todo.chunks(256) {
+            self.promote(chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Step 4 for stored windows (id, labelset, start_ns): staged samples copied into
+    /// T_samples unless a copy is there already (found by its sort key and id), then marked.
+    fn promote(&self, windows: &[(i64, u64, u64)]) -> Result<(), StoreError> {
+        if windows.is_empty() {
+            return Ok(());
+        }
+        let t = &self.table;
+        let ids = |w: &[(i64, u64, u64)]| {
+            w.iter()
+                .map(|(id, _, _)| id.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let marked = self.ids(&format!(
+            "SELECT id FROM {t}_promoted WHERE id IN ({})",
+            ids(windows)
+        ))?;
+        let todo: Vec<_> = windows
+            .iter()
+            .filter(|w| !marked.contains(&w.0))
+            .copied()
+            .collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = todo.iter().map(|(_, l, s)| format!("({l},{s})")).collect();
+        let copied = self.ids(&format!(
+            "SELECT DISTINCT window FROM {t}_samples WHERE (labelset, start_ns) IN ({}) \
+             AND window IN ({})",
+            keys.join(","),
+            ids(&todo)
+        ))?;
+        let copy: Vec<_> = todo
+            .iter()
+            .filter(|w| !copied.contains(&w.0))
+            .copied()
+            .collect();
+        if !copy.is_empty() {
+            self.http.run(
+                &format!(
+                    "INSERT INTO {t}_samples SELECT * FROM {t}_staging WHERE window IN ({})",
+                    ids(&copy)
+                ),
+                None,
+            )?;
+        }
+        let mut marks = Vec::new();
+        for (id, _, start) in &todo {
+            put_i64(&mut marks, *id);
+            put_u64(&mut marks, *start);
+        }
+        self.insert_into(&format!("{t}_promoted"), &marks)
+    }
+
+    /// The Int64 ids a query returns.
+    fn ids(&self, query: &str) -> Result<HashSet<i64>, StoreError> {
+        let reply = self.http.run(&format!("{query} FORMAT RowBinary"), None)?;
+        let mut r = RowReader(&reply);
+        let mut out = HashSet::new();
+        while !r.is_empty() {
+            out.insert(r.i64()?);
+        }
+        Ok(out)
     }
 
     /// Ids of windows stored before under the batch's keys, by (agent, key).
@@ -102,11 +220,14 @@ impl Writer {
         let mut stored = self.stored_keys(&batch)?;
         let mut t = Tables::default();
         let mut out = Vec::with_capacity(batch.len());
+        // Every window of the batch stored by the end of step 3, new or found (a retry).
+        let mut windows = Vec::with_capacity(batch.len());
         // Rows several windows of the batch carry go in once.
         let mut fresh: HashSet<(Table, u64)> = HashSet::new();
         for w in &batch {
             let pair = w.key.clone().map(|k| (w.agent.clone(), k));
             if let Some(id) = pair.as_ref().and_then(|p| stored.get(p)) {
+                windows.push((*id, w.rows.labelset, w.rows.start_ns));
                 out.push(Ok(Inserted {
                     id: *id,
                     duplicate: true,
@@ -122,6 +243,7 @@ impl Writer {
             put_dictionary(&mut t, &w.rows, &mut new);
             put_rows(&mut t, id, &w.rows);
             put_window(&mut t, id, w);
+            windows.push((id, w.rows.labelset, w.rows.start_ns));
             out.push(Ok(Inserted {
                 id,
                 duplicate: false,
@@ -131,7 +253,7 @@ impl Writer {
         for (i, name) in DICT_TABLES.iter().enumerate() {
             self.insert_into(&format!("{tb}_{name}"), &t.dict[i])?;
         }
-        self.insert_into(&format!("{tb}_samples"), &t.samples)?;
+        self.insert_into(&format!("{tb}_staging"), &t.samples)?;
         self.insert_into(&format!("{tb}_phase_stats"), &t.phase_stats)?;
         self.insert_into(
             &format!(
@@ -140,6 +262,7 @@ impl Writer {
             ),
             &t.windows,
         )?;
+        self.promote(&windows)?;
         added.extend(fresh);
         Ok(out)
     }
