@@ -92,6 +92,11 @@ impl ProcMaps {
         }
     }
 
+    /// Forgets the processes `keep` rejects (gone, their windows symbolized).
+    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        self.by_pid.retain(|&pid, _| keep(pid));
+    }
+
     /// The executable mappings last read of `pid`.
     pub fn vmas(&self, pid: u32) -> &[Vma] {
         self.by_pid.get(&pid).map_or(&[], Vec::as_slice)

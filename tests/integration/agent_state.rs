@@ -112,3 +112,65 @@ fn agent_keeps_taking_stacks_past_its_map_size() {
     // The off-CPU stacks alone: one distinct path per chain, far more than the map holds.
     assert!(num(&truth["chains"]) > 4 * 1024);
 }
+
+// Checks allocation events in the agent (`events = [..., "alloc"]`, no budget: probes always
+// attached): in the collector's merged view, validator-sim's `replay` phase allocated and freed
+// exactly its clones (the workload's counting allocator is the truth), once per call.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn agent_allocation_totals_per_phase_are_exact() {
+    require_root!();
+    let _g = bpf_lock();
+    let dir = scratch("agent-alloc");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("host-c {TOKEN}\n")).unwrap();
+    let port = free_port();
+    let store = ["--data".to_string(), dir.join("data").display().to_string()];
+    let _coll = collector(port, &store, &tokens);
+    let sim = rust_workload("validator-sim");
+    let mut target = Killed(
+        Command::new(&sim)
+            .args(["--wait-stdin", "--blocks", "60", "--threads", "2"])
+            .args(["--clone-bytes", "1000000", "--sleep-ms", "20"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Transport::Http;
+    let (mut a, mut err) = agent(
+        &t,
+        &dir,
+        "c",
+        (port, free_port()),
+        TOKEN,
+        "host-c",
+        "validator-sim",
+        "events = [\"cpu\", \"syscall\", \"alloc\"]\n",
+    );
+    read_until(&mut err, &format!("recording pid {}", target.0.id()));
+    writeln!(target.0.stdin.take().unwrap()).unwrap();
+    let out = std::mem::replace(&mut target.0, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    let truth = truth_from(&out.stdout);
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(a.0.id() as i32, libc::SIGTERM) };
+    assert!(a.0.wait().unwrap().success());
+    let m = merged(&t, port, "host-c");
+    let replay = phase_json(&m, "replay");
+    eprintln!(
+        "replay: {} bytes in {} allocations, {} frees (truth: {} bytes, {} calls); alloc {}",
+        replay["alloc_bytes"],
+        replay["allocs"],
+        replay["frees"],
+        truth["clone_bytes"],
+        truth["calls"]["replay"],
+        m["events"]["alloc"]
+    );
+    assert_eq!(num(&replay["alloc_bytes"]), num(&truth["clone_bytes"]));
+    assert_eq!(num(&replay["allocs"]), num(&truth["calls"]["replay"]));
+    assert_eq!(num(&replay["frees"]), num(&truth["calls"]["replay"]));
+    assert_eq!(m["lost"]["events"], 0, "{}", m["lost"]);
+}

@@ -44,6 +44,9 @@ pub struct AllocRecorder {
     cpu_last: u64,
     go_sampled: bool,
     go_rates: Vec<GoRate>,
+    /// Probe hits and the targets' CPU time at the last window (`window_info`).
+    hits_at_window: u64,
+    cpu_at_window: u64,
 }
 
 impl AllocRecorder {
@@ -72,6 +75,8 @@ impl AllocRecorder {
             cpu_last: 0,
             go_sampled: false,
             go_rates: Vec::new(),
+            hits_at_window: 0,
+            cpu_at_window: 0,
         }
     }
 
@@ -112,6 +117,26 @@ impl AllocRecorder {
         }
         self.sites.insert(pid, found);
         Ok(())
+    }
+
+    /// How a window's allocations were taken (a session cut in windows: the agent, `attach`),
+    /// probes always attached: the estimated slowdown is over the window's hits and CPU time.
+    pub fn window_info(&mut self, engine: &Engine<'_>) -> Result<AllocInfo> {
+        let hits = engine.alloc_probe_hits()?;
+        let cpu = crate::targets::cpu_ns(self.sites.keys().copied());
+        let (h, c) = (
+            hits.saturating_sub(self.hits_at_window),
+            cpu.saturating_sub(self.cpu_at_window),
+        );
+        (self.hits_at_window, self.cpu_at_window) = (hits, cpu);
+        Ok(AllocInfo {
+            sample_bytes: self.sample_bytes,
+            probes: self.probes.clone(),
+            budget: None,
+            attached_fraction: 1.0,
+            estimated_overhead: overhead(h, own_cpu_ns(c, h)),
+            go_sampled: self.go_sampled,
+        })
     }
 
     pub fn remove_target(&mut self, pid: u32) {

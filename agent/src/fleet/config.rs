@@ -14,6 +14,7 @@
 //! unwind = "auto"                  # auto | fp | dwarf | copy (see `record --unwind`)
 //! stack_copy = "16KiB"             # user stack copied per sample with `copy` unwinding
 //! stack_entries = 16384            # distinct stacks the kernel holds at once (recycled per window)
+//! # events = [..., "alloc"]: allocator probes always attached, exact totals per phase
 //! phases = "/etc/phaseprof/phases.toml"    # for targets without their own
 //! [labels]
 //! service = "relay"
@@ -57,6 +58,7 @@ struct RawConfig {
     #[serde(default = "default_stack_copy")]
     stack_copy: String,
     stack_entries: Option<u32>,
+    alloc_budget: Option<String>,
     phases: Option<PathBuf>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
@@ -187,9 +189,6 @@ impl AgentConfig {
         for e in &raw.events {
             let k = EventKind::parse(e)
                 .ok_or_else(|| anyhow::anyhow!("{file}: unknown event `{e}`"))?;
-            if k == EventKind::Alloc {
-                bail!("{file}: alloc events are not supported by the agent yet (their budget needs a duty cycle per target)");
-            }
             events.push(k);
         }
         let unwind = raw
@@ -228,6 +227,11 @@ impl AgentConfig {
             .unwrap_or(crate::engine::DEFAULT_STACK_ENTRIES);
         if !(64..=1 << 20).contains(&stack_entries) {
             bail!("{file}: stack_entries = {stack_entries}: give 64 to 1048576");
+        }
+        if raw.alloc_budget.is_some() {
+            // Duty cycling scales totals up by the attached share of the whole recording; a
+            // window would hold its unscaled counts.
+            bail!("{file}: alloc_budget is not supported by the agent yet: allocation probes stay attached (exact totals; `record --alloc-budget` duty-cycles them)");
         }
         if let Some(addr) = raw.metrics_listen {
             if !addr.ip().is_loopback() && metrics_token.is_none() {

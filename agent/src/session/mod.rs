@@ -40,6 +40,8 @@ pub struct Session<'obj> {
     /// Target processes still running.
     live: BTreeSet<u32>,
     seen_tids: HashSet<u32>,
+    /// Threads that exited since the last window (forgotten at the next, see `forget_gone`).
+    exited_tids: Vec<u32>,
     /// Phase names (ids 1..) and the syscall cost rules counted per phase, when phases are on.
     phase_names: Vec<String>,
     cost_names: Vec<String>,
@@ -86,6 +88,7 @@ impl<'obj> Session<'obj> {
             agg: Aggregator::new(meta, plan.names.clone()),
             live: BTreeSet::new(),
             seen_tids: HashSet::new(),
+            exited_tids: Vec::new(),
             phase_names: if phases_on {
                 plan.names.clone()
             } else {
@@ -336,6 +339,7 @@ impl<'obj> Session<'obj> {
                     self.entry_reached(pid);
                 }
                 TargetEvent::ThreadExit { tid, comm } => {
+                    self.exited_tids.push(tid);
                     if self.seen_tids.insert(tid) {
                         self.agg.builder_mut().meta_mut().threads.insert(tid, comm);
                     }
@@ -485,7 +489,28 @@ impl<'obj> Session<'obj> {
             p.phase_stats = self.since_last_window(now);
         }
         p.lost = self.lost_since_last_window(self.engine.lost()?);
+        if let Some(alloc) = &mut self.alloc {
+            p.meta.alloc = Some(alloc.window_info(&self.engine)?);
+        }
+        self.forget_gone();
         Ok(p)
+    }
+
+    /// After a window: a session that runs for weeks (the agent) forgets the processes and
+    /// threads that are gone, their samples named by now: their mappings, their names and pids
+    /// in the next windows' metadata, their CPU marks (a window in which a target died has no
+    /// CPU total; the next ones have again).
+    fn forget_gone(&mut self) {
+        let live = &self.live;
+        self.sym.trim(|pid| live.contains(&pid));
+        self.cpu_at_add.retain(|pid, _| live.contains(pid));
+        let exited = std::mem::take(&mut self.exited_tids);
+        let meta = self.agg.builder_mut().meta_mut();
+        meta.pids.retain(|pid| live.contains(pid));
+        for tid in exited {
+            self.seen_tids.remove(&tid);
+            meta.threads.remove(&tid);
+        }
     }
 
     /// Cumulative kernel phase totals as the growth since the last `take_window` (unchanged

@@ -96,14 +96,42 @@ impl Separate {
     }
 }
 
+/// Bounds of the caches of a symbolizer that runs for weeks (the fleet agent): names of
+/// addresses, and files whose functions or debug files are held. Past one, those caches start
+/// afresh (names are looked up again as they come).
+const MAX_NAMED_ADDRESSES: usize = 1 << 20;
+const MAX_FILES_HELD: usize = 1024;
+
+fn blazesym() -> Symbolizer {
+    Symbolizer::builder()
+        .enable_inlined_fns(true)
+        .enable_code_info(true)
+        .enable_demangling(true)
+        .build()
+}
+
+impl BlazeSymbolizer {
+    /// After a window is symbolized: forgets processes that `live` rejects, and starts the
+    /// caches afresh where one is past its bound (blazesym's own per-file caches with them).
+    pub fn trim(&mut self, live: impl Fn(u32) -> bool) {
+        self.maps.retain(&live);
+        self.perf_maps.retain(&live);
+        if self.by_file.len() > MAX_NAMED_ADDRESSES
+            || self.cfi.len() > MAX_FILES_HELD
+            || self.separate.len() > MAX_FILES_HELD
+        {
+            self.by_file.clear();
+            self.cfi.clear();
+            self.separate.clear();
+            self.symbolizer = blazesym();
+        }
+    }
+}
+
 impl Default for BlazeSymbolizer {
     fn default() -> Self {
         BlazeSymbolizer {
-            symbolizer: Symbolizer::builder()
-                .enable_inlined_fns(true)
-                .enable_code_info(true)
-                .enable_demangling(true)
-                .build(),
+            symbolizer: blazesym(),
             maps: ProcMaps::default(),
             vdso: tempfile_path::copy_own_vdso(),
             by_file: HashMap::new(),

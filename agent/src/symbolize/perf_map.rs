@@ -27,6 +27,13 @@ pub struct PerfMaps {
     by_pid: HashMap<u32, PerfMap>,
 }
 
+impl PerfMaps {
+    /// Forgets the processes `keep` rejects (their maps closed).
+    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        self.by_pid.retain(|&pid, _| keep(pid));
+    }
+}
+
 /// One process's map: the open file, how far it was read, and its functions sorted by start.
 struct PerfMap {
     file: Option<File>,
