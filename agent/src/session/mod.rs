@@ -20,6 +20,7 @@ use crate::window::{fold_identical, RawCpu, RawWindow};
 /// How long a session turn waits for process events at most: the latency of noticing a stop,
 /// a deadline or a window's end.
 mod stacks;
+mod windows;
 
 use stacks::Choice;
 
@@ -414,23 +415,6 @@ impl<'obj> Session<'obj> {
         }
     }
 
-    /// The CPU time the targets used since their last mark (when added, or the last window),
-    /// when every target is still there to be asked (an exited process's time is gone with
-    /// it); each target's schedstat is read once, and becomes its new mark.
-    fn targets_cpu_since_mark(&mut self) -> Option<u64> {
-        let mut total = Some(0u64);
-        for (&pid, mark) in self.cpu_at_add.iter_mut() {
-            if !targets::process_alive(pid) {
-                total = None;
-                continue;
-            }
-            let now = targets::cpu_ns(std::iter::once(pid));
-            total = total.map(|t| t + now.saturating_sub(*mark));
-            *mark = now;
-        }
-        total.filter(|_| !self.cpu_at_add.is_empty())
-    }
-
     /// Drains one window of the kernel maps into the profile.
     pub fn drain_window(&mut self) -> Result<()> {
         let w = self.drain(Drain::Window)?;
@@ -463,84 +447,6 @@ impl<'obj> Session<'obj> {
                 modules.insert(name.clone(), m.clone());
             }
         }
-    }
-
-    /// Drains the current window and returns it as a profile of its own (`attach` keeps a ring
-    /// of them): its samples, and the kernel's cumulative phase totals and drops as the growth
-    /// since the previous window.
-    pub fn take_window(&mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
-        let w = self.drain(Drain::Window)?;
-        self.fold(&w);
-        let phases = self.agg.builder_mut().profile_mut().phases.clone();
-        let meta = self.agg.builder_mut().meta_mut().clone();
-        let done = std::mem::replace(&mut self.agg, Aggregator::new(meta, phases));
-        let mut p = done.finish();
-        p.meta.start_unix_ns = unix_ns(start);
-        p.meta.end_unix_ns = unix_ns(end);
-        // The targets' CPU time in this window; the next one counts from here.
-        if let Some(ns) = self.targets_cpu_since_mark() {
-            p.meta.notes.insert("targets_cpu_ns".into(), ns.to_string());
-        }
-        self.unwind_since_last_window(&mut p.meta);
-        if !self.phase_names.is_empty() {
-            let now = self
-                .engine
-                .phase_stats(self.phase_names.len() + 1, &self.cost_names)?;
-            p.phase_stats = self.since_last_window(now);
-        }
-        p.lost = self.lost_since_last_window(self.engine.lost()?);
-        if let Some(alloc) = &mut self.alloc {
-            p.meta.alloc = Some(alloc.window_info(&self.engine)?);
-        }
-        self.forget_gone();
-        Ok(p)
-    }
-
-    /// After a window: a session that runs for weeks (the agent) forgets the processes and
-    /// threads that are gone, their samples named by now: their mappings, their names and pids
-    /// in the next windows' metadata, their CPU marks (a window in which a target died has no
-    /// CPU total; the next ones have again).
-    fn forget_gone(&mut self) {
-        let live = &self.live;
-        self.sym.trim(|pid| live.contains(&pid));
-        self.cpu_at_add.retain(|pid, _| live.contains(pid));
-        let exited = std::mem::take(&mut self.exited_tids);
-        let meta = self.agg.builder_mut().meta_mut();
-        meta.pids.retain(|pid| live.contains(pid));
-        for tid in exited {
-            self.seen_tids.remove(&tid);
-            meta.threads.remove(&tid);
-        }
-    }
-
-    /// Cumulative kernel phase totals as the growth since the last `take_window` (unchanged
-    /// when none was taken, as for `record`).
-    fn since_last_window(
-        &mut self,
-        now: Vec<phaseprof_model::PhaseStats>,
-    ) -> Vec<phaseprof_model::PhaseStats> {
-        let delta = now
-            .iter()
-            .enumerate()
-            .map(|(i, st)| match self.window_stats.get(i) {
-                Some(before) => phaseprof_model::merge::phase_stats_since(st, before),
-                None => st.clone(),
-            })
-            .collect();
-        self.window_stats = now;
-        delta
-    }
-
-    /// The same for the drop counters.
-    fn lost_since_last_window(&mut self, lost: phaseprof_model::Lost) -> phaseprof_model::Lost {
-        let mut delta = lost.clone();
-        delta.events = lost.events.saturating_sub(self.window_lost.events);
-        delta.stacks = lost.stacks.saturating_sub(self.window_lost.stacks);
-        for (k, v) in delta.by_reason.iter_mut() {
-            *v = v.saturating_sub(self.window_lost.by_reason.get(k).copied().unwrap_or(0));
-        }
-        self.window_lost = lost;
-        delta
     }
 
     /// Detaches every probe, drains what is left and returns the profile of `start..end`.
