@@ -16,6 +16,12 @@ if [ "$(id -u)" = 0 ]; then
 else
   cargo test --release --workspace
 fi
+# The soak: an agent and a collector on ClickHouse for 10 minutes of changing call paths,
+# short-lived targets, collector and ClickHouse restarts (its figures are printed).
+if [ "$(id -u)" = 0 ]; then
+  PHASEPROF_SOAK_MINUTES=10 cargo test --release -p phaseprof-e2e --test integration -- \
+    --include-ignored --exact fleet_soak::agent_and_collector_soak --nocapture
+fi
 # The kernel matrix: the exactness checks again inside Debian's stock 5.10, 6.1 and 6.12 kernels
 # booted under qemu (root only, as the BPF tests).
 if [ "$(id -u)" = 0 ]; then

@@ -12,6 +12,7 @@ mod errors;
 mod exactness;
 mod exports;
 mod fleet;
+mod fleet_soak;
 mod hostile;
 mod hostile_bodies;
 mod hostile_local;

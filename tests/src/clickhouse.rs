@@ -8,6 +8,8 @@ use crate::*;
 /// with its own ports, data directory and a password-less `default` user; killed on drop.
 pub struct ClickHouse {
     child: std::process::Child,
+    bin: &'static str,
+    dir: std::path::PathBuf,
     /// The HTTP interface, for `phaseprof-collector --clickhouse`.
     pub url: String,
 }
@@ -40,20 +42,29 @@ impl ClickHouse {
             ),
         )
         .unwrap();
-        let child = Command::new(bin)
-            .arg(format!(
-                "--config-file={}",
-                dir.join("config.xml").display()
-            ))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
-            .spawn()
-            .expect("starting clickhouse-server");
+        let child = spawn(bin, &dir);
         // The guard first: a server that never answers is still killed.
         let server = ClickHouse {
             child,
+            bin,
+            dir,
             url: format!("http://127.0.0.1:{http}/"),
         };
+        server.wait_ready();
+        Some(server)
+    }
+
+    /// Kills the server (SIGKILL: nothing flushed) and starts it again on the same data.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(self.bin, &self.dir);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let dir = &self.dir;
+        let server = self;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         let ping = format!("{}ping", server.url);
         while !matches!(try_http_request("GET", &ping, "", &[]), Ok((200, _))) {
@@ -64,8 +75,16 @@ impl ClickHouse {
             );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        Some(server)
     }
+}
+
+fn spawn(bin: &str, dir: &Path) -> std::process::Child {
+    Command::new(bin)
+        .arg(format!("--config-file={}", dir.join("config.xml").display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
+        .spawn()
+        .expect("starting clickhouse-server")
 }
 
 impl Drop for ClickHouse {
