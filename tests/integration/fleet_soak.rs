@@ -35,7 +35,12 @@ fn collector(port: u16, url: &str, dir: &std::path::Path) -> Killed {
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     while !matches!(
-        try_http_request("GET", &format!("http://127.0.0.1:{port}/api/v1/labels"), "", &[]),
+        try_http_request(
+            "GET",
+            &format!("http://127.0.0.1:{port}/api/v1/labels"),
+            "",
+            &[]
+        ),
         Ok((200, _))
     ) {
         assert!(Instant::now() < deadline, "the collector did not start");
@@ -263,7 +268,11 @@ fn report_and_check(
         let p = phaseprof_model::read_profile(&raw[..]).unwrap();
         let with_stacks: u64 = p.cpu.iter().map(|s| s.count).sum::<u64>()
             + p.offcpu.len() as u64
-            + p.syscalls.iter().filter(|s| s.stack.is_some()).map(|s| s.count).sum::<u64>();
+            + p.syscalls
+                .iter()
+                .filter(|s| s.stack.is_some())
+                .map(|s| s.count)
+                .sum::<u64>();
         let share = p.lost.stacks as f64 / (with_stacks + p.lost.stacks).max(1) as f64;
         worst = worst.max(share);
     }
@@ -276,22 +285,33 @@ fn report_and_check(
         metric(metrics, "phaseprof_agent_windows_dropped_total"),
         worst * 100.0
     );
-    assert_eq!(metric(metrics, "phaseprof_agent_windows_dropped_total"), 0.0);
+    assert_eq!(
+        metric(metrics, "phaseprof_agent_windows_dropped_total"),
+        0.0
+    );
     assert_eq!(list.len(), starts.len(), "a window stored twice");
     assert_eq!(list.len() as u64, recorded, "windows recorded vs stored");
     assert_eq!(getppid, truth);
-    assert!(worst < 0.01, "a window lost {:.2}% of its stacks", worst * 100.0);
-    // Flat after warm-up (the first 2 minutes): the last third's peak RSS within 25% (+8 MiB)
-    // of the middle's.
+    assert!(
+        worst < 0.01,
+        "a window lost {:.2}% of its stacks",
+        worst * 100.0
+    );
+    // Flat after warm-up (the first 2 minutes; stacks stay cached for one): from the lowest of
+    // the first three samples after it to the highest of the last three, at most 1 MiB a
+    // minute (an agent whose stack cache kept 10 minutes grew 3.2 MiB a minute here).
     let warm: Vec<_> = samples.iter().filter(|s| s.0 >= 120).collect();
     if warm.len() >= 6 {
-        let third = warm.len() / 3;
-        let peak = |s: &[&(u64, u64, f64)]| s.iter().map(|x| x.1).max().unwrap_or(0);
-        let (mid, last) = (peak(&warm[..2 * third]), peak(&warm[2 * third..]));
-        assert!(
-            last as f64 <= mid as f64 * 1.25 + 8192.0,
-            "agent RSS grew: {mid} KiB -> {last} KiB"
-        );
+        let low = warm[..3].iter().map(|s| s.1).min().unwrap_or(0);
+        let high = warm[warm.len() - 3..]
+            .iter()
+            .map(|s| s.1)
+            .max()
+            .unwrap_or(0);
+        let minutes = (warm[warm.len() - 1].0 - warm[0].0) as f64 / 60.0;
+        let slope = high.saturating_sub(low) as f64 / 1024.0 / minutes;
+        eprintln!("soak: agent RSS after warm-up: {low} KiB -> {high} KiB, {slope:.2} MiB/min");
+        assert!(slope <= 1.0, "agent RSS grew {slope:.2} MiB a minute");
     }
     assert!(samples.iter().all(|s| s.2 < 2.0 * 4096.0));
 }

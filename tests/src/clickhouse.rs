@@ -80,7 +80,10 @@ impl ClickHouse {
 
 fn spawn(bin: &str, dir: &Path) -> std::process::Child {
     Command::new(bin)
-        .arg(format!("--config-file={}", dir.join("config.xml").display()))
+        .arg(format!(
+            "--config-file={}",
+            dir.join("config.xml").display()
+        ))
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
         .spawn()

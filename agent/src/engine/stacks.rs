@@ -9,8 +9,8 @@
 //! the program that meets it stores it anew. The cache itself keeps what was used in the last
 //! `CACHE_TTL`, at most `CACHE_MAX` stacks; stacks still held by threads that are off-CPU, or by
 //! live allocations, count as used. A key found nowhere is counted (`lost.by_reason
-//! .stack_expired`): a thread blocked in one syscall for longer than `CACHE_TTL` while the cache
-//! turned over.
+//! .stack_expired`): a syscall that stayed on-CPU across drains for longer than `CACHE_TTL`
+//! (one blocked is off-CPU, its stack pinned).
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -21,10 +21,12 @@ use super::pod;
 
 /// Drains without a reference after which a stack leaves the kernel map.
 const KERNEL_KEEP: u64 = 2;
-/// How long the cache keeps a stack nothing uses.
-const CACHE_TTL: Duration = Duration::from_secs(600);
-/// Most stacks the cache holds (a stack is ~30 addresses: ~64 MiB at most).
-const CACHE_MAX: usize = 262_144;
+/// How long the cache keeps a stack nothing uses. Threads blocked in a syscall are off-CPU,
+/// and their stacks pinned; what this covers is a syscall busy on-CPU across a drain. (At 10
+/// minutes, the soak's agent grew by 30 MiB of stacks it would never see again.)
+const CACHE_TTL: Duration = Duration::from_secs(60);
+/// Most stacks the cache holds (a stack is ~30 addresses: ~20 MiB at most).
+const CACHE_MAX: usize = 65_536;
 /// The key of a syscall whose stack was not sampled (the programs' STACK_NOT_SAMPLED).
 const NOT_SAMPLED: u64 = 1;
 

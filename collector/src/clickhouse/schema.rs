@@ -94,6 +94,11 @@ const WINDOW_COLUMNS: &[(&str, &str)] = &[
 ];
 
 pub fn create(http: &Http, t: &str) -> Result<(), StoreError> {
+    // Tables of a layout before staging: every window listed has its samples in T_samples.
+    let had_promoted = http.number(&format!(
+        "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = {}",
+        quoted(&format!("{t}_promoted"))
+    ))? > 0;
     let mut made = statements(t).into_iter();
     if let Some(windows) = made.next() {
         http.run(&windows, None)?;
@@ -111,6 +116,12 @@ pub fn create(http: &Http, t: &str) -> Result<(), StoreError> {
     }
     for s in made {
         http.run(&s, None)?;
+    }
+    if !had_promoted {
+        http.run(
+            &format!("INSERT INTO {t}_promoted SELECT id, start_ns FROM {t}"),
+            None,
+        )?;
     }
     Ok(())
 }
