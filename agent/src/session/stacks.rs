@@ -15,7 +15,8 @@ pub(super) enum Choice {
     BeforeExec,
     /// It just exec'd a new program.
     Exec,
-    /// It just exec'd, and will be held at its entry point, where its tables go in.
+    /// It just exec'd a program it will stop at the entry of, running meanwhile: its tables
+    /// go in there (installing them now would make it wait longer there).
     ExecHeld,
 }
 
@@ -64,21 +65,26 @@ impl Session<'_> {
     /// Target `pid` exec'd (`stopped` there if the engine holds execs and its program had no
     /// entry hold yet): its way of walking stacks is decided for the new program; walked from
     /// tables, it stops at its entry point, once the dynamic loader has mapped its libraries,
-    /// and its tables go in there.
+    /// whose tables go in there. Stopped at the exec, the tables of the program and its loader
+    /// go in at once (the loader's syscalls have whole stacks); a program held before runs on
+    /// to its entry meanwhile, where everything goes in (its loader's first syscalls may be
+    /// walked by frame pointers).
     pub(super) fn exec_seen(&mut self, pid: u32, stopped: bool) -> Result<()> {
         let exe = targets::exe_link(pid);
+        let how = if self.hold_execs && !stopped {
+            Choice::ExecHeld
+        } else {
+            Choice::Exec
+        };
+        let walk = self.choose_unwind(pid, &exe, how);
         if !self.hold_execs {
-            return self.choose_unwind(pid, &exe, Choice::Exec).map(|_| ());
+            return walk.map(|_| ());
         }
-        let walk = self.choose_unwind(pid, &exe, Choice::ExecHeld);
+        // The programs may have asked for a hold at the exec already: undone for other walks,
+        // and where none can be set (an unreadable binary: its libraries' tables follow later).
         let tables = matches!(walk, Ok(Walk::Tables));
-        // The programs may have asked for a hold at the exec already (undone for other walks).
         if !tables || self.engine.hold_at_entry(pid, &exe).is_err() {
             self.engine.unwant_entry(pid);
-            if let Some(w) = &mut self.walks {
-                // No hold (an unreadable binary): the tables now, its libraries' later.
-                w.install_later(&mut self.engine, pid, self.sym.vmas(pid));
-            }
         }
         if stopped {
             self.engine.resume(pid);
@@ -91,7 +97,7 @@ impl Session<'_> {
     pub(super) fn entry_reached(&mut self, pid: u32) {
         self.sym.track(pid);
         if let Some(w) = &mut self.walks {
-            w.install_later(&mut self.engine, pid, self.sym.vmas(pid));
+            w.entry_reached(&mut self.engine, pid, self.sym.vmas(pid));
         }
         self.engine.release_entry(pid);
     }

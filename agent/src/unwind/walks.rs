@@ -18,7 +18,8 @@ pub struct StackWalks {
     policy: UnwindPolicy,
     copies: SampleUnwinder,
     tables: KernelTables,
-    /// Commands walked from tables whose tables go in at their entry point.
+    /// Commands walked from tables whose tables go in at their entry point (`exec` without
+    /// mappings).
     tables_later: std::collections::HashSet<u32>,
     /// Counts at the last window.
     copies_at_window: UnwindStats,
@@ -31,8 +32,8 @@ impl StackWalks {
             policy,
             copies: SampleUnwinder::default(),
             tables: KernelTables::default(),
-            copies_at_window: UnwindStats::default(),
             tables_later: Default::default(),
+            copies_at_window: UnwindStats::default(),
             walks_at_window: [0; UNWIND_COUNTERS],
         }
     }
@@ -68,8 +69,9 @@ impl StackWalks {
         Ok((d.walk, format!("{} ({why})", d.walk.name())))
     }
 
-    /// `pid` exec'd: a new program (mapped as `vmas`; None: its tables go in later, with
-    /// `install`), inspected afresh.
+    /// `pid` exec'd: a new program (mapped as `vmas`: the program and its loader, whose own
+    /// syscalls then have whole stacks too; None: its tables go in at its entry point, with
+    /// `entry_reached`), inspected afresh.
     pub fn exec(
         &mut self,
         engine: &mut Engine,
@@ -86,18 +88,18 @@ impl StackWalks {
         Ok(chosen)
     }
 
-    /// A command whose tables were left for later (`exec` without mappings) reached its entry
-    /// point, its libraries mapped as `vmas`: its tables go in.
-    pub fn install_later(&mut self, engine: &mut Engine, pid: u32, vmas: &[Vma]) {
-        if !self.tables_later.remove(&pid) {
-            return;
-        }
-        if self
-            .tables
-            .install_vmas(engine, pid, vmas.to_vec())
-            .is_err()
-        {
-            self.tables.forget(engine, pid);
+    /// A held command reached its entry point, its libraries mapped as `vmas`: its tables go in
+    /// (whether or not they did at its exec).
+    pub fn entry_reached(&mut self, engine: &mut Engine, pid: u32, vmas: &[Vma]) {
+        if self.tables_later.remove(&pid) || self.tables.has(pid) {
+            self.copies.maps_changed(pid);
+            if self
+                .tables
+                .install_vmas(engine, pid, vmas.to_vec())
+                .is_err()
+            {
+                self.tables.forget(engine, pid);
+            }
         }
     }
 
