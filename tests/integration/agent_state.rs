@@ -20,6 +20,42 @@ pub(crate) fn chains() -> std::path::PathBuf {
     )
 }
 
+/// Runs an agent (labelled `host-c`, config lines `extra`) recording `target` (waiting on
+/// stdin, named `name`) until it ends; returns the target's truth and the agent's /metrics
+/// once the last windows reached the collector, then stops the agent (SIGTERM).
+fn run_agent_on(
+    dir: &std::path::Path,
+    (port, metrics_port): (u16, u16),
+    target: &mut Killed,
+    name: &str,
+    extra: &str,
+) -> (serde_json::Value, String) {
+    let t = Transport::Http;
+    let (mut a, mut err) = agent(
+        &t,
+        dir,
+        "c",
+        (port, metrics_port),
+        TOKEN,
+        "host-c",
+        name,
+        extra,
+    );
+    read_until(&mut err, &format!("recording pid {}", target.0.id()));
+    writeln!(target.0.stdin.take().unwrap()).unwrap();
+    let out = std::mem::replace(&mut target.0, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    // The last windows reach the collector.
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, metrics) = http_get(&format!("http://127.0.0.1:{metrics_port}/metrics"));
+    assert_eq!(status, 200);
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(a.0.id() as i32, libc::SIGTERM) };
+    assert!(a.0.wait().unwrap().success());
+    (truth_from(&out.stdout), metrics)
+}
+
 /// The value of metric `line` (its name and labels) in a /metrics text.
 fn metric(metrics: &str, line: &str) -> f64 {
     metrics
@@ -54,29 +90,13 @@ fn agent_keeps_taking_stacks_past_its_map_size() {
     );
     let metrics_port = free_port();
     let t = Transport::Http;
-    let (mut a, mut err) = agent(
-        &t,
+    let (truth, metrics) = run_agent_on(
         &dir,
-        "c",
         (port, metrics_port),
-        TOKEN,
-        "host-c",
+        &mut target,
         "chains",
         "stack_entries = 1024\n",
     );
-    read_until(&mut err, &format!("recording pid {}", target.0.id()));
-    writeln!(target.0.stdin.take().unwrap()).unwrap();
-    let out = std::mem::replace(&mut target.0, Command::new("true").spawn().unwrap())
-        .wait_with_output()
-        .unwrap();
-    let truth = truth_from(&out.stdout);
-    // The last windows reach the collector.
-    std::thread::sleep(Duration::from_secs(3));
-    let (status, metrics) = http_get(&format!("http://127.0.0.1:{metrics_port}/metrics"));
-    assert_eq!(status, 200);
-    // SAFETY: signalling a child we spawned.
-    unsafe { libc::kill(a.0.id() as i32, libc::SIGTERM) };
-    assert!(a.0.wait().unwrap().success());
     let m = merged(&t, port, "host-c");
     eprintln!(
         "getppid {} (truth {}), nanosleep {} (truth {}), lost {}",
@@ -138,26 +158,13 @@ fn agent_allocation_totals_per_phase_are_exact() {
             .unwrap(),
     );
     let t = Transport::Http;
-    let (mut a, mut err) = agent(
-        &t,
+    let (truth, _) = run_agent_on(
         &dir,
-        "c",
         (port, free_port()),
-        TOKEN,
-        "host-c",
+        &mut target,
         "validator-sim",
         "events = [\"cpu\", \"syscall\", \"alloc\"]\n",
     );
-    read_until(&mut err, &format!("recording pid {}", target.0.id()));
-    writeln!(target.0.stdin.take().unwrap()).unwrap();
-    let out = std::mem::replace(&mut target.0, Command::new("true").spawn().unwrap())
-        .wait_with_output()
-        .unwrap();
-    let truth = truth_from(&out.stdout);
-    std::thread::sleep(Duration::from_secs(3));
-    // SAFETY: signalling a child we spawned.
-    unsafe { libc::kill(a.0.id() as i32, libc::SIGTERM) };
-    assert!(a.0.wait().unwrap().success());
     let m = merged(&t, port, "host-c");
     let replay = phase_json(&m, "replay");
     eprintln!(
