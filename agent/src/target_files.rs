@@ -65,7 +65,9 @@ pub fn check(file: &File, path: &Path, expect: &Expect) -> io::Result<()> {
         }
     }
     if let Some((dev, ino)) = expect.inode {
-        if (meta.dev(), meta.ino()) != (dev, ino) {
+        let same =
+            (meta.dev(), meta.ino()) == (dev, ino) || (meta.ino() == ino && on_overlayfs(file));
+        if !same {
             return Err(refused(path, "not the file the target mapped"));
         }
     }
@@ -76,6 +78,18 @@ pub fn check(file: &File, path: &Path, expect: &Expect) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether `file` is on overlayfs (a container's root, a union mount). A file mapped from there
+/// is the layer's own file beneath: its maps line gives that layer's device while `stat`
+/// through the overlay gives the overlay's, the inode number the same (unless overlayfs
+/// composes inode numbers, `xino`: then no match, and no names after the target exits).
+fn on_overlayfs(file: &File) -> bool {
+    const OVERLAYFS_SUPER_MAGIC: libc::c_long = 0x794c_7630;
+    // SAFETY: fstatfs fills the zeroed struct for an open descriptor.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0;
+    ok && fs.f_type as libc::c_long == OVERLAYFS_SUPER_MAGIC
 }
 
 const OPEN_FLAGS: i32 = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
@@ -213,16 +227,24 @@ pub fn open_host(path: &Path, expect: &Expect) -> io::Result<File> {
 
 /// Mapped files opened once and kept open, so their `/proc/self/fd/N` paths stay valid for the
 /// libraries that reopen them; at most `MAX_OPEN` (the oldest closed first). A file refused is
-/// said once, with why, and not tried again.
+/// said once, with why, and not tried again for that process until it execs (`forget`): a
+/// refusal can be a race with its exec (its maps read before, the file opened after), and must
+/// not cost the next program of that pid, or another process, the names of the same file.
 #[derive(Default)]
 pub struct MappedFiles {
-    by_id: std::collections::HashMap<(u64, u64, String), Option<File>>,
-    order: std::collections::VecDeque<(u64, u64, String)>,
+    by_id: std::collections::HashMap<FileKey, File>,
+    order: std::collections::VecDeque<FileKey>,
+    failed: std::collections::HashSet<(u32, FileKey)>,
     /// Files refused (not a regular file, not the mapped inode, a symlink ...).
     pub refused: u64,
 }
 
+/// A mapped file as its maps line names it: device, inode and path.
+type FileKey = (u64, u64, String);
+
 const MAX_OPEN: usize = 256;
+/// Refusals remembered (then forgotten all at once, and tried again).
+const MAX_FAILED: usize = 4096;
 
 impl MappedFiles {
     /// The file `vma` of `pid` maps, opened and checked (see `open_mapped`).
@@ -230,25 +252,44 @@ impl MappedFiles {
         let (dev, ino) = vma.inode.unwrap_or_default();
         let key = (dev, ino, vma.path.clone());
         if !self.by_id.contains_key(&key) {
-            if self.order.len() >= MAX_OPEN {
-                if let Some(old) = self.order.pop_front() {
-                    self.by_id.remove(&old);
-                }
+            let tried = (pid, key.clone());
+            if self.failed.contains(&tried) {
+                return None;
             }
-            let opened = match open_mapped(pid, vma) {
-                Ok(f) => Some(f),
+            match open_mapped(pid, vma) {
+                Ok(f) => {
+                    if self.order.len() >= MAX_OPEN {
+                        if let Some(old) = self.order.pop_front() {
+                            self.by_id.remove(&old);
+                        }
+                    }
+                    self.by_id.insert(key.clone(), f);
+                    self.order.push_back(key.clone());
+                }
                 Err(e) => {
                     if e.kind() == io::ErrorKind::PermissionDenied {
                         self.refused += 1;
                         eprintln!("phaseprof: warning: pid {pid}: {e}");
                     }
-                    None
+                    if self.failed.len() >= MAX_FAILED {
+                        self.failed.clear();
+                    }
+                    self.failed.insert(tried);
+                    return None;
                 }
-            };
-            self.by_id.insert(key.clone(), opened);
-            self.order.push_back(key.clone());
+            }
         }
-        self.by_id.get(&key)?.as_ref()
+        self.by_id.get(&key)
+    }
+
+    /// `pid` exec'd (or is gone): what could not be opened for it is tried again.
+    pub fn forget(&mut self, pid: u32) {
+        self.failed.retain(|(p, _)| *p != pid);
+    }
+
+    /// Keeps the refusals of the processes `live` says are alive.
+    pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
+        self.failed.retain(|(p, _)| live(*p));
     }
 }
 
@@ -314,6 +355,87 @@ mod tests {
         let f = open_in_root(None, &plain, false, &same).unwrap();
         assert_eq!(std::fs::read(fd_path(&f)).unwrap(), b"0123456789");
         assert!(open_host(&fifo, &none).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    // A refusal is remembered for its process only, and until it execs: the same file is tried
+    // again for another process, and for the same one after `forget` (a refusal in a race with
+    // an exec once cost every later process the names of libc).
+    #[test]
+    fn a_refusal_is_not_remembered_past_the_process_or_its_exec() {
+        let d = scratch("refusals");
+        let plain = d.join("plain");
+        std::fs::write(&plain, b"0123456789").unwrap();
+        let meta = std::fs::metadata(&plain).unwrap();
+        let vma = |ino| Vma {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            inode: Some((meta.dev(), ino)),
+            path: plain.to_string_lossy().into_owned(),
+        };
+        // No such processes (above any pid_max): their files are looked up on the host's root.
+        let (a, b) = (0x7fff_fff0, 0x7fff_fff1);
+        let mut files = MappedFiles::default();
+        let wrong = vma(meta.ino() + 1);
+        assert!(files.get(a, &wrong).is_none());
+        assert!(files.get(a, &wrong).is_none());
+        assert_eq!(files.refused, 1, "tried once for the same process");
+        assert!(files.get(b, &wrong).is_none());
+        assert_eq!(files.refused, 2, "tried again for another process");
+        files.forget(a);
+        assert!(files.get(a, &wrong).is_none());
+        assert_eq!(files.refused, 3, "tried again after its exec");
+        assert!(files.get(a, &vma(meta.ino())).is_some());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    // A file of an overlayfs (a container's root) as its maps line gives it, the device of the
+    // layer beneath, is the file opened through the overlay (which reports its own device).
+    #[test]
+    fn a_mapped_file_on_overlayfs_is_recognized() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: mounting an overlay needs root");
+            return;
+        }
+        let d = scratch("overlay");
+        let (lower, upper, work, merged) = (
+            d.join("lower"),
+            d.join("upper"),
+            d.join("work"),
+            d.join("merged"),
+        );
+        for dir in [&lower, &upper, &work, &merged] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(lower.join("lib.so"), b"0123456789").unwrap();
+        std::fs::write(lower.join("other.so"), b"9876543210").unwrap();
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.display(),
+            upper.display(),
+            work.display()
+        );
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o", &opts])
+            .arg(&merged)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("SKIPPED: this kernel or container mounts no overlay");
+            return;
+        }
+        let beneath = std::fs::metadata(lower.join("lib.so")).unwrap();
+        let mapped = Expect {
+            inode: Some((beneath.dev(), beneath.ino())),
+            ..Expect::default()
+        };
+        let same = open_in_root(None, &merged.join("lib.so"), false, &mapped).map(drop);
+        let other = open_in_root(None, &merged.join("other.so"), false, &mapped).map(drop);
+        let _ = std::process::Command::new("umount").arg(&merged).status();
+        assert!(same.is_ok(), "{same:?}");
+        assert!(other.is_err(), "another file of the overlay passed");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -25,7 +25,7 @@ checks=(
   "native phases exact|kernels::native_phases_exact"
   "Go goroutine phases exact|phases::go_goroutine_phases_are_exact"
   "allocation totals exact|kernels::allocation_totals_exact"
-  "dwarf stacks reach the entry (90%)|kernels::dwarf_stacks_reach_the_entry"
+  "dwarf stacks reach the entry (95%)|kernels::dwarf_stacks_reach_the_entry"
 )
 tests=()
 for c in "${checks[@]}"; do tests+=("${c#*|}"); done

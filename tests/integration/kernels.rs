@@ -144,10 +144,12 @@ fn allocation_totals_exact() {
     assert_eq!(lost["alloc_thread_state"], 0, "{lost}");
 }
 
-// Checks --unwind dwarf on the workload built without frame pointers: at least 90% of cpu
-// samples reach the thread's entry (the walker's own counts are printed beside). The goal is
-// 95%, met on this machine's kernel (100%) and in guests left alone (98%); a guest emulated
-// while the host is busy was seen at 92.6%.
+// Checks --unwind dwarf on the workload built without frame pointers: at least 95% of cpu
+// samples reach the thread's entry by name (the walker's own counts are printed beside):
+// 99.9% on this machine's kernel, 97.2-99.0% in 12 runs in guests of 5.10 and 6.12. The rest
+// is the process's last moments (`_exit`, whose caller's frame is gone) and its loader's first.
+// Named, not just walked: a run once named 4.5% because libc's file, refused in a race with
+// the command's exec, was never tried again.
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn dwarf_stacks_reach_the_entry() {
@@ -163,5 +165,5 @@ fn dwarf_stacks_reach_the_entry() {
     let (total, whole) = folded_cpu_share(&out, entry);
     let walks = &report_json(&out)["events"]["cpu"]["unwind"]["walks"];
     eprintln!("{whole}/{total} samples reach the entry; walks {walks}");
-    assert!(total > 0 && whole as f64 >= 0.9 * total as f64);
+    assert!(total > 0 && whole as f64 >= 0.95 * total as f64);
 }

@@ -331,7 +331,7 @@ impl<'obj> Session<'obj> {
                 }
                 TargetEvent::Exec { pid, stopped, .. } => {
                     mapped.remove(&pid);
-                    self.sym.track(pid);
+                    self.sym.exec(pid);
                     // A new program: inspected afresh.
                     self.exec_seen(pid, stopped)?;
                 }

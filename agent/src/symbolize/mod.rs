@@ -115,6 +115,7 @@ impl BlazeSymbolizer {
     /// caches afresh where one is past its bound (blazesym's own per-file caches with them).
     pub fn trim(&mut self, live: impl Fn(u32) -> bool) {
         self.maps.retain(&live);
+        self.files.retain(&live);
         self.perf_maps.retain(&live);
         if self.by_file.len() > MAX_NAMED_ADDRESSES
             || self.cfi.len() > MAX_FILES_HELD
@@ -192,15 +193,22 @@ fn frames_of(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
 }
 
 impl BlazeSymbolizer {
-    /// Reads (again) the mappings of `pid`. Call when a target appears, execs or maps code.
     /// `pid`'s executable mappings as `track` last read them.
     pub fn vmas(&self, pid: u32) -> &[Vma] {
         self.maps.vmas(pid)
     }
 
+    /// Reads (again) the mappings of `pid`. Call when a target appears or maps code.
     pub fn track(&mut self, pid: u32) {
         self.maps.refresh(pid);
         self.open_mapped_files(pid);
+    }
+
+    /// `track` for a process that exec'd: files it could not be given before (its old
+    /// program's, or opened in a race with the exec) are tried again.
+    pub fn exec(&mut self, pid: u32) {
+        self.files.forget(pid);
+        self.track(pid);
     }
 
     /// Opens `pid`'s mapped files while it lives (through its mappings themselves), so that its
@@ -223,11 +231,8 @@ impl BlazeSymbolizer {
         if todo.is_empty() {
             return;
         }
+        // Not opened (now): unnamed, and not remembered as such (it may open after an exec).
         let Some(file) = self.files.get(pid, vma) else {
-            for off in todo {
-                let frames = unknown(&module, off, FrameKind::User);
-                self.by_file.insert((vma.path.clone(), off), frames);
-            }
             return;
         };
         let file = file.try_clone().ok();
