@@ -86,8 +86,9 @@ pub fn check(file: &File, path: &Path, expect: &Expect) -> io::Result<()> {
 /// composes inode numbers, `xino`: then no match, and no names after the target exits).
 fn on_overlayfs(file: &File) -> bool {
     const OVERLAYFS_SUPER_MAGIC: libc::c_long = 0x794c_7630;
-    // SAFETY: fstatfs fills the zeroed struct for an open descriptor.
+    // SAFETY: statfs is plain data, valid zeroed.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills `fs` for a descriptor `file` keeps open.
     let ok = unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0;
     ok && fs.f_type as libc::c_long == OVERLAYFS_SUPER_MAGIC
 }

@@ -4,6 +4,7 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use phaseprof_e2e::*;
 
@@ -16,7 +17,7 @@ fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
 
 /// stripped-sim built with debug info, then split: `dir/stripped-sim` stripped of every symbol
 /// (with a `.gnu_debuglink` when `link`), its debug file returned; and its build ID.
-fn stripped(dir: &Path, link: bool) -> (PathBuf, PathBuf, String) {
+pub(crate) fn stripped(dir: &Path, link: bool) -> (PathBuf, PathBuf, String) {
     let built = c_workload(
         "stripped-sim",
         "",
@@ -78,8 +79,9 @@ fn names_the_spin(functions: &[String]) -> bool {
         && functions.iter().any(|f| f == "stripped_spin_outer")
 }
 
-/// A debuginfod server (its HTTP API's `/buildid/ID/debuginfo`) serving `file` as build `id`.
-fn debuginfod(id: String, file: PathBuf) -> String {
+/// A debuginfod server (its HTTP API's `/buildid/ID/debuginfo`) serving `file` as build `id`
+/// after `delay` (other builds: 404 at once).
+pub(crate) fn debuginfod(id: String, file: PathBuf, delay: Duration) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -91,6 +93,7 @@ fn debuginfod(id: String, file: PathBuf) -> String {
             let want = format!("GET /buildid/{id}/debuginfo ");
             let mut conn = &conn;
             if line.starts_with(&want) {
+                std::thread::sleep(delay);
                 let body = std::fs::read(&file).unwrap();
                 let head = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -168,7 +171,7 @@ fn stripped_binaries_are_named_from_separate_debug_files() {
 
     // From debuginfod, into its cache; a second run finds it in the cache with the server gone
     // from the environment's list (an unreachable URL).
-    let url = debuginfod(id.clone(), saved.clone());
+    let url = debuginfod(id.clone(), saved.clone(), Duration::ZERO);
     let cache = scratch("debuginfod-cache");
     let cache_s = cache.to_str().unwrap();
     let f = cpu_functions(

@@ -39,12 +39,37 @@ pub(crate) fn agent(
     t: &Transport,
     dir: &Path,
     name: &str,
-    (port, metrics_port): (u16, u16),
+    ports: (u16, u16),
     token: &str,
     host: &str,
     target: &str,
     extra: &str,
 ) -> (Killed, std::io::BufReader<std::process::ChildStderr>) {
+    let mut cmd = agent_command(t, dir, name, ports, token, host, target, extra);
+    spawn_agent(&mut cmd)
+}
+
+/// Starts the agent `cmd` (killed when dropped), its stderr piped.
+pub(crate) fn spawn_agent(
+    cmd: &mut Command,
+) -> (Killed, std::io::BufReader<std::process::ChildStderr>) {
+    let mut a = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let err = std::io::BufReader::new(a.stderr.take().unwrap());
+    (Killed(a), err)
+}
+
+/// `agent`'s command, its agent.toml written, not started.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn agent_command(
+    t: &Transport,
+    dir: &Path,
+    name: &str,
+    (port, metrics_port): (u16, u16),
+    token: &str,
+    host: &str,
+    target: &str,
+    extra: &str,
+) -> Command {
     let cfg = dir.join(format!("{name}.toml"));
     let phases = root()
         .join("tests/workloads")
@@ -67,13 +92,9 @@ pub(crate) fn agent(
         ),
     )
     .unwrap();
-    let mut a = Command::new(phaseprof_bin())
-        .args(["agent", "--config", cfg.to_str().unwrap()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = std::io::BufReader::new(a.stderr.take().unwrap());
-    (Killed(a), err)
+    let mut cmd = Command::new(phaseprof_bin());
+    cmd.args(["agent", "--config", cfg.to_str().unwrap()]);
+    cmd
 }
 
 /// How agents and the test reach the collector: plain HTTP, or HTTPS trusting a private CA.

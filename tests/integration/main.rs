@@ -1,6 +1,7 @@
 //! phaseprof end-to-end tests: real BPF on the running kernel, compared with ground truth.
 //! Every test here needs root; without it each one says so and returns (CI runs as root).
 
+mod agent_io;
 mod agent_state;
 mod allocations;
 mod attach;

@@ -255,7 +255,7 @@ fn assert_json_close(path: &str, got: &serde_json::Value, want: &serde_json::Val
 /// Which windows a selection picks.
 type Pick = dyn Fn(&Profile) -> bool;
 
-fn download(url: &str) -> Vec<u8> {
+pub(crate) fn download(url: &str) -> Vec<u8> {
     let mut resp = ureq::get(url)
         .call()
         .unwrap_or_else(|e| panic!("{url}: {e}"));

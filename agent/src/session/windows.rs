@@ -12,6 +12,12 @@ use crate::engine::Drain;
 use crate::targets;
 
 impl Session<'_> {
+    /// A session cut in windows waits on no debuginfod server: debug files are fetched by a
+    /// thread of their own, and name the windows after they arrive.
+    pub fn fetch_debug_files_in_background(&mut self) {
+        self.sym.fetch_debug_files_in_background();
+    }
+
     /// The CPU time the targets used since their last mark (when added, or the last window),
     /// when every target is still there to be asked (an exited process's time is gone with
     /// it); each target's schedstat is read once, and becomes its new mark.

@@ -7,9 +7,10 @@
 //! A server is trusted with nothing: an answer is streamed to a file (never held in memory),
 //! cut at the size its own ELF header gives, within a time budget shared by all fetches of a
 //! recording, and enters the cache only if it is an ELF file with the build ID asked for.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Largest debug file fetched (debug info of big programs runs to hundreds of MiB).
@@ -25,7 +26,20 @@ pub struct DebugFiles {
     found: HashMap<String, Option<PathBuf>>,
     /// When fetching must have ended (set at the first fetch).
     deadline: Option<Instant>,
+    /// Fetches made by a thread of their own (see `fetch_in_background`).
+    background: Option<Background>,
 }
+
+/// A fetching thread: build IDs go to it through a bounded queue, and come back fetched or not.
+struct Background {
+    ask: mpsc::SyncSender<String>,
+    answers: mpsc::Receiver<(String, bool)>,
+    /// Asked for and not answered yet.
+    pending: HashSet<String>,
+}
+
+/// Build IDs waiting for the fetching thread at most; more are asked for again later.
+const BACKGROUND_QUEUE: usize = 64;
 
 impl Default for DebugFiles {
     fn default() -> Self {
@@ -34,13 +48,8 @@ impl Default for DebugFiles {
             .split_whitespace()
             .map(|u| u.trim_end_matches('/').to_string())
             .collect();
-        DebugFiles {
-            dirs: vec!["/usr/lib/debug".into(), "/lib/debug".into()],
-            urls,
-            cache: cache_dir(),
-            found: HashMap::new(),
-            deadline: None,
-        }
+        let dirs = vec!["/usr/lib/debug".into(), "/lib/debug".into()];
+        DebugFiles::with_sources(dirs, urls, cache_dir())
     }
 }
 
@@ -56,14 +65,14 @@ fn cache_dir() -> PathBuf {
 }
 
 impl DebugFiles {
-    #[cfg(test)]
-    pub fn with(dirs: Vec<PathBuf>, urls: Vec<String>, cache: PathBuf) -> Self {
+    fn with_sources(dirs: Vec<PathBuf>, urls: Vec<String>, cache: PathBuf) -> Self {
         DebugFiles {
             dirs,
             urls,
             cache,
             found: HashMap::new(),
             deadline: None,
+            background: None,
         }
     }
 
@@ -84,9 +93,75 @@ impl DebugFiles {
                     .join(format!("{}.debug", &id[2..]))
             })
             .find(|p| p.is_file());
+        if local.is_none() && self.background.is_some() {
+            return self.ask_in_background(id);
+        }
         let found = local.or_else(|| self.fetch(id));
         self.found.insert(id.to_string(), found.clone());
         found
+    }
+
+    /// From now on, fetches are made by a thread of their own, each within `FETCH_BUDGET`: a
+    /// process that runs for weeks (the agent) never waits on a server; what it asked for is
+    /// None until fetched, then found in the cache (`arrived` says when to look again).
+    pub fn fetch_in_background(&mut self) {
+        if self.urls.is_empty() || self.background.is_some() {
+            return;
+        }
+        let (ask, asked) = mpsc::sync_channel::<String>(BACKGROUND_QUEUE);
+        let (answer, answers) = mpsc::channel();
+        let mut fetcher =
+            DebugFiles::with_sources(self.dirs.clone(), self.urls.clone(), self.cache.clone());
+        let spawned = std::thread::Builder::new()
+            .name("debuginfod".into())
+            .spawn(move || {
+                for id in asked {
+                    // Each fetch has a budget of its own (the one-shot budget is per recording).
+                    fetcher.deadline = None;
+                    let ok = fetcher.fetch(&id).is_some();
+                    if answer.send((id, ok)).is_err() {
+                        return;
+                    }
+                }
+            });
+        if spawned.is_ok() {
+            self.background = Some(Background {
+                ask,
+                answers,
+                pending: HashSet::new(),
+            });
+        }
+    }
+
+    fn ask_in_background(&mut self, id: &str) -> Option<PathBuf> {
+        let cached = self.cache.join(id).join("debuginfo");
+        if cached.is_file() {
+            self.found.insert(id.to_string(), Some(cached.clone()));
+            return Some(cached);
+        }
+        let bg = self.background.as_mut()?;
+        // A full queue: asked again at the next lookup.
+        if !bg.pending.contains(id) && bg.ask.try_send(id.to_string()).is_ok() {
+            bg.pending.insert(id.to_string());
+        }
+        None
+    }
+
+    /// Takes the fetching thread's answers: true when a debug file arrived since the last call
+    /// (names given without it are to be looked up again).
+    pub fn arrived(&mut self) -> bool {
+        let Some(bg) = &mut self.background else {
+            return false;
+        };
+        let mut any = false;
+        while let Ok((id, ok)) = bg.answers.try_recv() {
+            bg.pending.remove(&id);
+            let cached = self.cache.join(&id).join("debuginfo");
+            // Not fetched: not asked for again.
+            self.found.insert(id, ok.then_some(cached));
+            any |= ok;
+        }
+        any
     }
 
     /// From the cache, or from the first debuginfod server that has it.
@@ -198,11 +273,80 @@ mod tests {
         let cache = root.join("cache");
         std::fs::create_dir_all(cache.join("0123").join("")).unwrap();
         std::fs::write(cache.join("0123/debuginfo"), b"\x7fELF").unwrap();
-        let mut d = DebugFiles::with(vec![root.join("debug")], vec![], cache.clone());
+        let mut d = DebugFiles::with_sources(vec![root.join("debug")], vec![], cache.clone());
         assert_eq!(d.for_build_id("abcdef"), Some(dir.join("cdef.debug")));
         assert_eq!(d.for_build_id("0123"), Some(cache.join("0123/debuginfo")));
         assert_eq!(d.for_build_id("feed"), None);
         assert_eq!(d.for_build_id("../etc"), None);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A debuginfod server that answers every request with `file` after `delay`.
+    fn slow_server(file: PathBuf, delay: Duration) -> String {
+        use std::io::BufRead;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let mut reader = std::io::BufReader::new(&conn);
+                while reader.read_line(&mut String::new()).is_ok_and(|n| n > 2) {}
+                std::thread::sleep(delay);
+                let body = std::fs::read(&file).unwrap();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let mut conn = &conn;
+                let _ = conn.write_all(head.as_bytes());
+                let _ = conn.write_all(&body);
+            }
+        });
+        url
+    }
+
+    // Checks fetching in the background: a lookup never waits on the server (which answers after
+    // 1 s), the debug file is found once `arrived` says so; a wrong answer is not asked again.
+    #[test]
+    fn fetches_in_the_background_without_waiting() {
+        let elf = PathBuf::from("/bin/true");
+        let Some(id) = crate::targets::build_id_hex(&elf) else {
+            eprintln!("SKIPPED: /bin/true has no build ID");
+            return;
+        };
+        let root = std::env::temp_dir().join(format!("phaseprof-bgfetch-{}", std::process::id()));
+        let cache = root.join("cache");
+        let url = slow_server(elf, Duration::from_secs(1));
+        let mut d = DebugFiles::with_sources(vec![], vec![url], cache.clone());
+        d.fetch_in_background();
+        let asked = Instant::now();
+        assert_eq!(d.for_build_id(&id), None);
+        assert_eq!(
+            d.for_build_id("abcdef01"),
+            None,
+            "another build: the server sends the wrong file"
+        );
+        assert!(
+            asked.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            asked.elapsed()
+        );
+        let mut arrived = false;
+        while !arrived && asked.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(50));
+            arrived = d.arrived();
+        }
+        assert!(arrived);
+        assert_eq!(d.for_build_id(&id), Some(cache.join(&id).join("debuginfo")));
+        while d.background.as_ref().is_some_and(|b| !b.pending.is_empty()) {
+            assert!(asked.elapsed() < Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(50));
+            d.arrived();
+        }
+        assert_eq!(d.for_build_id("abcdef01"), None);
+        assert!(
+            d.background.as_ref().unwrap().pending.is_empty(),
+            "not asked again"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -116,6 +116,19 @@ impl BlazeSymbolizer {
     pub fn trim(&mut self, live: impl Fn(u32) -> bool) {
         self.maps.retain(&live);
         self.files.retain(&live);
+        if self.debug_files.arrived() {
+            // Files named without a debug file are looked at again: theirs may have come.
+            let without: Vec<String> = self
+                .separate
+                .iter()
+                .filter(|(_, s)| s.is_none())
+                .map(|(path, _)| path.clone())
+                .collect();
+            for path in &without {
+                self.separate.remove(path);
+            }
+            self.by_file.retain(|(path, _), _| !without.contains(path));
+        }
         self.perf_maps.retain(&live);
         if self.by_file.len() > MAX_NAMED_ADDRESSES
             || self.cfi.len() > MAX_FILES_HELD
@@ -193,6 +206,12 @@ fn frames_of(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
 }
 
 impl BlazeSymbolizer {
+    /// Debug files are fetched by a thread of their own (see `DebugFiles::fetch_in_background`);
+    /// names they give come at the first `trim` after they arrive.
+    pub fn fetch_debug_files_in_background(&mut self) {
+        self.debug_files.fetch_in_background();
+    }
+
     /// `pid`'s executable mappings as `track` last read them.
     pub fn vmas(&self, pid: u32) -> &[Vma] {
         self.maps.vmas(pid)
