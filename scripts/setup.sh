@@ -42,6 +42,13 @@ if command -v rustup >/dev/null 2>&1; then
   done
 fi
 
+# chDB (the current ClickHouse release embedded, from PyPI) backs the ClickHouse store tests a
+# second time (tests/chdb/clickhouse_http.py), Debian's server being from 2018.
+if [ "$(id -u)" = 0 ] && ! python3 -c 'import chdb' >/dev/null 2>&1; then
+  echo "setup: installing chdb (PyPI) for the ClickHouse store tests"
+  python3 -m pip install --quiet chdb==4.4.0
+fi
+
 # playwright-core (no bundled browser: it drives Debian's chromium) for tests/browser, and
 # speedscope's package (its file-format schema) with ajv to check exports against it.
 browser_modules="$(dirname "$0")/../tests/browser/node_modules"

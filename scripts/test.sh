@@ -16,6 +16,13 @@ if [ "$(id -u)" = 0 ]; then
 else
   cargo test --release --workspace
 fi
+# The ClickHouse store again on the current ClickHouse release (chDB behind its HTTP interface):
+# sums equal merges, and a fault at every step of a batch counts once.
+if [ "$(id -u)" = 0 ]; then
+  PHASEPROF_TEST_CHDB=1 cargo test --release -p phaseprof-e2e --test integration -- \
+    --include-ignored --exact --test-threads 1 store_sums::store_sums_equal_merge_clickhouse \
+    store_faults::every_failed_step_of_a_clickhouse_batch_counts_once
+fi
 # The soak: an agent and a collector on ClickHouse for 10 minutes of changing call paths,
 # short-lived targets, collector and ClickHouse restarts (its figures are printed).
 if [ "$(id -u)" = 0 ]; then

@@ -1,4 +1,6 @@
-//! A ClickHouse server of the machine's package, run for one test.
+//! A ClickHouse server of the machine's package, run for one test; or, with
+//! `PHASEPROF_TEST_CHDB=1`, the current ClickHouse release embedded in chDB (PyPI
+//! `chdb`) behind its HTTP interface (`tests/chdb/clickhouse_http.py`).
 use std::path::Path;
 use std::process::Command;
 
@@ -8,20 +10,32 @@ use crate::*;
 /// with its own ports, data directory and a password-less `default` user; killed on drop.
 pub struct ClickHouse {
     child: std::process::Child,
-    bin: &'static str,
+    server: Server,
     dir: std::path::PathBuf,
     /// The HTTP interface, for `phaseprof-collector --clickhouse`.
     pub url: String,
 }
 
+/// What serves: the packaged server's binary, or chDB on this HTTP port.
+#[derive(Clone, Copy)]
+enum Server {
+    Packaged(&'static str),
+    Chdb(u16),
+}
+
 impl ClickHouse {
     /// None when clickhouse-server is not installed (`scripts/setup.sh` installs it).
     pub fn start(name: &str) -> Option<ClickHouse> {
-        let bin = ["/usr/bin/clickhouse-server", "/usr/sbin/clickhouse-server"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())?;
         let dir = scratch(name);
         let (http, tcp) = (free_port(), free_port());
+        let server = if std::env::var_os("PHASEPROF_TEST_CHDB").is_some() {
+            Server::Chdb(http)
+        } else {
+            let bin = ["/usr/bin/clickhouse-server", "/usr/sbin/clickhouse-server"]
+                .into_iter()
+                .find(|p| Path::new(p).exists())?;
+            Server::Packaged(bin)
+        };
         std::fs::write(
             dir.join("users.xml"),
             "<yandex><profiles><default/></profiles><quotas><default/></quotas><users><default>\
@@ -42,11 +56,11 @@ impl ClickHouse {
             ),
         )
         .unwrap();
-        let child = spawn(bin, &dir);
+        let child = spawn(server, &dir);
         // The guard first: a server that never answers is still killed.
         let server = ClickHouse {
             child,
-            bin,
+            server,
             dir,
             url: format!("http://127.0.0.1:{http}/"),
         };
@@ -58,7 +72,7 @@ impl ClickHouse {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn(self.bin, &self.dir);
+        self.child = spawn(self.server, &self.dir);
         self.wait_ready();
     }
 
@@ -78,13 +92,25 @@ impl ClickHouse {
     }
 }
 
-fn spawn(bin: &str, dir: &Path) -> std::process::Child {
-    Command::new(bin)
-        .arg(format!(
-            "--config-file={}",
-            dir.join("config.xml").display()
-        ))
-        .stdout(std::process::Stdio::null())
+fn spawn(server: Server, dir: &Path) -> std::process::Child {
+    let mut cmd = match server {
+        Server::Packaged(bin) => {
+            let mut c = Command::new(bin);
+            c.arg(format!(
+                "--config-file={}",
+                dir.join("config.xml").display()
+            ));
+            c
+        }
+        Server::Chdb(port) => {
+            let mut c = Command::new("python3");
+            c.arg(root().join("tests/chdb/clickhouse_http.py"))
+                .arg(port.to_string())
+                .arg(dir.join("data"));
+            c
+        }
+    };
+    cmd.stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
         .spawn()
         .expect("starting clickhouse-server")
