@@ -7,7 +7,7 @@ use std::time::Duration;
 use phaseprof_e2e::*;
 
 use crate::debug_symbols::{debuginfod, stripped};
-use crate::fleet::{agent_command, collector, spawn_agent, Transport};
+use crate::fleet::{agent_command, spawn_agent, sqlite_collector, Transport};
 use crate::require_root;
 use crate::store_sums::download;
 
@@ -28,11 +28,7 @@ fn a_slow_debuginfod_costs_the_agent_no_window() {
     let dir = scratch("agent-io");
     let (bin, debug, id) = stripped(&dir, false);
     let url = debuginfod(id, debug, SLOW);
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, format!("host-d {TOKEN}\n")).unwrap();
-    let port = free_port();
-    let store = ["--data".to_string(), dir.join("data").display().to_string()];
-    let _coll = collector(port, &store, &tokens);
+    let (port, _coll) = sqlite_collector(&dir, "host-d", TOKEN);
     let mut target = Killed(
         Command::new(&bin)
             .arg("80")

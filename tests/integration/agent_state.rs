@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use phaseprof_e2e::*;
 
-use crate::fleet::{agent, by_name, collector, merged, Transport};
+use crate::fleet::{agent, by_name, merged, sqlite_collector, Transport};
 use crate::require_root;
 
 const TOKEN: &str = "agent-c-token-0123456789";
@@ -75,11 +75,7 @@ fn agent_keeps_taking_stacks_past_its_map_size() {
     require_root!();
     let _g = bpf_lock();
     let dir = scratch("agent-state");
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, format!("host-c {TOKEN}\n")).unwrap();
-    let port = free_port();
-    let store = ["--data".to_string(), dir.join("data").display().to_string()];
-    let _coll = collector(port, &store, &tokens);
+    let (port, _coll) = sqlite_collector(&dir, "host-c", TOKEN);
     let mut target = Killed(
         Command::new(chains())
             .args(["30", "300", "wait"])
@@ -142,11 +138,7 @@ fn agent_allocation_totals_per_phase_are_exact() {
     require_root!();
     let _g = bpf_lock();
     let dir = scratch("agent-alloc");
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, format!("host-c {TOKEN}\n")).unwrap();
-    let port = free_port();
-    let store = ["--data".to_string(), dir.join("data").display().to_string()];
-    let _coll = collector(port, &store, &tokens);
+    let (port, _coll) = sqlite_collector(&dir, "host-c", TOKEN);
     let sim = rust_workload("validator-sim");
     let mut target = Killed(
         Command::new(&sim)

@@ -31,6 +31,16 @@ pub(crate) fn collector(port: u16, store: &[String], tokens: &Path) -> Killed {
     Killed(c)
 }
 
+/// A collector on a free port storing in SQLite under `dir`, accepting agent `host` with
+/// `token`: its port and its guard.
+pub(crate) fn sqlite_collector(dir: &Path, host: &str, token: &str) -> (u16, Killed) {
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("{host} {token}\n")).unwrap();
+    let port = free_port();
+    let store = ["--data".to_string(), dir.join("data").display().to_string()];
+    (port, collector(port, &store, &tokens))
+}
+
 /// An agent (killed when dropped) pushing to the collector on `port`, serving its metrics on
 /// `metrics_port`; `extra`: more agent.toml lines. The target's phases file is used if it has
 /// one.
