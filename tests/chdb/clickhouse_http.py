@@ -60,6 +60,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def reply(self, status, body):
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
+        # As ClickHouse does: a client that asked to close is told the connection closes (else
+        # it pools the connection and its next request meets a closed socket: a reset).
+        if self.headers.get("Connection", "").lower() == "close":
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 

@@ -122,6 +122,26 @@ fn serve(mut client: TcpStream, upstream: std::net::SocketAddr, state: &Mutex<St
     let mut answer = Vec::new();
     let _ = server.read_to_end(&mut answer);
     if fault != Some(Fault::DropAnswer) {
-        let _ = client.write_all(&answer);
+        let _ = client.write_all(&closing(answer));
     }
+}
+
+/// The answer with `Connection: close` in its head (any other Connection header dropped): this
+/// proxy closes the client's connection after one answer, and a client not told so pools it and
+/// meets a reset on its next request.
+fn closing(answer: Vec<u8>) -> Vec<u8> {
+    let Some(end) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return answer;
+    };
+    let head = String::from_utf8_lossy(&answer[..end]);
+    let mut lines = head.split("\r\n");
+    let mut out = lines.next().unwrap_or("").to_string();
+    out.push_str("\r\nConnection: close");
+    for line in lines.filter(|l| !l.to_ascii_lowercase().starts_with("connection:")) {
+        out.push_str("\r\n");
+        out.push_str(line);
+    }
+    let mut out = out.into_bytes();
+    out.extend_from_slice(&answer[end..]);
+    out
 }

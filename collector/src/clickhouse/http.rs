@@ -87,6 +87,9 @@ impl Http {
             secret: url_secret(url),
             agent: ureq::Agent::config_builder()
                 .timeout_global(Some(Duration::from_secs(60)))
+                // Under ClickHouse's shortest keep-alive (3 s on old servers): a connection the
+                // server may already have closed is not reused (its request would meet a reset).
+                .max_idle_age(Duration::from_secs(2))
                 .http_status_as_error(false)
                 .build()
                 .into(),
