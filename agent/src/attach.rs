@@ -158,7 +158,7 @@ pub fn attach(
         window.as_secs_f64(),
         opts.keep.as_secs_f64()
     );
-    session.fetch_debug_files_in_background();
+    session.name_in_background();
     let (target_gone, start) = session.run_until(window, None, |session, turn| {
         if let Turn::Window { start, end } = turn {
             windows.push(session.take_window(start, end)?);

@@ -15,6 +15,11 @@ pub trait Symbolize {
     fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>>;
     /// The same for kernel addresses.
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>>;
+    /// Whether `user` named the address of `pid` provisionally (`file+offset`) because its
+    /// name has not come yet: it is to be asked for again, not remembered.
+    fn named_later(&self, _pid: u32, _addr: u64) -> bool {
+        false
+    }
 }
 
 fn at(phase: u32, mask: u64) -> PhaseAt {
@@ -75,6 +80,9 @@ pub struct Aggregator {
     kernel_frames: HashMap<u64, Vec<u32>>,
     /// Go allocation estimates per phase id (inclusive), added to the phase totals at the end.
     go_phase_allocs: HashMap<u32, (f64, f64)>,
+    /// Addresses of `user_frames` named provisionally: forgotten once the window's samples are
+    /// folded, so that the next fold asks for their names again.
+    provisional: Vec<(u32, u64)>,
 }
 
 /// Go's default `runtime.MemProfileRate`.
@@ -114,6 +122,7 @@ impl Aggregator {
             user_frames: HashMap::new(),
             kernel_frames: HashMap::new(),
             go_phase_allocs: HashMap::new(),
+            provisional: Vec::new(),
         }
     }
 
@@ -128,6 +137,17 @@ impl Aggregator {
 
     pub fn add_window(&mut self, w: &RawWindow, sym: &mut dyn Symbolize) {
         self.symbolize_new(w, sym);
+        self.fold(w);
+        self.forget_provisional();
+    }
+
+    fn forget_provisional(&mut self) {
+        for key in self.provisional.drain(..) {
+            self.user_frames.remove(&key);
+        }
+    }
+
+    fn fold(&mut self, w: &RawWindow) {
         for s in &w.cpu {
             let stack = self.stack(
                 s.pid,
@@ -255,6 +275,7 @@ impl Aggregator {
         let mut live: Vec<LiveSample> = by_key.into_values().collect();
         live.sort_by_key(|l| std::cmp::Reverse(l.bytes));
         self.builder.set_live(live);
+        self.forget_provisional();
     }
 
     /// Symbolizes, in one batch per process and one for the kernel, every address of `w` not
@@ -306,6 +327,9 @@ impl Aggregator {
             let addrs: Vec<u64> = addrs.into_iter().collect();
             let frames = sym.user(pid, &addrs);
             for (a, fs) in addrs.into_iter().zip(frames) {
+                if sym.named_later(pid, a) {
+                    self.provisional.push((pid, a));
+                }
                 let ids = fs
                     .into_iter()
                     .map(|f| self.builder.intern_frame(f))

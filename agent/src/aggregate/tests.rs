@@ -3,11 +3,13 @@ use super::*;
 use crate::window::*;
 use phaseprof_model::{EventKind, FrameKind};
 
-/// Names each address after itself, and counts how often it was asked.
+/// Names each address after itself, and counts how often it was asked; addresses in `later`
+/// are named provisionally (their names have not come).
 #[derive(Default)]
 struct FakeSymbolizer {
     user_calls: usize,
     asked: Vec<u64>,
+    later: Vec<u64>,
 }
 
 fn frame(name: String, kind: FrameKind, inlined: bool) -> Frame {
@@ -46,6 +48,9 @@ impl Symbolize for FakeSymbolizer {
                 }
             })
             .collect()
+    }
+    fn named_later(&self, _pid: u32, addr: u64) -> bool {
+        self.later.contains(&addr)
     }
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>> {
         // 0xbf00 is the probe's own BPF program, which must not show in stacks.
@@ -303,4 +308,23 @@ fn windows_fold_into_one_profile_with_cached_symbols() {
     assert_eq!(p.offcpu[0].ns, 100);
     assert_eq!(p.syscalls[0].count, 4);
     assert_eq!(p.syscalls[0].total_ns, 40);
+}
+
+// Checks that an address named provisionally (its name had not come) is asked for again at
+// the next fold, while the others stay cached.
+#[test]
+fn provisional_names_are_asked_for_again() {
+    let mut agg = Aggregator::new(Meta::default(), vec![]);
+    let mut sym = FakeSymbolizer {
+        later: vec![0x3000],
+        ..FakeSymbolizer::default()
+    };
+    agg.add_window(&window(), &mut sym);
+    sym.later.clear();
+    agg.add_window(&window(), &mut sym);
+    agg.add_window(&window(), &mut sym);
+    let mut asked = sym.asked.clone();
+    asked.sort();
+    assert_eq!(asked, vec![0x1000, 0x2000, 0x3000, 0x3000]);
+    assert_eq!(sym.user_calls, 2);
 }

@@ -72,7 +72,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     }
     let mut storage = MaybeUninit::uninit();
     let (mut session, _) = open_session(&opts, plan, None, &mut storage)?;
-    session.fetch_debug_files_in_background();
+    session.name_in_background();
     eprintln!(
         "phaseprof: agent pushing {}-s windows to {}",
         cfg.window.as_secs_f64(),

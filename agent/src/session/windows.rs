@@ -7,15 +7,20 @@ use anyhow::Result;
 use phaseprof_model::Profile;
 
 use super::{unix_ns, Session};
+
+/// How long a lookup of names waits for the naming thread in a session cut in windows: a small
+/// file's names come well within it, a big file's first look (seconds) does not hold recording.
+const NAMES_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 use crate::aggregate::Aggregator;
 use crate::engine::Drain;
 use crate::targets;
 
 impl Session<'_> {
-    /// A session cut in windows waits on no debuginfod server: debug files are fetched by a
-    /// thread of their own, and name the windows after they arrive.
-    pub fn fetch_debug_files_in_background(&mut self) {
-        self.sym.fetch_debug_files_in_background();
+    /// A session cut in windows waits on no file and no debuginfod server: code is named by a
+    /// thread of its own, a lookup waits for it at most `NAMES_WAIT`, and addresses whose names
+    /// have not come are named `file+offset` in that window (counted in its `names_late` note).
+    pub fn name_in_background(&mut self) {
+        self.sym.name_in_background(NAMES_WAIT);
     }
 
     /// The CPU time the targets used since their last mark (when added, or the last window),
@@ -52,6 +57,10 @@ impl Session<'_> {
             p.meta.notes.insert("targets_cpu_ns".into(), ns.to_string());
         }
         self.unwind_since_last_window(&mut p.meta);
+        let late = self.sym.take_late();
+        if late > 0 {
+            p.meta.notes.insert("names_late".into(), late.to_string());
+        }
         if !self.phase_names.is_empty() {
             let now = self
                 .engine

@@ -4,6 +4,7 @@
 mod cfi_functions;
 pub mod debug_files;
 mod debug_link;
+mod file_names;
 mod perf_map;
 
 use std::collections::HashMap;
@@ -14,11 +15,12 @@ use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 use blazesym::MaybeDefault;
 use phaseprof_model::{Frame, FrameKind};
 
-use self::cfi_functions::CfiFunctions;
+use self::file_names::{Job, Namer};
 use crate::aggregate::Symbolize;
 use crate::procmaps::{ProcMaps, Vma};
 
 pub struct BlazeSymbolizer {
+    /// For the kernel's and the vDSO's names (mapped files are named by `namer`).
     symbolizer: Symbolizer,
     maps: ProcMaps,
     /// A copy of the vDSO image, which is the same in every process of this kernel.
@@ -26,89 +28,20 @@ pub struct BlazeSymbolizer {
     /// Per mapped file (as the process names it) and file offset: symbolized once, whatever
     /// process it came from.
     by_file: HashMap<(String, u64), Vec<Frame>>,
-    /// Per mapped file: its functions from `.eh_frame`, read at its first unnamed address.
-    cfi: HashMap<String, CfiFunctions>,
-    debug_files: debug_files::DebugFiles,
+    namer: Namer,
+    /// Addresses named `file+offset` because their names had not come yet, since `take_late`.
+    late: std::collections::HashSet<(String, u64)>,
     /// Every file symbolized, by module name: its path, build ID and first mapping.
     pub modules: std::collections::BTreeMap<String, phaseprof_model::ModuleInfo>,
     perf_maps: perf_map::PerfMaps,
     /// The mapped files, opened the guarded way (`target_files`).
     files: crate::target_files::MappedFiles,
-    /// Per mapped file with unnamed addresses: its separate debug file (by build ID), if any.
-    separate: HashMap<String, Option<Separate>>,
 }
 
-/// A stripped file's separate debug file, and the file's loadable segments (file start, size,
-/// address) to turn file offsets into the addresses the debug file is indexed by.
-struct Separate {
-    debug: DebugFile,
-    segments: Vec<(u64, u64, u64)>,
-}
-
-/// A debug file: under a debug directory of the host (or elfutils' cache), or one beside the
-/// target's file, opened and checked.
-enum DebugFile {
-    Host(std::path::PathBuf),
-    Opened(std::fs::File),
-}
-
-impl DebugFile {
-    fn path(&self) -> std::path::PathBuf {
-        match self {
-            DebugFile::Host(p) => p.clone(),
-            DebugFile::Opened(f) => crate::target_files::fd_path(f),
-        }
-    }
-}
-
-impl Separate {
-    /// The separate debug file of `file` (mapped at `mapped_path` in `pid`'s root): by build
-    /// ID, else by its `.gnu_debuglink` (see `debug_link`).
-    fn of(
-        pid: u32,
-        file: &std::fs::File,
-        mapped_path: &str,
-        files: &mut debug_files::DebugFiles,
-    ) -> Option<Separate> {
-        use object::{Object, ObjectSegment};
-        let id = crate::targets::build_id_hex(&crate::target_files::fd_path(file));
-        let debug = match id.as_deref().and_then(|id| files.for_build_id(id)) {
-            Some(path) => Some(DebugFile::Host(path)),
-            None => debug_link::find(pid, file, mapped_path, id.as_deref()).map(DebugFile::Opened),
-        }?;
-        let reader = crate::target_files::elf_reader(file.try_clone().ok()?);
-        let elf = object::File::parse(&reader).ok()?;
-        let segments = elf
-            .segments()
-            .map(|s| {
-                let (start, size) = s.file_range();
-                (start, size, s.address())
-            })
-            .collect();
-        Some(Separate { debug, segments })
-    }
-
-    fn vaddr(&self, off: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|(start, size, _)| *start <= off && off < start + size)
-            .map(|(start, _, addr)| addr + (off - start))
-    }
-}
-
-/// Bounds of the caches of a symbolizer that runs for weeks (the fleet agent): names of
-/// addresses, and files whose functions or debug files are held. Past one, those caches start
-/// afresh (names are looked up again as they come).
+/// Bound of the names of addresses held by a symbolizer that runs for weeks (the fleet agent):
+/// past it, they start afresh (named again as they come), as the naming thread's caches of
+/// files do past theirs.
 const MAX_NAMED_ADDRESSES: usize = 1 << 20;
-const MAX_FILES_HELD: usize = 1024;
-
-fn blazesym() -> Symbolizer {
-    Symbolizer::builder()
-        .enable_inlined_fns(true)
-        .enable_code_info(true)
-        .enable_demangling(true)
-        .build()
-}
 
 impl BlazeSymbolizer {
     /// After a window is symbolized: forgets processes that `live` rejects, and starts the
@@ -116,28 +49,41 @@ impl BlazeSymbolizer {
     pub fn trim(&mut self, live: impl Fn(u32) -> bool) {
         self.maps.retain(&live);
         self.files.retain(&live);
-        if self.debug_files.arrived() {
-            // Files named without a debug file are looked at again: theirs may have come.
-            let without: Vec<String> = self
-                .separate
-                .iter()
-                .filter(|(_, s)| s.is_none())
-                .map(|(path, _)| path.clone())
-                .collect();
-            for path in &without {
-                self.separate.remove(path);
-            }
-            self.by_file.retain(|(path, _), _| !without.contains(path));
-        }
         self.perf_maps.retain(&live);
-        if self.by_file.len() > MAX_NAMED_ADDRESSES
-            || self.cfi.len() > MAX_FILES_HELD
-            || self.separate.len() > MAX_FILES_HELD
-        {
+        let reset = self.by_file.len() > MAX_NAMED_ADDRESSES;
+        if reset {
             self.by_file.clear();
-            self.cfi.clear();
-            self.separate.clear();
-            self.symbolizer = blazesym();
+        }
+        self.namer.trim(reset);
+    }
+
+    /// From now on, names of mapped files that take long to read (a big file's first look, a
+    /// debug file from debuginfod) do not hold a lookup more than `wait`: their addresses are
+    /// named `file+offset` until they come (counted by `take_late`).
+    pub fn name_in_background(&mut self, wait: std::time::Duration) {
+        self.namer.in_background(wait);
+    }
+
+    /// Addresses named `file+offset` since the last call because their names had not come.
+    pub fn take_late(&mut self) -> u64 {
+        std::mem::take(&mut self.late).len() as u64
+    }
+
+    /// Takes the names the naming thread has given, waiting for those of `wanted` as long as
+    /// it may (see `name_in_background`).
+    fn receive_names(&mut self, wanted: &[(String, u64)]) {
+        let by_file = &mut self.by_file;
+        let mut stale: Vec<String> = Vec::new();
+        self.namer.receive(
+            wanted,
+            |key, off, frames| {
+                by_file.insert((key, off), frames);
+            },
+            |paths| stale.extend_from_slice(paths),
+        );
+        if !stale.is_empty() {
+            // Named without a debug file, which has come since: named again.
+            self.by_file.retain(|(path, _), _| !stale.contains(path));
         }
     }
 }
@@ -145,26 +91,17 @@ impl BlazeSymbolizer {
 impl Default for BlazeSymbolizer {
     fn default() -> Self {
         BlazeSymbolizer {
-            symbolizer: blazesym(),
+            symbolizer: file_names::blazesym(),
             maps: ProcMaps::default(),
             vdso: tempfile_path::copy_own_vdso(),
             by_file: HashMap::new(),
-            cfi: HashMap::new(),
-            debug_files: debug_files::DebugFiles::default(),
+            namer: Namer::waiting(),
+            late: Default::default(),
             modules: Default::default(),
             perf_maps: perf_map::PerfMaps::default(),
             files: Default::default(),
-            separate: HashMap::new(),
         }
     }
-}
-
-/// Whether blazesym may read `file`'s DWARF: it follows the links in there by path (beside the
-/// file too), so only for files root owns or that link nowhere. Others' debug links are
-/// followed by `debug_link`, the guarded way.
-fn debug_syms_safe(file: &std::fs::File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    file.metadata().is_ok_and(|m| m.uid() == 0) || !crate::target_files::links_elsewhere(file)
 }
 
 fn module_name(path: &str) -> String {
@@ -206,12 +143,6 @@ fn frames_of(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
 }
 
 impl BlazeSymbolizer {
-    /// Debug files are fetched by a thread of their own (see `DebugFiles::fetch_in_background`);
-    /// names they give come at the first `trim` after they arrive.
-    pub fn fetch_debug_files_in_background(&mut self) {
-        self.debug_files.fetch_in_background();
-    }
-
     /// `pid`'s executable mappings as `track` last read them.
     pub fn vmas(&self, pid: u32) -> &[Vma] {
         self.maps.vmas(pid)
@@ -240,7 +171,8 @@ impl BlazeSymbolizer {
         }
     }
 
-    fn symbolize_file(&mut self, pid: u32, vma: &Vma, offsets: &[u64]) {
+    /// Asks the naming thread for `offsets` of `vma`'s file not named yet.
+    fn ask_names(&mut self, pid: u32, vma: &Vma, offsets: &[u64]) {
         let module = module_name(&vma.path);
         let todo: Vec<u64> = offsets
             .iter()
@@ -254,95 +186,24 @@ impl BlazeSymbolizer {
         let Some(file) = self.files.get(pid, vma) else {
             return;
         };
-        let file = file.try_clone().ok();
-        let Some(file) = file else { return };
-        let path = crate::target_files::fd_path(&file);
+        let Ok(file) = file.try_clone() else { return };
         if !self.modules.contains_key(&module) {
             let info = phaseprof_model::ModuleInfo {
                 path: vma.path.trim_end_matches(" (deleted)").to_string(),
-                build_id: crate::targets::build_id_hex(&path),
+                build_id: crate::targets::build_id_hex(&crate::target_files::fd_path(&file)),
                 start: vma.start,
                 limit: vma.end,
                 offset: vma.offset,
             };
             self.modules.insert(module.clone(), info);
         }
-        let mut elf = Elf::new(&path);
-        elf.debug_syms = debug_syms_safe(&file);
-        let src = Source::Elf(elf);
-        let results = self.symbolizer.symbolize(&src, Input::FileOffset(&todo));
-        let named: Vec<Option<Vec<Frame>>> = (0..todo.len())
-            .map(|i| match results.as_ref().ok().and_then(|r| r.get(i)) {
-                Some(Symbolized::Sym(sym)) => Some(frames_of(sym, &module, FrameKind::User)),
-                _ => None,
-            })
-            .collect();
-        drop(results);
-        let unnamed: Vec<u64> = (todo.iter().zip(&named))
-            .filter(|(_, n)| n.is_none())
-            .map(|(o, _)| *o)
-            .collect();
-        let mut from_debug = self.names_from_debug_file(pid, &vma.path, &file, &unnamed, &module);
-        for (off, named) in todo.iter().zip(named) {
-            let frames = match named.or_else(|| from_debug.remove(off)) {
-                Some(frames) => frames,
-                None => {
-                    let functions = self
-                        .cfi
-                        .entry(vma.path.clone())
-                        .or_insert_with(|| CfiFunctions::of(&file));
-                    let at = functions.start_of(*off).unwrap_or(*off);
-                    unknown(&module, at, FrameKind::User)
-                }
-            };
-            self.by_file.insert((vma.path.clone(), *off), frames);
-        }
-    }
-}
-
-impl BlazeSymbolizer {
-    /// Names for `offsets` of a stripped file from its separate debug file (found by build ID,
-    /// locally or through debuginfod), when it has one.
-    fn names_from_debug_file(
-        &mut self,
-        pid: u32,
-        key: &str,
-        file: &std::fs::File,
-        offsets: &[u64],
-        module: &str,
-    ) -> HashMap<u64, Vec<Frame>> {
-        if offsets.is_empty() {
-            return HashMap::new();
-        }
-        let files = &mut self.debug_files;
-        let separate = self
-            .separate
-            .entry(key.to_string())
-            .or_insert_with(|| Separate::of(pid, file, key, files));
-        let Some(sep) = separate else {
-            return HashMap::new();
-        };
-        let known: Vec<(u64, u64)> = offsets
-            .iter()
-            .filter_map(|&o| Some((o, sep.vaddr(o)?)))
-            .collect();
-        let vaddrs: Vec<u64> = known.iter().map(|(_, v)| *v).collect();
-        let mut elf = Elf::new(sep.debug.path());
-        if let DebugFile::Opened(f) = &sep.debug {
-            elf.debug_syms = debug_syms_safe(f);
-        }
-        let src = Source::Elf(elf);
-        let Ok(results) = self.symbolizer.symbolize(&src, Input::VirtOffset(&vaddrs)) else {
-            return HashMap::new();
-        };
-        known
-            .iter()
-            .zip(results.iter())
-            .filter_map(|((off, _), r)| match r {
-                Symbolized::Sym(sym) => Some((*off, frames_of(sym, module, FrameKind::User))),
-                _ => None,
-            })
-            .collect()
+        self.namer.ask(Job {
+            key: vma.path.clone(),
+            module,
+            pid,
+            file,
+            offsets: todo,
+        });
     }
 
     /// vDSO frames (`clock_gettime` and friends), symbolized from our own copy of the image.
@@ -390,19 +251,27 @@ impl Symbolize for BlazeSymbolizer {
                 }
             }
         }
+        let mut wanted = Vec::new();
         for (vma, offsets) in per_vma.values() {
-            self.symbolize_file(pid, vma, offsets);
+            self.ask_names(pid, vma, offsets);
+            wanted.extend(offsets.iter().map(|&o| (vma.path.clone(), o)));
         }
+        self.receive_names(&wanted);
         let mut out = Vec::with_capacity(addrs.len());
         for &a in addrs {
             let vma = self.maps.find(pid, a).cloned();
             out.push(match vma {
                 Some(vma) if vma.is_file() => {
                     let off = a - vma.start + vma.offset;
-                    self.by_file
-                        .get(&(vma.path.clone(), off))
-                        .cloned()
-                        .unwrap_or_else(|| unknown(&module_name(&vma.path), off, FrameKind::User))
+                    match self.by_file.get(&(vma.path.clone(), off)) {
+                        Some(frames) => frames.clone(),
+                        None => {
+                            if self.namer.is_pending(&vma.path, off) {
+                                self.late.insert((vma.path.clone(), off));
+                            }
+                            unknown(&module_name(&vma.path), off, FrameKind::User)
+                        }
+                    }
                 }
                 Some(vma) if vma.path == "[vdso]" => self.vdso_frames(a - vma.start),
                 // Anonymous executable memory: JIT-compiled code, named by the runtime's perf map
@@ -420,6 +289,15 @@ impl Symbolize for BlazeSymbolizer {
             });
         }
         out
+    }
+
+    fn named_later(&self, pid: u32, addr: u64) -> bool {
+        match self.maps.find(pid, addr) {
+            Some(vma) if vma.is_file() => self
+                .namer
+                .is_pending(&vma.path, addr - vma.start + vma.offset),
+            _ => false,
+        }
     }
 
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>> {
@@ -476,3 +354,6 @@ mod tempfile_path {
         Some(TempPath(path))
     }
 }
+
+#[cfg(test)]
+mod tests;
