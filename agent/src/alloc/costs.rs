@@ -32,9 +32,8 @@ pub fn compute(b: &mut ProfileBuilder, rules: &[(String, Vec<String>)]) {
 }
 
 /// Scales what duty-cycled probes counted while attached up to the whole recording.
-pub fn extrapolate(b: &mut ProfileBuilder, phase_stats: &mut [PhaseStats], scale: f64) {
+pub fn extrapolate(p: &mut Profile, phase_stats: &mut [PhaseStats], scale: f64) {
     let up = |v: u64| (v as f64 * scale).round() as u64;
-    let p = b.profile_mut();
     for t in &mut p.alloc_totals {
         t.bytes = up(t.bytes);
         t.count = up(t.count);

@@ -47,6 +47,39 @@ pub struct AllocRecorder {
     /// Probe hits and the targets' CPU time at the last window (`window_info`).
     hits_at_window: u64,
     cpu_at_window: u64,
+    /// Duty cycling in a session cut in windows: what the current window counted.
+    window: WindowDuty,
+}
+
+/// Duty cycling over a window (the agent, `attach`): its attached time, probe hits and the
+/// targets' own CPU time while counted, from marks set where a slice or the window began.
+#[derive(Default)]
+struct WindowDuty {
+    on_ns: u64,
+    hits: u64,
+    counted_own_ns: u64,
+    /// The targets' own CPU time of earlier windows in which no slice counted anything: their
+    /// allocations are extrapolated in the next window that counted some, so that sums over
+    /// windows (the collector's merged views) stay unbiased.
+    uncounted_own_ns: u64,
+    hits_mark: u64,
+    cpu_mark: u64,
+    on_mark: Option<Instant>,
+    started: Option<Instant>,
+}
+
+impl WindowDuty {
+    /// Adds what the attached stretch since the marks counted, `hits` and `cpu` being the
+    /// counters now; the marks move to now.
+    fn count_until(&mut self, hits: u64, cpu: u64, now: Instant) {
+        let (h, c) = (hits - self.hits_mark, cpu.saturating_sub(self.cpu_mark));
+        self.hits += h;
+        self.counted_own_ns += own_cpu_ns(c, h);
+        if let Some(on) = self.on_mark {
+            self.on_ns += (now - on).as_nanos() as u64;
+        }
+        (self.hits_mark, self.cpu_mark, self.on_mark) = (hits, cpu, Some(now));
+    }
 }
 
 impl AllocRecorder {
@@ -77,6 +110,7 @@ impl AllocRecorder {
             go_rates: Vec::new(),
             hits_at_window: 0,
             cpu_at_window: 0,
+            window: WindowDuty::default(),
         }
     }
 
@@ -120,23 +154,52 @@ impl AllocRecorder {
     }
 
     /// How a window's allocations were taken (a session cut in windows: the agent, `attach`),
-    /// probes always attached: the estimated slowdown is over the window's hits and CPU time.
-    pub fn window_info(&mut self, engine: &Engine<'_>) -> Result<AllocInfo> {
+    /// and the factor that scales what it counted up to the whole window (1 without a budget:
+    /// probes always attached, the estimated slowdown over the window's hits and CPU time).
+    pub fn window_info(&mut self, engine: &Engine<'_>) -> Result<(AllocInfo, f64)> {
         let hits = engine.alloc_probe_hits()?;
         let cpu = crate::targets::cpu_ns(self.sites.keys().copied());
+        let now = Instant::now();
         let (h, c) = (
             hits.saturating_sub(self.hits_at_window),
             cpu.saturating_sub(self.cpu_at_window),
         );
         (self.hits_at_window, self.cpu_at_window) = (hits, cpu);
-        Ok(AllocInfo {
+        let mut info = AllocInfo {
             sample_bytes: self.sample_bytes,
             probes: self.probes.clone(),
             budget: None,
             attached_fraction: 1.0,
             estimated_overhead: overhead(h, own_cpu_ns(c, h)),
             go_sampled: self.go_sampled,
-        })
+        };
+        let Some(duty) = &self.duty else {
+            return Ok((info, 1.0));
+        };
+        let w = &mut self.window;
+        if self.attached {
+            w.count_until(hits, cpu, now);
+        }
+        let wall = now - w.started.unwrap_or(self.started);
+        let own = own_cpu_ns(c, h) + w.uncounted_own_ns;
+        let scale = if w.counted_own_ns == 0 {
+            1.0
+        } else {
+            (own as f64 / w.counted_own_ns as f64).max(1.0)
+        };
+        info.budget = Some(duty.budget);
+        info.attached_fraction = (w.on_ns as f64 / wall.as_nanos().max(1) as f64).min(1.0);
+        info.estimated_overhead = overhead(h, own_cpu_ns(c, h));
+        let uncounted = if w.counted_own_ns == 0 { own } else { 0 };
+        *w = WindowDuty {
+            uncounted_own_ns: uncounted,
+            hits_mark: hits,
+            cpu_mark: cpu,
+            on_mark: self.attached.then_some(now),
+            started: Some(now),
+            ..WindowDuty::default()
+        };
+        Ok((info, scale))
     }
 
     pub fn remove_target(&mut self, pid: u32) {
@@ -181,6 +244,9 @@ impl AllocRecorder {
                 self.cpu_while_on += cpu;
                 self.counted_own_ns += own;
                 let counted = now - self.measure_start;
+                self.window
+                    .count_until(self.hits_at_slice + hits, cpu_now, now);
+                self.window.on_mark = None;
                 engine.detach_alloc();
                 self.attached = false;
                 // Spending covers the whole slice, attach and detach included; totals are
@@ -200,6 +266,9 @@ impl AllocRecorder {
                 self.cpu_at_slice = crate::targets::cpu_ns(pids.iter().copied());
                 self.measure_start = Instant::now();
                 self.attached = true;
+                let w = &mut self.window;
+                (w.hits_mark, w.cpu_mark) = (self.hits_at_slice, self.cpu_at_slice);
+                w.on_mark = Some(self.measure_start);
             }
         }
         if now - self.last_report >= REPORT_EVERY {

@@ -4,7 +4,7 @@ use std::os::fd::IntoRawFd;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::Skel;
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::{Link, MapCore, MapFlags};
 use phaseprof_bpf::{limits, types};
 use phaseprof_model::EventKind;
 
@@ -301,9 +301,12 @@ impl Engine<'_> {
             })
     }
 
-    /// Detaches the allocator probes of every target (duty cycling), keeping the rest.
+    /// Detaches the allocator probes of every target (duty cycling), keeping the rest. Their
+    /// breakpoints go at once; the wait for the kernel's grace periods (~100 ms a probe here)
+    /// is a thread's, not the recording's, and is not counted as time attached.
     pub fn detach_alloc(&mut self) {
-        self.alloc_links.clear();
+        let links: Vec<Link> = self.alloc_links.drain().flat_map(|(_, l)| l).collect();
+        drop(retire(links));
     }
 
     /// Pauses (or resumes) allocation counting without detaching: duty cycling counts only
@@ -321,4 +324,17 @@ impl Engine<'_> {
         // programs read it concurrently.
         unsafe { std::ptr::write_volatile(ptr, std::ptr::read_volatile(ptr).wrapping_add(1)) };
     }
+}
+
+/// Retires uprobes off the calling thread, all at once: each waits for its own grace period.
+pub(super) fn retire(links: Vec<Link>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let threads: Vec<_> = links
+            .into_iter()
+            .map(|l| std::thread::spawn(move || drop(l)))
+            .collect();
+        for t in threads {
+            let _ = t.join();
+        }
+    })
 }

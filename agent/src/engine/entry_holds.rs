@@ -16,6 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use anyhow::{Context, Result};
 use libbpf_rs::{Link, MapCore, MapFlags};
 
+use super::attach::retire;
 use super::Engine;
 
 /// Programs whose entry-hold uprobe stays attached at once.
@@ -38,19 +39,6 @@ fn program_file(dev: u64, ino: u64) -> [u8; 16] {
     key[..8].copy_from_slice(&kernel_dev.to_ne_bytes());
     key[8..].copy_from_slice(&ino.to_ne_bytes());
     key
-}
-
-/// Retires uprobes off the calling thread, all at once: each waits for its own grace period.
-fn retire(links: Vec<Link>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let threads: Vec<_> = links
-            .into_iter()
-            .map(|l| std::thread::spawn(move || drop(l)))
-            .collect();
-        for t in threads {
-            let _ = t.join();
-        }
-    })
 }
 
 impl Engine<'_> {

@@ -15,6 +15,8 @@
 //! stack_copy = "16KiB"             # user stack copied per sample with `copy` unwinding
 //! stack_entries = 16384            # distinct stacks the kernel holds at once (recycled per window)
 //! # events = [..., "alloc"]: allocator probes always attached, exact totals per phase
+//! # alloc_budget = "1%"          # with alloc: probes attached for part of each window so that
+//! #                              # they slow the targets by at most this; totals extrapolated
 //! phases = "/etc/phaseprof/phases.toml"    # for targets without their own
 //! [labels]
 //! service = "relay"
@@ -145,6 +147,8 @@ pub struct AgentConfig {
     pub stack_copy_bytes: u32,
     /// Capacity of the kernel's stack maps.
     pub stack_entries: u32,
+    /// The allocation probes' share of the targets' CPU time (duty-cycled; None: attached).
+    pub alloc_budget: Option<f64>,
     pub labels: BTreeMap<String, String>,
     pub targets: Vec<Target>,
 }
@@ -228,11 +232,17 @@ impl AgentConfig {
         if !(64..=1 << 20).contains(&stack_entries) {
             bail!("{file}: stack_entries = {stack_entries}: give 64 to 1048576");
         }
-        if raw.alloc_budget.is_some() {
-            // Duty cycling scales totals up by the attached share of the whole recording; a
-            // window would hold its unscaled counts.
-            bail!("{file}: alloc_budget is not supported by the agent yet: allocation probes stay attached (exact totals; `record --alloc-budget` duty-cycles them)");
-        }
+        let alloc_budget = match &raw.alloc_budget {
+            None => None,
+            Some(b) => {
+                let share = phaseprof_model::units::parse_percent(b)
+                    .map_err(|e| anyhow::anyhow!("{file}: alloc_budget: {e}"))?;
+                if !events.contains(&EventKind::Alloc) {
+                    bail!("{file}: alloc_budget limits the allocation probes: add \"alloc\" to events");
+                }
+                Some(share)
+            }
+        };
         if let Some(addr) = raw.metrics_listen {
             if !addr.ip().is_loopback() && metrics_token.is_none() {
                 bail!(
@@ -253,6 +263,7 @@ impl AgentConfig {
             unwind,
             stack_copy_bytes,
             stack_entries,
+            alloc_budget,
             labels: raw.labels,
             targets,
         })
@@ -336,5 +347,20 @@ mod tests {
             "{base}stack_copy=\"1MiB\"\n[[target]]\nname=\"a\""
         ))
         .contains("at most 64KiB"));
+        let alloc = "events=[\"cpu\", \"alloc\"]\n";
+        let c = AgentConfig::parse(
+            "a.toml",
+            &format!("{base}{alloc}alloc_budget=\"2%\"\n[[target]]\nname=\"a\""),
+        )
+        .unwrap();
+        assert_eq!(c.alloc_budget, Some(0.02));
+        assert!(err(&format!(
+            "{base}alloc_budget=\"1%\"\n[[target]]\nname=\"a\""
+        ))
+        .contains("add \"alloc\" to events"));
+        assert!(err(&format!(
+            "{base}{alloc}alloc_budget=\"1\"\n[[target]]\nname=\"a\""
+        ))
+        .contains("alloc_budget: `1`: give a percentage like 1%"));
     }
 }

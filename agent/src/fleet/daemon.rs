@@ -54,7 +54,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         output: Default::default(),
         phases: None,
         window: cfg.window,
-        alloc_budget: None,
+        alloc_budget: cfg.alloc_budget,
         alloc_at_entry: false,
         verbose: false,
     };

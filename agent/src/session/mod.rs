@@ -502,7 +502,7 @@ impl<'obj> Session<'obj> {
             }
             let b = self.agg.builder_mut();
             if scale != 1.0 {
-                crate::alloc::costs::extrapolate(b, &mut phase_stats, scale);
+                crate::alloc::costs::extrapolate(b.profile_mut(), &mut phase_stats, scale);
             }
             *b.phase_stats_mut() = phase_stats;
             crate::alloc::costs::compute(b, &self.alloc_costs);

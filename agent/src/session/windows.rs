@@ -69,7 +69,14 @@ impl Session<'_> {
         }
         p.lost = self.lost_since_last_window(self.engine.lost()?);
         if let Some(alloc) = &mut self.alloc {
-            p.meta.alloc = Some(alloc.window_info(&self.engine)?);
+            let (info, scale) = alloc.window_info(&self.engine)?;
+            if scale != 1.0 {
+                // Counted for part of the window (a budget): extrapolated to all of it.
+                let mut stats = std::mem::take(&mut p.phase_stats);
+                crate::alloc::costs::extrapolate(&mut p, &mut stats, scale);
+                p.phase_stats = stats;
+            }
+            p.meta.alloc = Some(info);
         }
         self.forget_gone();
         Ok(p)
