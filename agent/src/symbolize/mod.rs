@@ -1,6 +1,7 @@
 //! Live symbolization with blazesym: user addresses through the cached mappings of each process
-//! (so symbols survive the target's exit), kernel addresses through kallsyms. Code with no
-//! symbol is named after its function's start from the file's call-frame information.
+//! (so symbols survive the target's exit), kernel addresses through kallsyms. The mapped
+//! files themselves are read by a thread of their own (`file_names`); code with no symbol is
+//! named after its function's start from the file's call-frame information.
 mod cfi_functions;
 pub mod debug_files;
 mod debug_link;
