@@ -90,6 +90,16 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
         if let (Some(into), Some(u)) = (&mut meta.unwind, &p.unwind) {
             into.absorb(u);
         }
+        // Addresses named late (see the agent's windows) add up; none is no note.
+        let late = |m: &Meta| {
+            m.notes
+                .get("names_late")
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        let sum = late(meta).unwrap_or(0).saturating_add(late(p).unwrap_or(0));
+        if sum > 0 {
+            meta.notes.insert("names_late".into(), sum.to_string());
+        }
     }
 }
 
@@ -283,7 +293,10 @@ mod tests {
     // summed, the time range spanning both; and a cumulative delta recovers one window.
     #[test]
     fn merge_and_delta() {
-        let (a, b) = (window(3, 10), window(5, 4));
+        let (a, mut b) = (window(3, 10), window(5, 4));
+        b.meta.notes.insert("names_late".into(), "7".into());
+        let m = merge(&[&a, &b, &b]);
+        assert_eq!(m.meta.notes["names_late"], "14", "late names add up");
         let m = merge(&[&a, &b]);
         assert_eq!(
             m.frames.iter().filter(|f| f.function == "shared").count(),

@@ -236,6 +236,12 @@ pub fn write_report(
     if let Some(cost) = m.notes.get("phase_probe_overhead") {
         writeln!(out, "phase probes: {cost}")?;
     }
+    if let Some(n) = m.notes.get("names_late") {
+        writeln!(
+            out,
+            "names: {n} addresses named file+offset (their names came after their window was taken)"
+        )?;
+    }
     if let (Some(u), true) = (&m.unwind, opts.verbose) {
         writeln!(out, "stacks: {}", u.describe())?;
     }
