@@ -113,6 +113,23 @@ pub struct Merger {
     /// Index of each merged phase by name: found in constant time, so merging windows with many
     /// phases stays linear.
     phase_index: std::collections::HashMap<String, u32>,
+    /// Time covered by the windows whose allocation info is merged so far (its weight).
+    alloc_ns: f64,
+}
+
+/// How allocations were taken over two spans, `a` of `wa` ns and `b` of `wb`: the attached
+/// share and the estimated slowdown as time-weighted means, the budget of either.
+fn merge_alloc_info(a: &mut Option<AllocInfo>, wa: f64, b: &Option<AllocInfo>, wb: f64) {
+    let Some(b) = b else { return };
+    let Some(a) = a else {
+        *a = Some(b.clone());
+        return;
+    };
+    let mean = |x: f64, y: f64| (x * wa + y * wb) / (wa + wb).max(1.0);
+    a.attached_fraction = mean(a.attached_fraction, b.attached_fraction);
+    a.estimated_overhead = mean(a.estimated_overhead, b.estimated_overhead);
+    a.budget = a.budget.or(b.budget);
+    a.go_sampled |= b.go_sampled;
 }
 
 impl Merger {
@@ -122,6 +139,17 @@ impl Merger {
             .b
             .get_or_insert_with(|| ProfileBuilder::new(p.meta.clone(), p.phases.clone()));
         let merged = b.profile_mut();
+        let span = p
+            .meta
+            .end_unix_ns
+            .saturating_sub(p.meta.start_unix_ns)
+            .max(1) as f64;
+        if first {
+            self.alloc_ns = if p.meta.alloc.is_some() { span } else { 0.0 };
+        } else if p.meta.alloc.is_some() {
+            merge_alloc_info(&mut merged.meta.alloc, self.alloc_ns, &p.meta.alloc, span);
+            self.alloc_ns += span;
+        }
         merge_meta(&mut merged.meta, &p.meta, first);
         // Phases new to the merge are appended; indices are remapped below.
         if self.phase_index.len() != merged.phases.len() {
@@ -302,6 +330,21 @@ mod tests {
             m.frames.iter().filter(|f| f.function == "shared").count(),
             1
         );
+        // Allocation info: the attached share weighted by each window's time.
+        let (mut c, mut d) = (window(0, 1), window(10, 3));
+        assert_eq!((c.meta.end_unix_ns, d.meta.start_unix_ns), (10, 10));
+        let info = |f: f64| AllocInfo {
+            sample_bytes: 1,
+            probes: vec![],
+            budget: Some(0.01),
+            attached_fraction: f,
+            estimated_overhead: 0.0,
+            go_sampled: false,
+        };
+        (c.meta.alloc, d.meta.alloc) = (Some(info(1.0)), Some(info(0.2)));
+        d.meta.end_unix_ns = 40; // 10 ns attached throughout, then 30 ns a fifth of the time
+        let fraction = merge(&[&c, &d]).meta.alloc.unwrap().attached_fraction;
+        assert!((fraction - 0.4).abs() < 1e-9, "{fraction}");
         assert_eq!(m.cpu.iter().map(|s| s.count).sum::<u64>(), 8);
         assert_eq!(m.phase_stats[1].calls, 14);
         assert_eq!(m.phase_stats[1].costs["flush_syscalls"], 14);

@@ -56,6 +56,35 @@ fn run_agent_on(
     (truth_from(&out.stdout), metrics)
 }
 
+/// validator-sim (`args`, held until the agent records it) under an agent (`extra`: agent.toml
+/// lines) pushing to a SQLite collector as host-c: the collector's port and guard, and the
+/// workload's truth.
+fn validator_sim_with_agent(
+    name: &str,
+    args: &[&str],
+    extra: &str,
+) -> (u16, Killed, serde_json::Value) {
+    let dir = scratch(name);
+    let (port, coll) = sqlite_collector(&dir, "host-c", TOKEN);
+    let mut target = Killed(
+        Command::new(rust_workload("validator-sim"))
+            .arg("--wait-stdin")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let (truth, _) = run_agent_on(
+        &dir,
+        (port, free_port()),
+        &mut target,
+        "validator-sim",
+        extra,
+    );
+    (port, coll, truth)
+}
+
 /// The value of metric `line` (its name and labels) in a /metrics text.
 fn metric(metrics: &str, line: &str) -> f64 {
     metrics
@@ -137,26 +166,21 @@ fn agent_keeps_taking_stacks_past_its_map_size() {
 fn agent_allocation_totals_per_phase_are_exact() {
     require_root!();
     let _g = bpf_lock();
-    let dir = scratch("agent-alloc");
-    let (port, _coll) = sqlite_collector(&dir, "host-c", TOKEN);
-    let sim = rust_workload("validator-sim");
-    let mut target = Killed(
-        Command::new(&sim)
-            .args(["--wait-stdin", "--blocks", "60", "--threads", "2"])
-            .args(["--clone-bytes", "1000000", "--sleep-ms", "20"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let t = Transport::Http;
-    let (truth, _) = run_agent_on(
-        &dir,
-        (port, free_port()),
-        &mut target,
-        "validator-sim",
+    let (port, _coll, truth) = validator_sim_with_agent(
+        "agent-alloc",
+        &[
+            "--blocks",
+            "60",
+            "--threads",
+            "2",
+            "--clone-bytes",
+            "1000000",
+            "--sleep-ms",
+            "20",
+        ],
         "events = [\"cpu\", \"syscall\", \"alloc\"]\n",
     );
+    let t = Transport::Http;
     let m = merged(&t, port, "host-c");
     let replay = phase_json(&m, "replay");
     eprintln!(
@@ -185,23 +209,20 @@ fn agent_allocation_totals_per_phase_are_exact() {
 fn agent_allocation_budget_estimates_per_phase() {
     require_root!();
     let _g = bpf_lock();
-    let dir = scratch("agent-alloc-budget");
-    let (port, _coll) = sqlite_collector(&dir, "host-c", TOKEN);
-    let sim = rust_workload("validator-sim");
-    let mut target = Killed(
-        Command::new(&sim)
-            .args(["--wait-stdin", "--blocks", "800", "--threads", "2"])
-            .args(["--burn-ms", "4", "--small-allocs", "100", "--sleep-ms", "5"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let (truth, _) = run_agent_on(
-        &dir,
-        (port, free_port()),
-        &mut target,
-        "validator-sim",
+    let (port, _coll, truth) = validator_sim_with_agent(
+        "agent-alloc-budget",
+        &[
+            "--blocks",
+            "800",
+            "--threads",
+            "2",
+            "--burn-ms",
+            "4",
+            "--small-allocs",
+            "100",
+            "--sleep-ms",
+            "5",
+        ],
         "events = [\"cpu\", \"alloc\"]\nalloc_budget = \"2%\"\n",
     );
     let t = Transport::Http;
@@ -239,6 +260,13 @@ fn agent_allocation_budget_estimates_per_phase() {
     assert!(
         attached < 0.9,
         "the budget left the probes attached: {fractions:?}"
+    );
+    // The merged view says so: an estimate, attached that share of the time.
+    let alloc = &m["events"]["alloc"];
+    assert_eq!(alloc["exact"], false, "{alloc}");
+    assert!(
+        alloc["attached_fraction"].as_f64().unwrap() < 0.9,
+        "{alloc}"
     );
     let ratio = allocs as f64 / true_allocs as f64;
     assert!((0.67..1.5).contains(&ratio), "{allocs} vs {true_allocs}");
