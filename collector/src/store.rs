@@ -139,6 +139,9 @@ pub struct Footprint {
     /// Everything, and the part that is windows' bodies as received.
     pub total_bytes: u64,
     pub body_bytes: u64,
+    /// What the bodies take in the store, where it can say (ClickHouse compresses them with
+    /// the rest of their table's columns: no figure of their own).
+    pub body_stored_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]

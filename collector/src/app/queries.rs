@@ -190,7 +190,10 @@ pub(super) async fn store_footprint(
         "body_bytes": f.body_bytes,
         "bytes_per_window": per(f.total_bytes),
         "body_bytes_per_window": per(f.body_bytes),
-        "rows_bytes_per_window": per(f.total_bytes.saturating_sub(f.body_bytes)),
+        // Null where the store cannot tell the bodies' bytes from the rest (ClickHouse).
+        "rows_bytes_per_window": f
+            .body_stored_bytes
+            .and_then(|b| per(f.total_bytes.saturating_sub(b))),
     }))
     .into_response())
 }

@@ -184,6 +184,7 @@ pub fn footprint(http: &Http, t: &str) -> Result<Footprint, StoreError> {
     Ok(Footprint {
         total_bytes: tables.iter().map(|t| t.bytes).sum(),
         body_bytes,
+        body_stored_bytes: None,
         tables,
     })
 }

@@ -201,7 +201,9 @@ impl Store for SqliteStore {
                     )
                     .map_err(backend)?;
                 if table == "bodies" {
+                    // Kept as received: as many bytes in the store.
                     f.body_bytes = bytes as u64;
+                    f.body_stored_bytes = Some(bytes as u64);
                 }
                 f.tables.push(TableSize {
                     table: table.into(),

@@ -238,13 +238,22 @@ fn print_footprint(name: &str, c: &Collector) {
         })
         .collect();
     let kib = |k: &str| f[k].as_f64().unwrap_or(0.0) / 1024.0;
+    let split = match f["rows_bytes_per_window"].as_f64() {
+        Some(rows) => format!(
+            "= body {:.1} KiB (kept for download) + rows and rollups {:.1} KiB",
+            kib("body_bytes_per_window"),
+            rows / 1024.0
+        ),
+        None => format!(
+            "(bodies of {:.1} KiB as received, kept for download, compressed with their table)",
+            kib("body_bytes_per_window")
+        ),
+    };
     println!(
-        "collector ({name}) stored: {} windows, {:.1} MiB; per window {:.1} KiB = body {:.1} KiB (kept for download) + rows and rollups {:.1} KiB; tables: {}",
+        "collector ({name}) stored: {} windows, {:.1} MiB; per window {:.1} KiB {split}; tables: {}",
         f["windows"],
         f["bytes"].as_f64().unwrap() / 1048576.0,
         kib("bytes_per_window"),
-        kib("body_bytes_per_window"),
-        kib("rows_bytes_per_window"),
         tables.join(", ")
     );
 }
