@@ -72,7 +72,10 @@ impl WindowDuty {
     /// Adds what the attached stretch since the marks counted, `hits` and `cpu` being the
     /// counters now; the marks move to now.
     fn count_until(&mut self, hits: u64, cpu: u64, now: Instant) {
-        let (h, c) = (hits - self.hits_mark, cpu.saturating_sub(self.cpu_mark));
+        let (h, c) = (
+            hits.saturating_sub(self.hits_mark),
+            cpu.saturating_sub(self.cpu_mark),
+        );
         self.hits += h;
         self.counted_own_ns += own_cpu_ns(c, h);
         if let Some(on) = self.on_mark {

@@ -7,13 +7,13 @@ use anyhow::Result;
 use phaseprof_model::Profile;
 
 use super::{unix_ns, Session};
+use crate::aggregate::Aggregator;
+use crate::engine::Drain;
+use crate::targets;
 
 /// How long a lookup of names waits for the naming thread in a session cut in windows: a small
 /// file's names come well within it, a big file's first look (seconds) does not hold recording.
 const NAMES_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
-use crate::aggregate::Aggregator;
-use crate::engine::Drain;
-use crate::targets;
 
 impl Session<'_> {
     /// A session cut in windows waits on no file and no debuginfod server: code is named by a
