@@ -30,6 +30,104 @@ pub fn read_maps(pid: u32) -> std::io::Result<String> {
     Ok(text)
 }
 
+/// The executable mappings of `pid`, in address order, user half only (the kernel half's
+/// `[vsyscall]` runs no user code). Asked one mapping at a time with the PROCMAP_QUERY ioctl
+/// where the kernel has it (6.11): for a small process ~17 µs against ~40 µs for the text,
+/// which the kernel formats whole (every mapping, executable or not) and we parse; this runs
+/// while a command is held at its entry point. Older kernels: the text.
+pub fn read_vmas(pid: u32) -> std::io::Result<Vec<Vma>> {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static NO_QUERY: AtomicBool = AtomicBool::new(false);
+    let mut file = std::fs::File::open(format!("/proc/{pid}/maps"))?;
+    if !NO_QUERY.load(Ordering::Relaxed) {
+        match query::executable_vmas(&file) {
+            Ok(vmas) => return Ok(vmas),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => {
+                NO_QUERY.store(true, Ordering::Relaxed)
+            }
+            // A name past the buffer, or any other refusal: the text says it all.
+            Err(_) => {}
+        }
+    }
+    let mut text = String::with_capacity(16 << 10);
+    file.read_to_string(&mut text)?;
+    let mut vmas = parse_maps(&text);
+    vmas.retain(|v| v.start < 1 << 63);
+    Ok(vmas)
+}
+
+/// PROCMAP_QUERY (`include/uapi/linux/fs.h`, Linux 6.11), which the libc crate lacks.
+mod query {
+    use std::os::fd::AsRawFd;
+
+    use super::Vma;
+
+    #[repr(C)]
+    #[derive(Default)]
+    struct ProcmapQuery {
+        size: u64,
+        query_flags: u64,
+        query_addr: u64,
+        vma_start: u64,
+        vma_end: u64,
+        vma_flags: u64,
+        vma_page_size: u64,
+        vma_offset: u64,
+        inode: u64,
+        dev_major: u32,
+        dev_minor: u32,
+        vma_name_size: u32,
+        build_id_size: u32,
+        vma_name_addr: u64,
+        build_id_addr: u64,
+    }
+
+    const VMA_EXECUTABLE: u64 = 0x04;
+    const COVERING_OR_NEXT_VMA: u64 = 0x10;
+    /// _IOWR('f', 17, struct procmap_query)
+    const PROCMAP_QUERY: u64 =
+        (3 << 30) | ((std::mem::size_of::<ProcmapQuery>() as u64) << 16) | (0x66 << 8) | 17;
+
+    /// Every executable mapping of the process whose maps file `file` is, from address 0 up.
+    pub(super) fn executable_vmas(file: &std::fs::File) -> std::io::Result<Vec<Vma>> {
+        let mut vmas = Vec::new();
+        let mut name = vec![0u8; libc::PATH_MAX as usize];
+        let mut addr = 0u64;
+        loop {
+            let mut q = ProcmapQuery {
+                size: std::mem::size_of::<ProcmapQuery>() as u64,
+                query_flags: VMA_EXECUTABLE | COVERING_OR_NEXT_VMA,
+                query_addr: addr,
+                vma_name_size: name.len() as u32,
+                vma_name_addr: name.as_mut_ptr() as u64,
+                ..Default::default()
+            };
+            // SAFETY: q is a valid procmap_query of the size it states; the kernel writes at
+            // most vma_name_size bytes to the name buffer, which lives across the call.
+            let r = unsafe { libc::ioctl(file.as_raw_fd(), PROCMAP_QUERY as _, &mut q) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                // No mapping at or above `addr`: done.
+                return match e.raw_os_error() {
+                    Some(libc::ENOENT) => Ok(vmas),
+                    _ => Err(e),
+                };
+            }
+            // The size includes the terminating NUL; 0 for an anonymous mapping.
+            let len = (q.vma_name_size as usize).saturating_sub(1).min(name.len());
+            vmas.push(Vma {
+                start: q.vma_start,
+                end: q.vma_end,
+                offset: q.vma_offset,
+                path: String::from_utf8_lossy(&name[..len]).into_owned(),
+                inode: Some((libc::makedev(q.dev_major, q.dev_minor), q.inode)),
+            });
+            addr = q.vma_end;
+        }
+    }
+}
+
 /// Parses the executable mappings of a `/proc/PID/maps` text.
 pub fn parse_maps(text: &str) -> Vec<Vma> {
     let mut vmas = Vec::new();
@@ -84,12 +182,30 @@ pub struct ProcMaps {
 impl ProcMaps {
     /// Re-reads `pid`'s mappings. Keeps the last good copy if the process has exited.
     pub fn refresh(&mut self, pid: u32) {
-        if let Ok(text) = read_maps(pid) {
-            let vmas = parse_maps(&text);
+        if let Ok(vmas) = read_vmas(pid) {
             if !vmas.is_empty() {
                 self.by_pid.insert(pid, vmas);
             }
         }
+    }
+
+    /// `pid`'s mappings as known otherwise, unless read already.
+    pub fn know(&mut self, pid: u32, vmas: Vec<Vma>) {
+        if !vmas.is_empty() {
+            self.by_pid.entry(pid).or_insert(vmas);
+        }
+    }
+
+    /// `pid`, forked by `parent`, has its parent's mappings (as last read) until read itself.
+    pub fn inherit(&mut self, pid: u32, parent: u32) {
+        if let Some(vmas) = self.by_pid.get(&parent).cloned() {
+            self.by_pid.insert(pid, vmas);
+        }
+    }
+
+    /// `pid` exec'd: its mappings are unknown until read again.
+    pub fn forget(&mut self, pid: u32) {
+        self.by_pid.remove(&pid);
     }
 
     /// Forgets the processes `keep` rejects (gone, their windows symbolized).

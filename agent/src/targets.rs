@@ -231,9 +231,8 @@ pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
     use std::os::unix::fs::MetadataExt;
     let exe =
         std::fs::read_link(exe_link(pid)).with_context(|| format!("reading /proc/{pid}/exe"))?;
-    let maps =
-        crate::procmaps::read_maps(pid).with_context(|| format!("reading /proc/{pid}/maps"))?;
-    let vmas = crate::procmaps::parse_maps(&maps);
+    let vmas =
+        crate::procmaps::read_vmas(pid).with_context(|| format!("reading /proc/{pid}/maps"))?;
     let mut objects: Vec<PathBuf> = Vec::new();
     let exe_vma = vmas
         .iter()

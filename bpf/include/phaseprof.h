@@ -417,6 +417,25 @@ struct unwind_mapping {
 	__u32 row_count; /* 0: no table; walked by frame pointers */
 };
 
+/* The last ENTRY_BLOCKS blocks are the entry point's own: on kernels with the task VMA
+ * iterator (6.7), a program stopped at its entry whose files' rows are all in fills one itself
+ * and runs on (see uprobe__entry_hold); user space replaces it with its own soon after. */
+#define ENTRY_BLOCKS 64
+/* Segments of a file the entry point can map file offsets through. */
+#define FILE_SEGMENTS 8
+
+/* Value of `file_rows`: where a file's rows are, and its loadable segments (page-aligned
+ * p_offset and p_vaddr), for the entry point. */
+struct file_rows {
+	__u32 row_start;
+	__u32 row_count; /* 0: a file without a table */
+	__u64 base;
+	__u64 seg_offset[FILE_SEGMENTS];
+	__u64 seg_vaddr[FILE_SEGMENTS];
+	__u32 segments;
+	__u32 pad;
+};
+
 /* Value of `table_pids`: the target's block of mappings. */
 struct unwind_target {
 	__u32 first; /* index in unwind_mappings */

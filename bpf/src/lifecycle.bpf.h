@@ -30,7 +30,7 @@ static __always_inline int on_fork(struct task_struct *parent, struct task_struc
 	struct unwind_target *tables = bpf_map_lookup_elem(&table_pids, &ptgid);
 	if (tables)
 		bpf_map_update_elem(&table_pids, &ctgid, tables, BPF_ANY);
-	emit(TEV_FORK, ctgid, ptgid);
+	emit(TEV_FORK, ctgid, ptgid, URGENT);
 	return 0;
 }
 
@@ -92,7 +92,7 @@ int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 		stopped = 1;
 	}
 	if (notify_exec || state)
-		emit(TEV_EXEC, tgid, stopped);
+		emit(TEV_EXEC, tgid, stopped, URGENT);
 	return 0;
 }
 
@@ -108,8 +108,11 @@ int uprobe__entry_hold(struct pt_regs *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!is_active(tgid) || !bpf_map_lookup_elem(&entry_wanted, &tgid))
 		return 0;
-	hold_thread();
-	emit(TEV_ENTRY, tgid, 0);
+	/* ppid of the event: the entry block filled + 1, or 0 when stopped here. */
+	__u32 block = fill_entry_block(tgid);
+	if (!block)
+		hold_thread();
+	emit(TEV_ENTRY, tgid, block, URGENT);
 	return 0;
 }
 
@@ -130,9 +133,9 @@ int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 	struct task_struct *task = current_task();
 	/* signal->live reaches 0 when the last thread of the group exits. */
 	/* Named now, while it exists: a short-lived thread is gone by the window's drain. */
-	emit(TEV_THREAD_EXIT, (__u32)id, tgid);
+	emit(TEV_THREAD_EXIT, (__u32)id, tgid, LATER);
 	if (BPF_CORE_READ(task, signal, live.counter) == 0)
-		emit(TEV_EXIT, tgid, 0);
+		emit(TEV_EXIT, tgid, 0, LATER);
 	return 0;
 }
 

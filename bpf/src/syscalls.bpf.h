@@ -124,8 +124,10 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	add_syscall(&key, 1, delta);
 	if (phases_enabled)
 		phases_add_syscall(key.phase_mask, key.nr, delta);
-	if (maps_exec)
-		emit(TEV_MMAP, tgid, 0);
+	/* A command held until its entry point has its mappings read there: the loader's
+	 * mappings before it would only wake user space for nothing. */
+	if (maps_exec && !bpf_map_lookup_elem(&entry_wanted, &tgid))
+		emit(TEV_MMAP, tgid, 0, URGENT);
 	return 0;
 }
 

@@ -31,6 +31,28 @@ struct {
 	__type(value, struct unwind_target);
 } table_pids SEC(".maps");
 
+/* Files whose rows are in unwind_rows, by the kernel's (device, inode); user space keeps it in
+ * step. Read by the entry point only (fill_entry_block). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct program_file);
+	__type(value, struct file_rows);
+} file_rows SEC(".maps");
+
+/* Slot -> the tgid an entry block was filled for; absent: free (user space deletes it once its
+ * own block has replaced it). A hash, not an array: taking a slot is an insert that fails when
+ * it exists, with no atomic instruction (5.10 refuses the compare-and-swap anywhere). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ENTRY_BLOCKS);
+	__type(key, __u32);
+	__type(value, __u32);
+} entry_block_owner SEC(".maps");
+
+/* The entry block tried next. */
+__u32 entry_block_next = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, UNW_MAX);
@@ -82,7 +104,7 @@ static __always_inline void announce_unmapped(__u32 tgid)
 	if (!at || now - *at < 10 * 1000 * 1000)
 		return;
 	*at = now;
-	emit(TEV_MMAP, tgid, 0);
+	emit(TEV_MMAP, tgid, 0, URGENT);
 }
 
 static __always_inline void unwind_count(enum unwind_counter c, __u64 n)
@@ -265,6 +287,92 @@ static __always_inline bool walk_user_stack(struct stack_trace *st, struct unwin
 	if (w->unmapped)
 		announce_unmapped(bpf_get_current_pid_tgid() >> 32);
 	return st->len > 0;
+}
+
+/* The task VMA iterator (Linux 6.7); weak: absent, the entry point always stops the program. */
+extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it, struct task_struct *task,
+				 __u64 addr) __weak __ksym;
+extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __weak __ksym;
+extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __weak __ksym;
+
+#define VM_EXEC 0x4
+#define PAGE_SHIFT 12
+
+/* Writes `vma` as the walker's mapping `m`, from its file's rows; false when the file has none
+ * in the kernel yet (user space must read it first). */
+static __always_inline bool entry_mapping(struct unwind_mapping *m, struct vm_area_struct *vma)
+{
+	m->start = vma->vm_start;
+	m->end = vma->vm_end;
+	m->bias = 0;
+	m->row_start = 0;
+	m->row_count = 0;
+	struct file *file = vma->vm_file;
+	if (!file)
+		return true; /* the vDSO, a JIT's code: frame pointers, as user space does */
+	struct program_file key = {
+		.dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev),
+		.ino = BPF_CORE_READ(file, f_inode, i_ino),
+	};
+	struct file_rows *f = bpf_map_lookup_elem(&file_rows, &key);
+	if (!f)
+		return false;
+	__u64 offset = vma->vm_pgoff << PAGE_SHIFT;
+	for (int i = 0; i < FILE_SEGMENTS; i++) {
+		if (i >= f->segments)
+			break;
+		if (f->seg_offset[i] == offset) {
+			m->bias = vma->vm_start - f->seg_vaddr[i] + f->base;
+			m->row_start = f->row_start;
+			m->row_count = f->row_count;
+			break;
+		}
+	}
+	return true;
+}
+
+/*
+ * The current process's executable mappings, written into a free entry block from the rows of
+ * their files, and `table_pids` pointed at it: what user space would do at the entry point,
+ * without stopping the program for it. Returns the block's slot + 1; 0 when it cannot (no
+ * iterator in this kernel, a file whose rows are not in yet, no free block, more mappings
+ * than a block holds): the caller stops the program for user space then.
+ */
+static __always_inline __u32 fill_entry_block(__u32 tgid)
+{
+	if (!bpf_ksym_exists(bpf_iter_task_vma_new))
+		return 0;
+	/* Two CPUs may try the same slot: one takes it, the other stops its program. */
+	__u32 slot = entry_block_next++ % ENTRY_BLOCKS;
+	if (bpf_map_update_elem(&entry_block_owner, &slot, &tgid, BPF_NOEXIST))
+		return 0;
+	__u32 first = (MAX_UNWIND_BLOCKS - ENTRY_BLOCKS + slot) * MAX_UNWIND_MAPPINGS;
+	__u32 n = 0;
+	bool complete = true;
+	struct bpf_iter_task_vma it;
+	struct vm_area_struct *vma;
+	bpf_iter_task_vma_new(&it, bpf_get_current_task_btf(), 0);
+	while ((vma = bpf_iter_task_vma_next(&it))) {
+		if (!(vma->vm_flags & VM_EXEC))
+			continue;
+		/* The kernel half: as user space, left out. */
+		if (vma->vm_start >> 63)
+			break;
+		__u32 at = first + n;
+		struct unwind_mapping *m = bpf_map_lookup_elem(&unwind_mappings, &at);
+		if (n >= MAX_UNWIND_MAPPINGS || !m || !entry_mapping(m, vma)) {
+			complete = false;
+			break;
+		}
+		n++;
+	}
+	bpf_iter_task_vma_destroy(&it);
+	struct unwind_target t = { .first = first, .count = n };
+	if (!complete || !n || bpf_map_update_elem(&table_pids, &tgid, &t, BPF_ANY)) {
+		bpf_map_delete_elem(&entry_block_owner, &slot);
+		return 0;
+	}
+	return slot + 1;
 }
 
 /* The current thread's user stack, stored: from tables for targets that have them, else by the

@@ -26,6 +26,7 @@ checks=(
   "Go goroutine phases exact|phases::go_goroutine_phases_are_exact"
   "allocation totals exact|kernels::allocation_totals_exact"
   "dwarf stacks reach the entry (95%)|kernels::dwarf_stacks_reach_the_entry"
+  "exec loop: each cat's write walked from tables|kernels::exec_loop_stacks_from_tables"
 )
 tests=()
 for c in "${checks[@]}"; do tests+=("${c#*|}"); done

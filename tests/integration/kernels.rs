@@ -167,3 +167,30 @@ fn dwarf_stacks_reach_the_entry() {
     eprintln!("{whole}/{total} samples reach the entry; walks {walks}");
     assert!(total > 0 && whole as f64 >= 0.95 * total as f64);
 }
+
+// Checks a command that execs the same program again and again (a shell loop running Debian's
+// `cat`, without frame pointers, 30 times: what `record -- make` or a build script does) under
+// the default `auto`: each `cat`'s one `write` (its output, after its entry point) has a stack
+// walked from tables through `__libc_start_main` and named. The first `cat` stops at its exec; each later
+// one stops at its entry point, or on kernels with the task VMA iterator (6.7) runs on with
+// the block the kernel filled there from the tables already in: either way its tables are in
+// before its code runs. `record` returning at all says no `cat` was left stopped.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn exec_loop_stacks_from_tables() {
+    require_root!();
+    let _g = bpf_lock();
+    let out = scratch("k-execs").join("k-execs.phaseprof");
+    let script = "i=0; while [ $i -lt 30 ]; do cat /etc/hostname >/dev/null; i=$((i+1)); done";
+    let path = out.to_str().expect("UTF-8 path");
+    phaseprof_ok(&[
+        "record", "--events", "syscall", "-o", path, "--", "sh", "-c", script,
+    ]);
+    let (_, writes) = folded_event_share(&out, "syscall", |s| s.ends_with("syscall:write"));
+    let (_, whole) = folded_event_share(&out, "syscall", |s| {
+        // Debian's libc names it `__libc_start_main_impl`.
+        s.ends_with("syscall:write") && s.split(';').any(|f| f.starts_with("__libc_start_main"))
+    });
+    eprintln!("{whole} of {writes} writes of the 30 cats reach __libc_start_main");
+    assert_eq!((writes, whole), (30, 30));
+}

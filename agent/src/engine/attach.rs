@@ -116,7 +116,7 @@ impl Engine<'_> {
     pub fn remove_target(&self, pid: u32) {
         let _ = self.skel.maps.target_pids.delete(&pid.to_ne_bytes());
         let _ = self.skel.maps.unwind_pids.delete(&pid.to_ne_bytes());
-        self.unwant_entry(pid);
+        let _ = self.unwant_entry(pid);
     }
 
     /// Sends copies of `pid`'s user stack with its cpu samples and page faults, unwound in user
@@ -133,14 +133,11 @@ impl Engine<'_> {
     }
 
     /// Continues `pid`, stopped at its exec or entry point (SIGCONT; harmless if it is not).
-    /// Waits for the stop first (a few ms at most): a SIGCONT sent while our SIGSTOP is still
-    /// pending would cancel it, and the program would run on before its tables are in.
+    /// No need to wait for the stop: the programs' bpf_send_signal queues the SIGSTOP before
+    /// their event is written (from process context, not deferred), and a SIGCONT either ends
+    /// the stop or discards the stop still pending, which is as good: the caller has done
+    /// what the stop was for.
     pub fn resume(&self, pid: u32) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
-        let waiting = || matches!(crate::targets::process_state(pid), Some('R' | 'S' | 'D'));
-        while waiting() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
         // SAFETY: kill with a valid signal.
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
     }

@@ -17,6 +17,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{Link, MapCore, MapFlags};
 
 use super::attach::retire;
+use super::tables::program_file;
 use super::Engine;
 
 /// Programs whose entry-hold uprobe stays attached at once.
@@ -27,18 +28,9 @@ pub(super) struct EntryHolds {
     /// (device, inode, entry offset) -> the uprobe, oldest first.
     probes: HashMap<(u64, u64, u64), Link>,
     order: VecDeque<(u64, u64, u64)>,
-    /// Entry offsets of the programs seen, by (device, inode); None: not an ELF we can read.
+    /// Hold offsets of the programs seen (`x86::program_hold_offset`), by (device, inode);
+    /// None: not an ELF we can read.
     offsets: HashMap<(u64, u64), Option<u64>>,
-}
-
-/// The programs' key of a file (`struct program_file`): the kernel's dev_t (major << 20 |
-/// minor, not stat's encoding) and the inode.
-fn program_file(dev: u64, ino: u64) -> [u8; 16] {
-    let kernel_dev = (libc::major(dev) as u64) << 20 | libc::minor(dev) as u64;
-    let mut key = [0u8; 16];
-    key[..8].copy_from_slice(&kernel_dev.to_ne_bytes());
-    key[8..].copy_from_slice(&ino.to_ne_bytes());
-    key
 }
 
 impl Engine<'_> {
@@ -47,11 +39,10 @@ impl Engine<'_> {
     pub fn hold_at_entry(&mut self, pid: u32, exe: &std::path::Path) -> Result<()> {
         let meta = std::fs::metadata(exe).with_context(|| format!("{}", exe.display()))?;
         let file = (meta.dev(), meta.ino());
-        let offset = *self
-            .entry_holds
-            .offsets
-            .entry(file)
-            .or_insert_with(|| crate::targets::entry_offset(exe).ok());
+        let offset = *self.entry_holds.offsets.entry(file).or_insert_with(|| {
+            let entry = crate::targets::entry_offset(exe).ok()?;
+            Some(crate::x86::program_hold_offset(exe, entry))
+        });
         let Some(offset) = offset else {
             anyhow::bail!("{}: no entry point found", exe.display());
         };
@@ -96,13 +87,18 @@ impl Engine<'_> {
     }
 
     /// `pid` is not to stop at its entry point (the programs may have asked for it at its exec).
-    pub fn unwant_entry(&self, pid: u32) {
-        let _ = self.skel.maps.entry_wanted.delete(&pid.to_ne_bytes());
+    /// True if it was to: its new code mappings were not announced meanwhile.
+    pub fn unwant_entry(&self, pid: u32) -> bool {
+        self.skel
+            .maps
+            .entry_wanted
+            .delete(&pid.to_ne_bytes())
+            .is_ok()
     }
 
     /// Continues `pid`, stopped at its entry point; it no longer stops there.
     pub fn release_entry(&mut self, pid: u32) {
-        self.unwant_entry(pid);
+        let _ = self.unwant_entry(pid);
         self.resume(pid);
     }
 
@@ -119,7 +115,7 @@ impl Engine<'_> {
             if crate::targets::process_state(pid) == Some('T') {
                 self.release_entry(pid);
             } else {
-                self.unwant_entry(pid);
+                let _ = self.unwant_entry(pid);
             }
         }
         self.entry_holds.order.clear();

@@ -381,7 +381,10 @@ impl<'obj> Engine<'obj> {
                         pid: e.pid,
                         parent: e.ppid,
                     },
-                    types::target_event_kind::TEV_ENTRY => TargetEvent::Entry { pid: e.pid },
+                    types::target_event_kind::TEV_ENTRY => TargetEvent::Entry {
+                        pid: e.pid,
+                        block: e.ppid.checked_sub(1),
+                    },
                     types::target_event_kind::TEV_THREAD_EXIT => TargetEvent::ThreadExit {
                         tid: e.pid,
                         comm: String::from_utf8_lossy(&comm).into_owned(),

@@ -55,6 +55,20 @@ impl MappedArray {
         Ok(())
     }
 
+    /// Copies `out.len()` bytes from `at`.
+    pub(super) fn read(&self, at: usize, out: &mut [u8]) -> Result<()> {
+        if at.checked_add(out.len()).is_none_or(|end| end > self.len) {
+            bail!(
+                "{} bytes at {at} past the array's {} bytes",
+                out.len(),
+                self.len
+            );
+        }
+        // SAFETY: as in `write`; a program writing meanwhile leaves plain data.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(at), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
     /// Sets `bits` in the u64 at index `word`, atomically (the programs OR into it too).
     pub(super) fn fetch_or_u64(&self, word: usize, bits: u64) -> Result<()> {
         if (word + 1) * 8 > self.len {

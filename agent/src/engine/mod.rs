@@ -24,7 +24,8 @@ mod tables;
 
 pub use stats::StackUsage;
 pub use tables::{
-    TableMapping, DEFAULT_UNWIND_ROWS, MAX_UNWIND_BLOCKS, MAX_UNWIND_MAPPINGS, UNWIND_COUNTERS,
+    FileRowsInfo, TableMapping, DEFAULT_UNWIND_ROWS, ENTRY_BLOCKS, MAX_UNWIND_BLOCKS,
+    MAX_UNWIND_MAPPINGS, UNWIND_COUNTERS,
 };
 
 /// How to configure the programs before loading them.
@@ -163,9 +164,11 @@ pub enum TargetEvent {
     MapsChanged {
         pid: u32,
     },
-    /// A held command stopped at its entry point (see `Engine::hold_at_entry`).
+    /// A held command reached its entry point (see `Engine::hold_at_entry`): stopped there
+    /// (`block` None), or running on with an entry block the kernel filled (its slot).
     Entry {
         pid: u32,
+        block: Option<u32>,
     },
     /// A target's thread exited, named as it was then.
     ThreadExit {

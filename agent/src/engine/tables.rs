@@ -30,7 +30,103 @@ pub struct TableMapping {
     pub row_count: u32,
 }
 
+/// The programs' key of a file (`struct program_file`): the kernel's dev_t (major << 20 |
+/// minor, not stat's encoding) and the inode.
+pub(super) fn program_file(dev: u64, ino: u64) -> [u8; 16] {
+    let kernel_dev = (libc::major(dev) as u64) << 20 | libc::minor(dev) as u64;
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&kernel_dev.to_ne_bytes());
+    key[8..].copy_from_slice(&ino.to_ne_bytes());
+    key
+}
+
+/// Blocks a program's entry point fills itself (the last ENTRY_BLOCKS: see `file_rows`).
+pub const ENTRY_BLOCKS: u32 = limits::ENTRY_BLOCKS as u32;
+
+/// One file's rows in the kernel, as the entry point needs them (`struct file_rows`).
+pub struct FileRowsInfo<'a> {
+    /// (device, inode), as stat gives them.
+    pub file: (u64, u64),
+    pub row_start: u32,
+    pub row_count: u32,
+    pub base: u64,
+    /// Its loadable segments' (p_offset, p_vaddr).
+    pub segments: &'a [(u64, u64)],
+}
+
 impl Engine<'_> {
+    /// Tells the entry point where a file's rows are (see `uprobe__entry_hold`): a program
+    /// whose files all have theirs there runs on from its entry point with a block the
+    /// kernel fills. Segments past FILE_SEGMENTS are left out (their code: frame pointers
+    /// until user space installs its own block).
+    pub fn publish_file_rows(&self, f: &FileRowsInfo) -> Result<()> {
+        const PAGE: u64 = 0x1000;
+        let mut value = types::file_rows {
+            row_start: f.row_start,
+            row_count: f.row_count,
+            base: f.base,
+            ..Default::default()
+        };
+        let n = f.segments.len().min(value.seg_offset.len());
+        for (i, &(off, vaddr)) in f.segments[..n].iter().enumerate() {
+            value.seg_offset[i] = off & !(PAGE - 1);
+            value.seg_vaddr[i] = vaddr & !(PAGE - 1);
+        }
+        value.segments = n as u32;
+        self.skel
+            .maps
+            .file_rows
+            .update(
+                &program_file(f.file.0, f.file.1),
+                as_bytes(&value),
+                MapFlags::ANY,
+            )
+            .context("publishing a file's unwind rows")
+    }
+
+    /// Forgets every file's rows (the rows array starts afresh).
+    pub fn clear_file_rows(&self) {
+        let map = &self.skel.maps.file_rows;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        for k in keys {
+            let _ = map.delete(&k);
+        }
+    }
+
+    /// The mappings `pid`'s stacks are walked from now (an entry block the programs filled:
+    /// what it mapped, even once it is gone). None: not walked from tables.
+    pub fn unwind_block_of(&self, pid: u32) -> Option<Vec<TableMapping>> {
+        let bytes = self
+            .skel
+            .maps
+            .table_pids
+            .lookup(&pid.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        let t: types::unwind_target = pod(&bytes);
+        let array = self.unwind_mappings.as_ref()?;
+        let size = std::mem::size_of::<types::unwind_mapping>();
+        let count = (t.count as usize).min(MAX_UNWIND_MAPPINGS);
+        let mut out = Vec::with_capacity(count);
+        for i in 0..count {
+            let mut raw = vec![0u8; size];
+            array.read((t.first as usize + i) * size, &mut raw).ok()?;
+            let m: types::unwind_mapping = pod(&raw);
+            out.push(TableMapping {
+                start: m.start,
+                end: m.end,
+                bias: m.bias,
+                row_start: m.row_start,
+                row_count: m.row_count,
+            });
+        }
+        Some(out)
+    }
+
+    /// Frees entry block `slot` (its process has a block of ours now, or is gone).
+    pub fn free_entry_block(&self, slot: u32) {
+        let _ = self.skel.maps.entry_block_owner.delete(&slot.to_ne_bytes());
+    }
+
     /// Rows the kernel's array holds.
     pub fn unwind_rows_capacity(&self) -> u32 {
         self.rows.as_ref().map_or(0, |r| (r.len() / 8) as u32)

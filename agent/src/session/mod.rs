@@ -26,6 +26,17 @@ use stacks::Choice;
 
 const POLL: Duration = Duration::from_millis(20);
 
+/// How a target joined the session.
+#[derive(Clone, Copy, PartialEq)]
+enum Joined {
+    /// Found running (`-p`, a name that matched).
+    Attached,
+    /// Forked by a target.
+    Forked,
+    /// Forked by a target, and exec'd since (its exec is among the same events).
+    ForkedThenExec,
+}
+
 /// What a turn of `Session::run_until` reports to its caller.
 pub enum Turn {
     /// Events handled; the caller checks its own stop conditions.
@@ -222,12 +233,12 @@ impl<'obj> Session<'obj> {
 
     /// Records `pid` from now on, all its threads included, and caches its mappings.
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
-        self.add(pid, false)
+        self.add(pid, Joined::Attached)
     }
 
-    /// `add_target`; `forked`: a target's child the kernel made a target at its birth (its CPU
-    /// time counts from 0, not from a mark read now).
-    fn add(&mut self, pid: u32, forked: bool) -> Result<()> {
+    /// `add_target`, for a target found running or a target's child the kernel made a target at
+    /// its birth (its CPU time counts from 0, not from a mark read now).
+    fn add(&mut self, pid: u32, joined: Joined) -> Result<()> {
         if let Some((cfg, file)) = self.deferred_phases.take() {
             // Probes first, so the target's phases are seen from its first moment as a target.
             let mut plan = PhasePlan::default();
@@ -238,13 +249,16 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;
         }
-        self.sym.track(pid);
-        self.choose_unwind(pid, &targets::exe_link(pid), Choice::Running)?;
+        // A child that exec'd already (a shell's vfork) is read and walked for its new program
+        // by `exec_seen`; until then the kernel walks it as its parent.
+        if joined != Joined::ForkedThenExec {
+            self.sym.track(pid);
+            self.choose_unwind(pid, &targets::exe_link(pid), Choice::Running)?;
+        }
         self.engine.add_target(pid)?;
-        let mark = if forked {
-            0
-        } else {
-            targets::cpu_ns(std::iter::once(pid))
+        let mark = match joined {
+            Joined::Attached => targets::cpu_ns(std::iter::once(pid)),
+            Joined::Forked | Joined::ForkedThenExec => 0,
         };
         self.cpu_at_add.insert(pid, mark);
         let meta = self.agg.builder_mut().meta_mut();
@@ -304,12 +318,19 @@ impl<'obj> Session<'obj> {
                 .collect();
             for pid in held {
                 if targets::process_state(pid) == Some('T') {
-                    self.entry_reached(pid);
+                    self.entry_reached(pid, None);
                 }
             }
             self.maps_read = std::time::Instant::now();
         }
         let events = self.engine.poll_events(timeout);
+        let execs: BTreeSet<u32> = events
+            .iter()
+            .filter_map(|e| match e {
+                TargetEvent::Exec { pid, .. } => Some(*pid),
+                _ => None,
+            })
+            .collect();
         // Before the events: an exec or exit below makes the process's modules unknown.
         self.unwind_received();
         // New code mappings come in bursts (a loader maps each library's segments): each
@@ -319,7 +340,7 @@ impl<'obj> Session<'obj> {
             match ev {
                 TargetEvent::Exec { pid, stopped, .. } if !self.live.contains(&pid) => {
                     // A target we have not seen (its fork's event lost) is held all the same.
-                    self.engine.unwant_entry(pid);
+                    let _ = self.engine.unwant_entry(pid);
                     if stopped {
                         self.engine.resume(pid);
                     }
@@ -331,13 +352,12 @@ impl<'obj> Session<'obj> {
                 }
                 TargetEvent::Exec { pid, stopped, .. } => {
                     mapped.remove(&pid);
-                    self.sym.exec(pid);
                     // A new program: inspected afresh.
                     self.exec_seen(pid, stopped)?;
                 }
-                TargetEvent::Entry { pid } => {
+                TargetEvent::Entry { pid, block } => {
                     mapped.remove(&pid);
-                    self.entry_reached(pid);
+                    self.entry_reached(pid, block);
                 }
                 TargetEvent::ThreadExit { tid, comm } => {
                     self.exited_tids.push(tid);
@@ -349,7 +369,17 @@ impl<'obj> Session<'obj> {
                     mapped.insert(pid);
                 }
                 // The kernel made the child a target already; we add its mappings.
-                TargetEvent::Fork { pid, .. } => self.add(pid, true)?,
+                TargetEvent::Fork { pid, parent } => {
+                    // Told at the next poll, not at once (see the programs' `emit`): a child
+                    // gone by now ran its parent's code, in its parent's mappings.
+                    self.sym.inherit(pid, parent);
+                    let joined = if execs.contains(&pid) {
+                        Joined::ForkedThenExec
+                    } else {
+                        Joined::Forked
+                    };
+                    self.add(pid, joined)?
+                }
                 TargetEvent::Exit { pid } => {
                     // Its pid may be reused by an unrelated process: stop matching it.
                     if mapped.remove(&pid) {
@@ -371,12 +401,17 @@ impl<'obj> Session<'obj> {
             if self.hold_execs && self.engine.held_at_entry(pid) {
                 continue;
             }
-            self.sym.track(pid);
-            if let Some(w) = &mut self.walks {
-                w.maps_changed(&mut self.engine, pid, self.sym.vmas(pid));
-            }
+            self.maps_changed(pid);
         }
         Ok(())
+    }
+
+    /// `pid` mapped new code: its mappings are read again.
+    fn maps_changed(&mut self, pid: u32) {
+        self.sym.track(pid);
+        if let Some(w) = &mut self.walks {
+            w.maps_changed(&mut self.engine, pid, self.sym.vmas(pid));
+        }
     }
 
     /// The session loop of `record`, `attach` and the agent. Each turn handles process events

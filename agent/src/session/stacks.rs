@@ -70,6 +70,11 @@ impl Session<'_> {
     /// to its entry meanwhile, where everything goes in (its loader's first syscalls may be
     /// walked by frame pointers).
     pub(super) fn exec_seen(&mut self, pid: u32, stopped: bool) -> Result<()> {
+        self.sym.exec(pid);
+        // Held at its entry point, it is read there: its loader is mapping libraries now.
+        if !(self.hold_execs && !stopped && self.engine.held_at_entry(pid)) {
+            self.sym.track(pid);
+        }
         let exe = targets::exe_link(pid);
         let how = if self.hold_execs && !stopped {
             Choice::ExecHeld
@@ -83,8 +88,12 @@ impl Session<'_> {
         // The programs may have asked for a hold at the exec already: undone for other walks,
         // and where none can be set (an unreadable binary: its libraries' tables follow later).
         let tables = matches!(walk, Ok(Walk::Tables));
-        if !tables || self.engine.hold_at_entry(pid, &exe).is_err() {
-            self.engine.unwant_entry(pid);
+        // Its loader's mappings since the symbolizer read them were not announced (see the
+        // programs' sys_exit): read again.
+        if (!tables || self.engine.hold_at_entry(pid, &exe).is_err())
+            && self.engine.unwant_entry(pid)
+        {
+            self.maps_changed(pid);
         }
         if stopped {
             self.engine.resume(pid);
@@ -93,12 +102,30 @@ impl Session<'_> {
     }
 
     /// A held command reached its entry point: its libraries are mapped, their tables go in
-    /// before any of its code runs.
-    pub(super) fn entry_reached(&mut self, pid: u32) {
+    /// before any of its code runs. `entry_block`: it was not stopped, the kernel filled that
+    /// entry block for it from the tables in already; ours replaces it.
+    pub(super) fn entry_reached(&mut self, pid: u32, entry_block: Option<u32>) {
         self.sym.track(pid);
+        // Running on, it may be gone already (`cat` lives a millisecond): its code is named from
+        // what the programs wrote at its entry point.
+        if entry_block.is_some() && self.sym.vmas(pid).is_empty() {
+            if let Some(w) = &self.walks {
+                self.sym.know(pid, w.block_vmas(&self.engine, pid));
+            }
+        }
         if let Some(w) = &mut self.walks {
             w.entry_reached(&mut self.engine, pid, self.sym.vmas(pid));
         }
-        self.engine.release_entry(pid);
+        let Some(slot) = entry_block else {
+            self.engine.release_entry(pid);
+            return;
+        };
+        let _ = self.engine.unwant_entry(pid);
+        // Not walked from our tables after all (its mappings unreadable): not from the entry
+        // block either, which is free from now on.
+        if !self.walks.as_ref().is_some_and(|w| w.has_tables(pid)) {
+            let _ = self.engine.publish_unwind_block(pid, None);
+        }
+        self.engine.free_entry_block(slot);
     }
 }

@@ -149,17 +149,28 @@ impl BlazeSymbolizer {
         self.maps.vmas(pid)
     }
 
+    /// `pid`'s mappings, as known otherwise (it is gone): kept unless read already.
+    pub fn know(&mut self, pid: u32, vmas: Vec<Vma>) {
+        self.maps.know(pid, vmas);
+    }
+
+    /// `pid`, forked by `parent`, has its parent's mappings until it reads its own.
+    pub fn inherit(&mut self, pid: u32, parent: u32) {
+        self.maps.inherit(pid, parent);
+    }
+
     /// Reads (again) the mappings of `pid`. Call when a target appears or maps code.
     pub fn track(&mut self, pid: u32) {
         self.maps.refresh(pid);
         self.open_mapped_files(pid);
     }
 
-    /// `track` for a process that exec'd: files it could not be given before (its old
-    /// program's, or opened in a race with the exec) are tried again.
+    /// A process exec'd, its mappings to be read later (`track`): files it could not be given
+    /// before (its old program's, or opened in a race with the exec) are tried again.
+    /// Its old program's mappings go: they would name the new one's code.
     pub fn exec(&mut self, pid: u32) {
         self.files.forget(pid);
-        self.track(pid);
+        self.maps.forget(pid);
     }
 
     /// Opens `pid`'s mapped files while it lives (through its mappings themselves), so that its

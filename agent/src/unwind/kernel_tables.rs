@@ -11,8 +11,10 @@ use anyhow::{Context, Result};
 
 use super::process::mapped_vaddr;
 use super::table;
-use crate::engine::{Engine, TableMapping, MAX_UNWIND_BLOCKS, MAX_UNWIND_MAPPINGS};
-use crate::procmaps::{parse_maps, Vma};
+use crate::engine::{
+    Engine, FileRowsInfo, TableMapping, ENTRY_BLOCKS, MAX_UNWIND_BLOCKS, MAX_UNWIND_MAPPINGS,
+};
+use crate::procmaps::Vma;
 
 /// One file's rows in the kernel.
 struct FileRows {
@@ -21,6 +23,8 @@ struct FileRows {
     /// The table's base (a virtual address of the file): rows' pc = address - bias - base.
     base: u64,
     segments: Vec<(u64, u64)>,
+    /// The path it was mapped at, to name code of a process gone before its mappings were read.
+    path: String,
 }
 
 /// What the tables hold and cost, for the report and the bench.
@@ -56,9 +60,9 @@ impl KernelTables {
     /// Walks `pid`'s stacks from tables of its current mappings, compiling the files not yet in
     /// the kernel. A no-op when its mappings did not change since the last call.
     pub fn install(&mut self, engine: &mut Engine, pid: u32) -> Result<()> {
-        let text = crate::procmaps::read_maps(pid)
+        let vmas = crate::procmaps::read_vmas(pid)
             .with_context(|| format!("reading the mappings of pid {pid}"))?;
-        self.install_vmas(engine, pid, parse_maps(&text))
+        self.install_vmas(engine, pid, vmas)
     }
 
     /// `install` with `pid`'s mappings just read.
@@ -90,6 +94,38 @@ impl KernelTables {
         }
     }
 
+    /// The executable mappings `maps` (a block the programs filled at an entry point) stand
+    /// for, as far as our files tell: those with rows, whose file and offset they give back.
+    pub fn vmas_of(&self, maps: &[TableMapping]) -> Vec<Vma> {
+        const PAGE: u64 = 0x1000;
+        let mut out = Vec::new();
+        for m in maps.iter().filter(|m| m.row_count > 0) {
+            let file = self.files.iter().find_map(|(key, f)| {
+                f.as_ref()
+                    .filter(|f| f.row_start == m.row_start && f.row_count == m.row_count)
+                    .map(|f| (key, f))
+            });
+            let Some((&key, f)) = file else { continue };
+            // bias = start - vaddr + base: the segment mapped there gives the file offset.
+            let vaddr = m.start.wrapping_sub(m.bias).wrapping_add(f.base);
+            let offset = f
+                .segments
+                .iter()
+                .find(|&&(_, v)| v & !(PAGE - 1) == vaddr)
+                .map(|&(off, _)| off & !(PAGE - 1));
+            if let Some(offset) = offset {
+                out.push(Vma {
+                    start: m.start,
+                    end: m.end,
+                    offset,
+                    path: f.path.clone(),
+                    inode: Some(key),
+                });
+            }
+        }
+        out
+    }
+
     /// Whether `pid` is walked from tables.
     pub fn has(&self, pid: u32) -> bool {
         self.targets.contains_key(&pid)
@@ -110,10 +146,11 @@ impl KernelTables {
         if let Some(b) = self.free_blocks.pop() {
             return Ok(b);
         }
+        // The last ENTRY_BLOCKS are the programs' own (see `Engine::publish_file_rows`).
         anyhow::ensure!(
-            self.blocks_used < MAX_UNWIND_BLOCKS,
+            self.blocks_used < MAX_UNWIND_BLOCKS - ENTRY_BLOCKS,
             "more than {} processes walked from unwind tables",
-            MAX_UNWIND_BLOCKS / 2
+            (MAX_UNWIND_BLOCKS - ENTRY_BLOCKS) / 2
         );
         self.blocks_used += 1;
         Ok(self.blocks_used - 1)
@@ -161,7 +198,18 @@ impl KernelTables {
                     };
                     let key = (meta.dev(), meta.ino());
                     if !self.files.contains_key(&key) {
-                        let rows = self.load_file(engine, &crate::target_files::fd_path(&file))?;
+                        let mut rows =
+                            self.load_file(engine, &crate::target_files::fd_path(&file))?;
+                        if let Some(f) = &mut rows {
+                            f.path = vma.path.clone();
+                            let _ = engine.publish_file_rows(&FileRowsInfo {
+                                file: key,
+                                row_start: f.row_start,
+                                row_count: f.row_count,
+                                base: f.base,
+                                segments: &f.segments,
+                            });
+                        }
                         self.files.insert(key, rows);
                     }
                     key
@@ -210,6 +258,7 @@ impl KernelTables {
             row_count: n,
             base: t.base,
             segments: t.segments,
+            path: String::new(),
         };
         self.next_row += n;
         self.loaded_since_rebuild += 1;
@@ -239,6 +288,7 @@ impl KernelTables {
             }
         }
         self.files.clear();
+        engine.clear_file_rows();
         self.next_row = 0;
         for p in others {
             if self.install(engine, p).is_err() {

@@ -8,7 +8,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 
-use crate::procmaps::{parse_maps, Vma};
+use crate::procmaps::Vma;
 
 /// Registers and stack memory of one sample.
 pub struct StackCopy<'a> {
@@ -51,9 +51,9 @@ impl ProcessUnwinder {
     /// The executable and libraries mapped by `pid` (read through `/proc/PID/root`, so
     /// containers' files are found).
     pub fn for_pid(pid: u32) -> Result<Self> {
-        let maps = crate::procmaps::read_maps(pid)
+        let vmas = crate::procmaps::read_vmas(pid)
             .with_context(|| format!("reading the mappings of pid {pid}"))?;
-        Ok(Self::from_mappings(&parse_maps(&maps), |vma| {
+        Ok(Self::from_mappings(&vmas, |vma| {
             crate::target_files::open_mapped(pid, vma)
         }))
     }

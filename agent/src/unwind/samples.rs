@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::process::{ProcessUnwinder, StackCopy};
-use crate::procmaps::{parse_maps, Vma};
+use crate::procmaps::Vma;
 use crate::window::{RawCpu, RawStackSample};
 
 /// After re-reading a process's mappings found nothing new, they are not re-read for this long
@@ -41,8 +41,9 @@ pub struct SampleUnwinder {
 /// The executable mappings of a live process; None once it has exited (a zombie's maps read
 /// empty: keep what was read while it lived).
 fn read_vmas(pid: u32) -> Option<Vec<Vma>> {
-    let text = crate::procmaps::read_maps(pid).ok()?;
-    Some(parse_maps(&text)).filter(|v| !v.is_empty())
+    crate::procmaps::read_vmas(pid)
+        .ok()
+        .filter(|v| !v.is_empty())
 }
 
 impl SampleUnwinder {

@@ -103,6 +103,20 @@ impl StackWalks {
         }
     }
 
+    /// The executable mappings of `pid` as the block it is walked from gives them (the one
+    /// the programs filled at its entry point, for a process gone before we read its own).
+    pub fn block_vmas(&self, engine: &Engine, pid: u32) -> Vec<Vma> {
+        engine
+            .unwind_block_of(pid)
+            .map(|maps| self.tables.vmas_of(&maps))
+            .unwrap_or_default()
+    }
+
+    /// Whether `pid` is walked from a block of tables of ours.
+    pub fn has_tables(&self, pid: u32) -> bool {
+        self.tables.has(pid)
+    }
+
     /// `pid` mapped new code (an mmap with PROT_EXEC was seen).
     /// `vmas`: its executable mappings, just read.
     pub fn maps_changed(&mut self, engine: &mut Engine, pid: u32, vmas: &[Vma]) {
