@@ -455,7 +455,10 @@ static __always_inline void add_syscall(struct syscall_key *key, __u64 count, __
  * hold) or at its next poll, within 20 ms (`LATER`: exits). A wake-up costs the event's thread
  * an IPI, which in a VM is a VM exit: the fork, exec and exit programs measured ~14 us each
  * with one, ~2 us without, here. */
-enum wake { LATER, URGENT };
+enum wake {
+	LATER,
+	URGENT
+};
 
 static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid, enum wake wake)
 {
@@ -474,7 +477,7 @@ static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid, enum wake wa
 	__u64 avail = bpf_ringbuf_query(&target_events, BPF_RB_AVAIL_DATA);
 	__u64 size = bpf_ringbuf_query(&target_events, BPF_RB_RING_SIZE);
 	bpf_ringbuf_submit(e, wake == URGENT || avail > size / 4 ? BPF_RB_FORCE_WAKEUP
-								  : BPF_RB_NO_WAKEUP);
+								 : BPF_RB_NO_WAKEUP);
 }
 
 /*

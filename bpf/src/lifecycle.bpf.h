@@ -26,9 +26,11 @@ static __always_inline int on_fork(struct task_struct *parent, struct task_struc
 	__u32 *copy = bpf_map_lookup_elem(&unwind_pids, &ptgid);
 	if (copy)
 		bpf_map_update_elem(&unwind_pids, &ctgid, copy, BPF_ANY);
-	/* Same mappings as the parent's until it execs or maps more: the parent's tables. */
+	/* Same mappings as the parent's until it execs or maps more: the parent's tables. Not an
+	 * entry block (see fill_entry_block): user space frees it for another program once the
+	 * parent has a block of ours, and the child has frame pointers until it gets its own. */
 	struct unwind_target *tables = bpf_map_lookup_elem(&table_pids, &ptgid);
-	if (tables)
+	if (tables && tables->first < (MAX_UNWIND_BLOCKS - ENTRY_BLOCKS) * MAX_UNWIND_MAPPINGS)
 		bpf_map_update_elem(&table_pids, &ctgid, tables, BPF_ANY);
 	emit(TEV_FORK, ctgid, ptgid, URGENT);
 	return 0;

@@ -367,7 +367,7 @@ static __always_inline __u32 fill_entry_block(__u32 tgid)
 		n++;
 	}
 	bpf_iter_task_vma_destroy(&it);
-	struct unwind_target t = { .first = first, .count = n };
+	struct unwind_target t = {.first = first, .count = n};
 	if (!complete || !n || bpf_map_update_elem(&table_pids, &tgid, &t, BPF_ANY)) {
 		bpf_map_delete_elem(&entry_block_owner, &slot);
 		return 0;

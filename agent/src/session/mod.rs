@@ -370,8 +370,8 @@ impl<'obj> Session<'obj> {
                 }
                 // The kernel made the child a target already; we add its mappings.
                 TargetEvent::Fork { pid, parent } => {
-                    // Told at the next poll, not at once (see the programs' `emit`): a child
-                    // gone by now ran its parent's code, in its parent's mappings.
+                    // A child gone by now (or exec'd: its mappings are read for its new
+                    // program) ran its parent's code, in its parent's mappings.
                     self.sym.inherit(pid, parent);
                     let joined = if execs.contains(&pid) {
                         Joined::ForkedThenExec

@@ -218,6 +218,34 @@ mod tests {
         );
     }
 
+    // Checks where a program stops at its entry: glibc's `_start` (as Debian's `cat` has it) at
+    // its first `push`, after register moves only; code that calls or makes a system call
+    // before any instruction the kernel emulates, at the entry itself.
+    #[test]
+    fn program_holds_at_the_first_emulated_instruction() {
+        let at = |code: &[u8]| {
+            let path = std::env::temp_dir().join(format!("pp-hold-{}", std::process::id()));
+            let mut bytes = vec![0x90u8; 16];
+            bytes.extend_from_slice(code);
+            bytes.resize(16 + 64, 0xf4);
+            std::fs::write(&path, &bytes).unwrap();
+            let off = program_hold_offset(&path, 16);
+            std::fs::remove_file(&path).unwrap();
+            off - 16
+        };
+        // xor ebp,ebp; mov r9,rdx; pop rsi; mov rdx,rsp; and rsp,-16; push rax
+        let start = [
+            0x31, 0xed, 0x49, 0x89, 0xd1, 0x5e, 0x48, 0x89, 0xe2, 0x48, 0x83, 0xe4, 0xf0, 0x50,
+        ];
+        assert_eq!(at(&start), 13);
+        // mov eax,60; syscall; push rax
+        assert_eq!(at(&[0xb8, 0x3c, 0, 0, 0, 0x0f, 0x05, 0x50]), 0);
+        // call *[rip+0]; push rax
+        assert_eq!(at(&[0xff, 0x15, 0, 0, 0, 0, 0x50]), 0);
+        // jmp rel32 (Go's _rt0_amd64_linux): emulated, so the entry itself
+        assert_eq!(at(&[0xe9, 0, 0, 0, 0]), 0);
+    }
+
     // Checks return-instruction decoding on a real function of this test binary.
     #[test]
     fn finds_return_instructions() {
