@@ -182,10 +182,10 @@ impl ProcMaps {
         }
     }
 
-    /// `pid`'s mappings as known otherwise, unless read already.
+    /// `pid`'s mappings as known otherwise, until read again.
     pub fn know(&mut self, pid: u32, vmas: Vec<Vma>) {
         if !vmas.is_empty() {
-            self.by_pid.entry(pid).or_insert(vmas);
+            self.by_pid.insert(pid, vmas);
         }
     }
 

@@ -89,9 +89,15 @@ int raw_tp__sched_process_exec(struct bpf_raw_tracepoint_args *ctx)
 		*state = TARGET_ACTIVE;
 	/* ppid of the event: 1 when stopped here (user space continues it). */
 	__u32 stopped = 0;
-	if (state && hold_execs && !hold_at_entry_only(ctx, tgid)) {
-		hold_thread();
-		stopped = 1;
+	if (state && hold_execs) {
+		if (hold_at_entry_only(ctx, tgid))
+			/* Its old program's block: frame pointers until its entry point has one (user
+			 * space may see this exec only after that, and must not undo it then). */
+			bpf_map_delete_elem(&table_pids, &tgid);
+		else {
+			hold_thread();
+			stopped = 1;
+		}
 	}
 	if (notify_exec || state)
 		emit(TEV_EXEC, tgid, stopped, URGENT);

@@ -367,6 +367,12 @@ static __always_inline __u32 fill_entry_block(__u32 tgid)
 		n++;
 	}
 	bpf_iter_task_vma_destroy(&it);
+	/* Ends the block for user space, which reads it by its slot (Engine::entry_block). */
+	__u32 end = first + n;
+	struct unwind_mapping *past =
+		n < MAX_UNWIND_MAPPINGS ? bpf_map_lookup_elem(&unwind_mappings, &end) : NULL;
+	if (past)
+		past->start = past->end = 0;
 	struct unwind_target t = {.first = first, .count = n};
 	if (!complete || !n || bpf_map_update_elem(&table_pids, &tgid, &t, BPF_ANY)) {
 		bpf_map_delete_elem(&entry_block_owner, &slot);

@@ -93,24 +93,24 @@ impl Engine<'_> {
         }
     }
 
-    /// The mappings `pid`'s stacks are walked from now (an entry block the programs filled:
-    /// what it mapped, even once it is gone). None: not walked from tables.
-    pub fn unwind_block_of(&self, pid: u32) -> Option<Vec<TableMapping>> {
-        let bytes = self
-            .skel
-            .maps
-            .table_pids
-            .lookup(&pid.to_ne_bytes(), MapFlags::ANY)
-            .ok()??;
-        let t: types::unwind_target = pod(&bytes);
-        let array = self.unwind_mappings.as_ref()?;
+    /// The mappings the programs wrote into entry block `slot` (for a process gone before we
+    /// read its own): up to the first empty one, which ends them.
+    pub fn entry_block(&self, slot: u32) -> Vec<TableMapping> {
+        let Some(array) = self.unwind_mappings.as_ref() else {
+            return Vec::new();
+        };
+        let first = (MAX_UNWIND_BLOCKS - ENTRY_BLOCKS + slot) as usize * MAX_UNWIND_MAPPINGS;
         let size = std::mem::size_of::<types::unwind_mapping>();
-        let count = (t.count as usize).min(MAX_UNWIND_MAPPINGS);
-        let mut out = Vec::with_capacity(count);
-        for i in 0..count {
-            let mut raw = vec![0u8; size];
-            array.read((t.first as usize + i) * size, &mut raw).ok()?;
+        let mut out = Vec::new();
+        let mut raw = vec![0u8; size];
+        for i in 0..MAX_UNWIND_MAPPINGS {
+            if array.read((first + i) * size, &mut raw).is_err() {
+                break;
+            }
             let m: types::unwind_mapping = pod(&raw);
+            if m.start == 0 && m.end == 0 {
+                break;
+            }
             out.push(TableMapping {
                 start: m.start,
                 end: m.end,
@@ -119,7 +119,7 @@ impl Engine<'_> {
                 row_count: m.row_count,
             });
         }
-        Some(out)
+        out
     }
 
     /// Frees entry block `slot` (its process has a block of ours now, or is gone).

@@ -105,14 +105,12 @@ impl Session<'_> {
     /// before any of its code runs. `entry_block`: it was not stopped, the kernel filled that
     /// entry block for it from the tables in already; ours replaces it.
     pub(super) fn entry_reached(&mut self, pid: u32, entry_block: Option<u32>) {
-        self.sym.track(pid);
         // Running on, it may be gone already (`cat` lives a millisecond): its code is named from
-        // what the programs wrote at its entry point.
-        if entry_block.is_some() && self.sym.vmas(pid).is_empty() {
-            if let Some(w) = &self.walks {
-                self.sym.know(pid, w.block_vmas(&self.engine, pid));
-            }
+        // what the programs wrote at its entry point, unless read again now.
+        if let (Some(slot), Some(w)) = (entry_block, &self.walks) {
+            self.sym.know(pid, w.entry_block_vmas(&self.engine, slot));
         }
+        self.sym.track(pid);
         if let Some(w) = &mut self.walks {
             w.entry_reached(&mut self.engine, pid, self.sym.vmas(pid));
         }

@@ -149,7 +149,7 @@ impl BlazeSymbolizer {
         self.maps.vmas(pid)
     }
 
-    /// `pid`'s mappings, as known otherwise (it is gone): kept unless read already.
+    /// `pid`'s mappings, as known otherwise (it may be gone), until read again.
     pub fn know(&mut self, pid: u32, vmas: Vec<Vma>) {
         self.maps.know(pid, vmas);
     }

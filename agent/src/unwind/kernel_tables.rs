@@ -94,6 +94,13 @@ impl KernelTables {
         }
     }
 
+    /// `forget`, the kernel no longer pointing `pid` at our block (it dropped it at an exec).
+    pub fn forget_block(&mut self, pid: u32) {
+        if let Some((block, _)) = self.targets.remove(&pid) {
+            self.free_blocks.push(block);
+        }
+    }
+
     /// The executable mappings `maps` (a block the programs filled at an entry point) stand
     /// for, as far as our files tell: those with rows, whose file and offset they give back.
     pub fn vmas_of(&self, maps: &[TableMapping]) -> Vec<Vma> {

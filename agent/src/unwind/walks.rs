@@ -80,7 +80,13 @@ impl StackWalks {
         vmas: Option<&[Vma]>,
     ) -> Result<(Walk, String)> {
         self.copies.forget(pid);
-        self.tables.forget(engine, pid);
+        if vmas.is_none() {
+            // To be read at its entry point: the programs dropped its old block at the exec,
+            // and may have filled an entry block since, which must stay.
+            self.tables.forget_block(pid);
+        } else {
+            self.tables.forget(engine, pid);
+        }
         let chosen = self.choose(engine, pid, exe, vmas)?;
         if vmas.is_none() && chosen.0 == Walk::Tables {
             self.tables_later.insert(pid);
@@ -103,13 +109,10 @@ impl StackWalks {
         }
     }
 
-    /// The executable mappings of `pid` as the block it is walked from gives them (the one
-    /// the programs filled at its entry point, for a process gone before we read its own).
-    pub fn block_vmas(&self, engine: &Engine, pid: u32) -> Vec<Vma> {
-        engine
-            .unwind_block_of(pid)
-            .map(|maps| self.tables.vmas_of(&maps))
-            .unwrap_or_default()
+    /// The executable mappings the programs wrote into entry block `slot` at a process's
+    /// entry point (for a process gone before we read its own).
+    pub fn entry_block_vmas(&self, engine: &Engine, slot: u32) -> Vec<Vma> {
+        self.tables.vmas_of(&engine.entry_block(slot))
     }
 
     /// Whether `pid` is walked from a block of tables of ours.
