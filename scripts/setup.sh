@@ -35,6 +35,19 @@ command -v cargo >/dev/null 2>&1 || {
   exit 1
 }
 
+# rust-toolchain.toml names the toolchain by version; a machine whose `stable` is that version
+# gets it under that name rather than downloaded again (rustup itself installs it otherwise).
+# `rustup toolchain link` refuses version names, so the link is made by hand, as rustup lays out.
+if command -v rustup >/dev/null 2>&1; then
+  pinned=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
+  host=$(rustc +stable -vV 2>/dev/null | sed -n 's/^host: //p')
+  toolchains="$(rustup show home)/toolchains"
+  if [ -n "$host" ] && [ ! -e "$toolchains/$pinned-$host" ] &&
+    rustc +stable --version | grep -q "^rustc $pinned "; then
+    ln -s "$(rustc +stable --print sysroot)" "$toolchains/$pinned-$host"
+  fi
+fi
+
 # The lint and format gates of scripts/test.sh.
 if command -v rustup >/dev/null 2>&1; then
   for c in clippy rustfmt; do

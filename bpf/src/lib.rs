@@ -7,6 +7,7 @@
 #[allow(
     clippy::all,
     clippy::undocumented_unsafe_blocks,
+    clippy::too_many_lines,
     unsafe_op_in_unsafe_fn
 )]
 #[allow(

@@ -9,6 +9,7 @@ pub mod pages;
 pub mod rows;
 pub mod sqlite;
 pub mod store;
+pub mod store_error;
 pub mod tls;
 pub mod tokens;
 

@@ -8,23 +8,7 @@ use serde::Serialize;
 
 use crate::rows::{Aggregate, Dictionary, Merged, Stored, WindowRows};
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("storage: {0}")]
-    Backend(String),
-    #[error("a stored window does not decode: {0}")]
-    Corrupt(String),
-}
-
-impl StoreError {
-    /// The same error again (one batch's failure answers each of its windows).
-    pub fn duplicate(&self) -> StoreError {
-        match self {
-            StoreError::Backend(s) => StoreError::Backend(s.clone()),
-            StoreError::Corrupt(s) => StoreError::Corrupt(s.clone()),
-        }
-    }
-}
+pub use crate::store_error::StoreError;
 
 /// Which windows a query wants: every label given must match, and the window must start in
 /// `[from_ns, to_ns)`.

@@ -307,28 +307,6 @@ pub fn write_diff_svg(
     Ok(())
 }
 
-/// Golden files for the workspace's tests (flamegraphs here, the views' outputs in
-/// phaseprof-view): what a test produced, compared with a file in the repository.
-#[doc(hidden)]
-pub mod golden {
-    /// Compares `got` with the file at `path`, or writes it there when PHASEPROF_BLESS is set
-    /// (after an intended change; review the diff).
-    pub fn check(path: &std::path::Path, got: &str) {
-        if std::env::var_os("PHASEPROF_BLESS").is_some() {
-            std::fs::create_dir_all(path.parent().expect("a file in a directory")).unwrap();
-            std::fs::write(path, got).unwrap();
-            return;
-        }
-        let want = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("{}: {e} (PHASEPROF_BLESS=1 writes it)", path.display()));
-        assert!(
-            want == got,
-            "{} differs (PHASEPROF_BLESS=1 rewrites it); got:\n{got}",
-            path.display()
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,7 +387,7 @@ mod tests {
     fn golden(name: &str, got: &str) {
         let dir =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/flamegraphs");
-        crate::golden::check(&dir.join(name), got);
+        phaseprof_testkit::golden::check(&dir.join(name), got);
     }
 
     // Checks the rendered flame, icicle and differential graphs against golden files.

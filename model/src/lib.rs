@@ -21,6 +21,7 @@ pub mod syscall_spread;
 pub mod threads;
 pub mod units;
 pub mod unwind_info;
+pub mod weighted;
 pub mod window_limits;
 
 pub use build::{PhaseAt, ProfileBuilder};
@@ -34,6 +35,7 @@ pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use profile::*;
 pub use summary::Summary;
 pub use unwind_info::{TableInfo, UnwindInfo, WalkCounts};
+pub use weighted::{in_phase, Weighted};
 
 /// The name of x86_64 syscall `nr`, or `syscall_<nr>` for numbers this build does not know.
 pub fn syscall_name(nr: u32) -> String {

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::profile::{in_phase, EventKind, Profile, Weighted};
+use crate::profile::{EventKind, Profile};
+use crate::weighted::{in_phase, Weighted};
 
 /// What a thread or a process did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -11,7 +11,7 @@ use crate::report::{write_report, ReportOptions};
 /// Compares `got` with `view/tests/data/<name>` (PHASEPROF_BLESS=1 rewrites it).
 fn golden(name: &str, got: &str) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    phaseprof_flamegraphs::golden::check(&dir.join(name), got);
+    phaseprof_testkit::golden::check(&dir.join(name), got);
 }
 
 fn report(json: bool) -> String {

@@ -8,7 +8,7 @@ use phaseprof_model::phase_stats::PhaseStats;
 use serde::{Deserialize, Serialize};
 
 use super::{Aggregate, Head, SampleKey, SampleVals, StackRow, KIND_ALLOC};
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 const VERSION: u8 = 1;
 

@@ -1,0 +1,161 @@
+//! A profile's samples as weighted stacks, one shape for every event kind: what flamegraphs,
+//! tables and exports read.
+use crate::frames::display_name;
+use crate::profile::{EventKind, Profile, PHASE_NONE};
+
+/// Whether an event of innermost phase `p` and phase set `mask` counts for a `want`ed phase
+/// (None: every event): inside it, or inside a phase nested in it; `(none)` only outside all.
+pub fn in_phase(want: Option<u32>, p: u32, mask: u64) -> bool {
+    want.is_none_or(|want| {
+        if want == PHASE_NONE {
+            p == PHASE_NONE
+        } else {
+            want == p || (want < 64 && mask & (1u64 << want) != 0)
+        }
+    })
+}
+
+/// A stack with a value, for one event kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Weighted {
+    /// The process, and the thread (0 where the kind is counted per process: allocations).
+    pub pid: u32,
+    pub tid: u32,
+    /// Frame indices, leaf first.
+    pub frames: Vec<u32>,
+    /// A synthetic leaf to show above `frames` (the syscall name for syscall stacks).
+    pub leaf_label: Option<String>,
+    pub phase: u32,
+    pub phase_mask: u64,
+    pub value: u64,
+}
+
+impl Profile {
+    fn stack_frames(&self, stack: u32) -> Vec<u32> {
+        self.stacks
+            .get(stack as usize)
+            .map(|s| s.frames.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every stack of `kind` with its value, optionally only those recorded inside `phase`
+    /// (inclusive: also while a phase nested in it was running).
+    pub fn weighted_stacks(&self, kind: EventKind, phase: Option<u32>) -> Vec<Weighted> {
+        let keep = |p: u32, mask: u64| in_phase(phase, p, mask);
+        match kind {
+            EventKind::Cpu => self
+                .cpu
+                .iter()
+                .filter(|s| keep(s.phase, s.phase_mask))
+                .map(|s| Weighted {
+                    pid: s.pid,
+                    tid: s.tid,
+                    frames: self.stack_frames(s.stack),
+                    leaf_label: None,
+                    phase: s.phase,
+                    phase_mask: s.phase_mask,
+                    value: s.count,
+                })
+                .collect(),
+            EventKind::Offcpu => self
+                .offcpu
+                .iter()
+                .filter(|s| keep(s.phase, s.phase_mask))
+                .map(|s| Weighted {
+                    pid: s.pid,
+                    tid: s.tid,
+                    frames: self.stack_frames(s.stack),
+                    leaf_label: None,
+                    phase: s.phase,
+                    phase_mask: s.phase_mask,
+                    value: s.ns,
+                })
+                .collect(),
+            EventKind::Syscall => {
+                // Sampled stacks stand for the syscalls of their kind that were not sampled.
+                let counts = match self.meta.syscall_stack_every {
+                    0 | 1 => self.syscalls.iter().map(|s| s.count).collect(),
+                    _ => crate::syscall_spread::counts_by_stack(&self.syscalls, |st| {
+                        let frames = self.stack_frames(st);
+                        let frame = |f: &u32| self.frames.get(*f as usize);
+                        frames.iter().filter_map(frame).collect::<Vec<_>>()
+                    }),
+                };
+                self.syscalls
+                    .iter()
+                    .zip(counts)
+                    .filter(|(s, n)| keep(s.phase, s.phase_mask) && *n > 0)
+                    .map(|(s, n)| Weighted {
+                        pid: s.pid,
+                        tid: s.tid,
+                        frames: s.stack.map(|st| self.stack_frames(st)).unwrap_or_default(),
+                        leaf_label: Some(format!("syscall:{}", s.name)),
+                        phase: s.phase,
+                        phase_mask: s.phase_mask,
+                        value: n,
+                    })
+                    .collect()
+            }
+            EventKind::Alloc => self
+                .allocs
+                .iter()
+                .filter(|s| keep(s.phase, s.phase_mask))
+                .map(|s| Weighted {
+                    pid: s.pid,
+                    tid: 0,
+                    frames: self.stack_frames(s.stack),
+                    leaf_label: None,
+                    phase: s.phase,
+                    phase_mask: s.phase_mask,
+                    value: s.bytes,
+                })
+                .collect(),
+            EventKind::Pagefault => self
+                .page_faults
+                .iter()
+                .filter(|s| keep(s.phase, s.phase_mask))
+                .map(|s| Weighted {
+                    pid: s.pid,
+                    tid: s.tid,
+                    frames: self.stack_frames(s.stack),
+                    leaf_label: None,
+                    phase: s.phase,
+                    phase_mask: s.phase_mask,
+                    value: s.count,
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether any frame of `stack` (a function name, inlined frames included) matches `pred`.
+    pub fn stack_has_frame(&self, stack: u32, pred: impl Fn(&str) -> bool) -> bool {
+        self.stacks.get(stack as usize).is_some_and(|s| {
+            s.frames
+                .iter()
+                .filter_map(|&f| self.frames.get(f as usize))
+                .any(|f| pred(&f.function))
+        })
+    }
+
+    /// Frame names of a weighted stack, root first, with its synthetic leaf last.
+    pub fn names_root_first(&self, w: &Weighted) -> Vec<String> {
+        let mut names: Vec<String> = w
+            .frames
+            .iter()
+            .rev()
+            .map(|&f| {
+                self.frames
+                    .get(f as usize)
+                    .map(display_name)
+                    .unwrap_or_else(|| "[bad frame]".into())
+            })
+            .collect();
+        if let Some(label) = &w.leaf_label {
+            names.push(label.clone());
+        }
+        if names.is_empty() {
+            names.push("[no stack]".into());
+        }
+        names
+    }
+}
