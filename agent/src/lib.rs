@@ -4,15 +4,16 @@
 
 pub mod aggregate;
 pub mod alloc;
-pub mod attach;
 pub mod cli;
 pub mod command;
 pub mod elf;
 pub mod engine;
 pub mod fleet;
+pub mod live_server;
 pub mod perf_events;
 pub mod phases;
 pub mod preflight;
+pub mod probe_costs;
 pub mod procmaps;
 pub mod record;
 pub mod session;

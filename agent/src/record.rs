@@ -209,8 +209,6 @@ pub fn open_session<'obj>(
     };
     meta.notes
         .insert("phaseprof_version".into(), env!("CARGO_PKG_VERSION").into());
-    meta.notes
-        .insert("sched_switch".into(), format!("{:?}", engine.flavour));
     let mut session = Session::new(engine, meta, &plan, opts.verbose);
     session.resolve_phases_on_first_target(deferred);
     session.unwind_stacks(
@@ -270,9 +268,8 @@ fn record_into(
     if opts.verbose {
         let e = session.engine();
         eprintln!(
-            "phaseprof: probes attached in {:.1} ms (sched_switch via {:?}, {} cpus sampled at {} Hz)",
+            "phaseprof: probes attached in {:.1} ms ({} cpus sampled at {} Hz)",
             attach_time.as_secs_f64() * 1e3,
-            e.flavour,
             e.cpus,
             engine_cfg.freq_hz
         );

@@ -60,7 +60,7 @@ pub struct RawCpu {
 }
 
 /// A cpu sample or page fault of a target whose user stack is unwound in user space
-/// (`--unwind dwarf`): its user registers and a copy of its stack, to become a [`RawCpu`] (of
+/// (`--unwind copy`): its user registers and a copy of its stack, to become a [`RawCpu`] (of
 /// `RawWindow::cpu` or `page_faults`) once unwound.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawStackSample {

@@ -345,7 +345,7 @@ enum stack_slot {
 };
 
 /*
- * User stacks unwound in user space (--unwind dwarf, for code without frame pointers): a cpu
+ * User stacks unwound in user space (--unwind copy, for code without frame pointers): a cpu
  * sample (or page fault) of such a target is sent through `stack_samples` as this header followed by
  * `stack_copy_bytes` (+ STACK_COPY_SLACK, for the verifier) bytes of which the first `len` are the user
  * stack from `sp` up. The stack is read in STACK_COPY_CHUNK pieces aligned to their size (so none

@@ -185,9 +185,9 @@ struct {
 	__type(value, struct thread_phase);
 } thread_phases SEC(".maps");
 
-/* The target thread that last switched in on this CPU, until its own next event reads it (task
- * storage of `next` cannot be reached from the raw_tp flavour of sched_switch, and a thread's
- * slice only matters once it does something on this CPU, where it stays until it switches out). */
+/* The target thread that last switched in on this CPU, until its own next event reads it (a
+ * per-CPU slot serves kernels without task storage alike, and a thread's slice only matters
+ * once it does something on this CPU, where it stays until it switches out). */
 struct switch_in {
 	__u32 tid;
 	__u32 pad;

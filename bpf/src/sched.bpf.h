@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Off-CPU time at sched_switch (tp_btf, or raw_tp on kernels without it). Part of phaseprof.bpf.c (one object). */
+/* Off-CPU time at sched_switch (tp_btf). Part of phaseprof.bpf.c (one object). */
 #ifndef PHASEPROF_SCHED_BPF_H
 #define PHASEPROF_SCHED_BPF_H
 
@@ -85,17 +85,10 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 		phases_add_time(key.phase_mask, PF_OFFCPU, delta);
 }
 
-/* Twins: tp_btf where BTF-typed tracepoints load, raw_tp otherwise. User space
- * picks one with a load probe and disables the other. */
+/* tp_btf: typed arguments, cheaper than raw_tp; every kernel with the BTF that CO-RE needs
+ * takes it. */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(tp_btf__sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	on_switch(ctx, prev, next);
-	return 0;
-}
-
-SEC("raw_tp/sched_switch")
-int BPF_PROG(raw_tp__sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	on_switch(ctx, prev, next);
 	return 0;

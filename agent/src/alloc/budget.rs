@@ -2,10 +2,7 @@
 //! that keeps it inside a budget (`--alloc-budget 1%`).
 use std::time::Duration;
 
-/// Measured cost of one allocator probe hit on these machines (target/release/bench --only
-/// alloc: a malloc+free pair with the chosen placement costs three hits, 1,122 ns each, over the
-/// bare pair; see README "Performance"). A hit is an entry, a return or a free.
-pub const NS_PER_HIT: f64 = 1100.0;
+use crate::probe_costs::ALLOC_HIT_NS as NS_PER_HIT;
 
 /// The targets' own CPU time: `cpu_ns` measured (which includes the time spent in probes) less
 /// the estimated time of `hits` probe hits.

@@ -108,11 +108,6 @@ pub struct AllocSite {
 }
 
 impl AllocSite {
-    /// A uretprobe shares the site: allocations are counted at the return.
-    pub fn has_return_probe(&self) -> bool {
-        !matches!(self.kind, AllocKind::Free | AllocKind::GoSample { .. })
-    }
-
     /// The engine's probes for this site: `free`, Go's sampler, or an allocator's entry and
     /// return.
     pub fn probe_specs(&self) -> Vec<ProbeSpec> {

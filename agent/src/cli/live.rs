@@ -123,7 +123,7 @@ pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
     if args.window < Duration::from_millis(100) {
         bail!("--window must be at least 100ms");
     }
-    let opts = crate::attach::AttachOptions {
+    let opts = crate::live_server::AttachOptions {
         record: RecordOptions {
             target: TargetSpec::Pids(vec![args.pid]),
             duration: None,
@@ -141,7 +141,7 @@ pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
         token: args.token,
     };
     let interrupted = on_interrupt()?;
-    crate::attach::attach(&opts, args.output, interrupted)?;
+    crate::live_server::attach(&opts, args.output, interrupted)?;
     Ok(0)
 }
 

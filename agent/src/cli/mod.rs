@@ -10,13 +10,13 @@ mod docs;
 mod engine_args;
 mod files;
 mod live;
-mod record;
+mod record_args;
 mod unwind_table;
 
 pub use engine_args::EngineArgs;
 pub use files::{DiffArgs, ExportArgs, FormatArg, ReportArgs, ServeArgs};
 pub use live::{AgentArgs, AttachArgs, SoakArgs};
-pub use record::RecordArgs;
+pub use record_args::RecordArgs;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -59,7 +59,7 @@ pub enum Command {
 /// Runs the CLI; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Record(args) => record::run_record(args),
+        Command::Record(args) => record_args::run_record(args),
         Command::Soak(args) => live::run_soak(args),
         Command::Attach(args) => live::run_attach(args),
         Command::Agent(args) => live::run_agent(args),

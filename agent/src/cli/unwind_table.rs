@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 
-use crate::unwind::table::{compile, Kind};
+use crate::unwind::eh_frame_rows::{compile, Kind};
 
 #[derive(Args, Debug)]
 pub struct UnwindTableArgs {

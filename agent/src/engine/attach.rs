@@ -10,7 +10,7 @@ use phaseprof_model::EventKind;
 
 use super::features::Needs;
 use super::load::program_for_cookie;
-use super::{monotonic_ns, Engine, EngineConfig, ProbeSpec, SwitchFlavour, Uprobe};
+use super::{monotonic_ns, Engine, EngineConfig, ProbeSpec, Uprobe};
 use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
 
 impl Engine<'_> {
@@ -47,10 +47,7 @@ impl Engine<'_> {
             Ok(())
         };
         if has(EventKind::Offcpu) {
-            match self.flavour {
-                SwitchFlavour::TpBtf => attach(&progs.tp_btf__sched_switch, "tp_btf/sched_switch")?,
-                SwitchFlavour::RawTp => attach(&progs.raw_tp__sched_switch, "raw_tp/sched_switch")?,
-            }
+            attach(&progs.tp_btf__sched_switch, "tp_btf/sched_switch")?;
         }
         if has(EventKind::Syscall) {
             attach(&progs.raw_tp__sys_enter, "raw_tp/sys_enter")?;

@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{Link, MapCore, MapFlags};
 
 use super::attach::retire;
-use super::tables::program_file;
+use super::unwind_maps::program_file;
 use super::Engine;
 
 /// Programs whose entry-hold uprobe stays attached at once.

@@ -15,10 +15,7 @@ use phaseprof_model::EventKind;
 use super::drain::Counters;
 use super::features::KernelFeatures;
 use super::mapped::MappedArray;
-use super::{
-    pod, Engine, EngineConfig, SwitchFlavour, TargetEvent, Uprobe, MAX_STACK_COPY,
-    MAX_SYSCALL_COSTS,
-};
+use super::{pod, Engine, EngineConfig, TargetEvent, Uprobe, MAX_STACK_COPY, MAX_SYSCALL_COSTS};
 use crate::perf_events::online_cpus;
 use crate::window::{RawGoAlloc, RawStackSample};
 
@@ -79,52 +76,6 @@ fn ring_records<'slf, T: Copy, X: Send + 'static>(
     Ok(rx)
 }
 
-/// The sched_switch flavour this kernel takes: tp_btf (typed arguments, cheaper) when it can
-/// load a tracing program on `btf_trace_sched_switch`, else raw_tp. Probed with a two-instruction
-/// program before the real object is opened (as libbpf-tools' `probe_tp_btf`), so that object
-/// is loaded once.
-fn switch_flavour() -> SwitchFlavour {
-    let name = c"sched_switch";
-    // SAFETY: name is a NUL-terminated string; libbpf only reads it.
-    let btf_id = unsafe {
-        libbpf_sys::libbpf_find_vmlinux_btf_id(name.as_ptr(), libbpf_sys::BPF_TRACE_RAW_TP)
-    };
-    if btf_id <= 0 {
-        return SwitchFlavour::RawTp;
-    }
-    // `r0 = 0; exit`.
-    let insn = |code: u8| libbpf_sys::bpf_insn {
-        code,
-        // SAFETY: bpf_insn is plain integers (registers in a bitfield): all zeros is valid.
-        ..unsafe { std::mem::zeroed() }
-    };
-    let insns = [insn(0xb7), insn(0x95)];
-    let mut opts = libbpf_sys::bpf_prog_load_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
-        expected_attach_type: libbpf_sys::BPF_TRACE_RAW_TP,
-        attach_btf_id: btf_id as u32,
-        ..Default::default()
-    };
-    // SAFETY: insns and opts outlive the call; the license is NUL-terminated; the returned fd
-    // is ours to close.
-    let fd = unsafe {
-        libbpf_sys::bpf_prog_load(
-            libbpf_sys::BPF_PROG_TYPE_TRACING,
-            std::ptr::null(),
-            c"GPL".as_ptr(),
-            insns.as_ptr(),
-            insns.len() as _,
-            &mut opts,
-        )
-    };
-    if fd < 0 {
-        return SwitchFlavour::RawTp;
-    }
-    // SAFETY: fd is a descriptor bpf_prog_load just returned to us.
-    unsafe { libc::close(fd) };
-    SwitchFlavour::TpBtf
-}
-
 /// Per-thread maps kept in task-local storage: on kernels without it, hashes keyed by tid (the
 /// programs look them up by tid there, and delete a thread's entries at its exit).
 /// Preallocated: those kernels let perf_event programs use no other kind of hash.
@@ -145,23 +96,20 @@ fn retype_thread_maps(open: &mut OpenPhaseprofSkel<'_>) -> Result<()> {
 /// 1 KiB per thread in all; a thread beyond them is counted in `lost`).
 const THREAD_ENTRIES: u32 = 8192;
 
-/// Loads only the programs this recording uses, in the flavour this kernel runs: an optional
+/// Loads only the programs this recording uses, in the variants this kernel runs: an optional
 /// program a kernel cannot load never blocks the rest.
 fn choose_programs(
     open: &mut OpenPhaseprofSkel<'_>,
     cfg: &EngineConfig,
-    flavour: SwitchFlavour,
     features: &KernelFeatures,
 ) {
     let has = |k| cfg.events.contains(&k);
     let progs = &mut open.progs;
     progs.perf_event__sample.set_autoload(has(EventKind::Cpu));
+    // tp_btf (typed arguments): every kernel with the BTF that CO-RE needs takes it.
     progs
         .tp_btf__sched_switch
-        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::TpBtf);
-    progs
-        .raw_tp__sched_switch
-        .set_autoload(has(EventKind::Offcpu) && flavour == SwitchFlavour::RawTp);
+        .set_autoload(has(EventKind::Offcpu));
     // sys_enter also starts counting for `record -- CMD` at its execve, so it loads whenever
     // syscalls are recorded; sched_process_exec covers the other case.
     progs
@@ -242,7 +190,6 @@ pub(super) fn program_for_cookie(program: Uprobe, cookie: u64) -> Option<String>
 fn open_skel<'obj>(
     cfg: &EngineConfig,
     storage: &'obj mut MaybeUninit<OpenObject>,
-    flavour: SwitchFlavour,
     features: &KernelFeatures,
 ) -> Result<OpenPhaseprofSkel<'obj>> {
     let mut open = PhaseprofSkelBuilder::default()
@@ -291,20 +238,16 @@ fn open_skel<'obj>(
     if !features.task_storage {
         retype_thread_maps(&mut open)?;
     }
-    choose_programs(&mut open, cfg, flavour, features);
+    choose_programs(&mut open, cfg, features);
     Ok(open)
 }
 
 /// A load that failed although every feature it uses was probed: the verifier of this kernel
 /// refused a program. Said in one line with the kernel (the program and verifier log are in
 /// the cause, shown with -v as anyhow's chain).
-fn load_error(
-    e: libbpf_rs::Error,
-    features: &KernelFeatures,
-    flavour: SwitchFlavour,
-) -> anyhow::Error {
+fn load_error(e: libbpf_rs::Error, features: &KernelFeatures) -> anyhow::Error {
     anyhow::Error::new(e).context(format!(
-        "this kernel ({}) refused phaseprof's BPF programs ({flavour:?} sched_switch); please \
+        "this kernel ({}) refused phaseprof's BPF programs; please \
          report it with the output of `PHASEPROF_LIBBPF_LOG=debug phaseprof record …`",
         features.release
     ))
@@ -349,16 +292,15 @@ fn map_unwind_arrays(
 }
 
 impl<'obj> Engine<'obj> {
-    /// Chooses the sched_switch flavour, then opens, configures and loads the programs once.
+    /// Probes the kernel's features, then opens, configures and loads the programs once.
     pub fn load(
         cfg: &EngineConfig,
         storage: &'obj mut MaybeUninit<OpenObject>,
     ) -> Result<Engine<'obj>> {
         let features = probe_features_for(cfg)?;
-        let flavour = switch_flavour();
-        let skel = open_skel(cfg, storage, flavour, &features)?
+        let skel = open_skel(cfg, storage, &features)?
             .load()
-            .map_err(|e| load_error(e, &features, flavour))?;
+            .map_err(|e| load_error(e, &features))?;
         let mut builder = RingBufferBuilder::new();
         let rx = ring_records(
             &mut builder,
@@ -463,7 +405,6 @@ impl<'obj> Engine<'obj> {
             alloc_stacks: Counters::default(),
             pagefault_counts: Counters::default(),
             detached_at_ns: None,
-            flavour,
             features,
             cpus: 0,
         })

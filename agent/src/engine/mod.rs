@@ -1,7 +1,8 @@
-//! The BPF lifecycle, one room per stage: `load` (choose the sched_switch flavour, open,
+//! The BPF lifecycle, one room per stage: `load` (probe the kernel's features, open,
 //! configure, load once), `attach` (programs, targets, phase and allocator probes), `drain`
 //! (windows taken from the kernel maps, the ring buffers read), `stats` (exact phase totals,
-//! probe hits, what the kernel side dropped); then detach.
+//! probe hits, what the kernel side dropped), `unwind_maps` (the unwind tables' kernel maps);
+//! then detach.
 use std::collections::HashMap;
 use std::sync::mpsc::Receiver;
 
@@ -20,10 +21,10 @@ mod load;
 mod mapped;
 mod stacks;
 mod stats;
-mod tables;
+mod unwind_maps;
 
 pub use stats::StackUsage;
-pub use tables::{
+pub use unwind_maps::{
     FileRowsInfo, TableMapping, DEFAULT_UNWIND_ROWS, ENTRY_BLOCKS, MAX_UNWIND_BLOCKS,
     MAX_UNWIND_MAPPINGS, UNWIND_COUNTERS,
 };
@@ -177,13 +178,6 @@ pub enum TargetEvent {
     },
 }
 
-/// Which sched_switch program the load probe picked.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum SwitchFlavour {
-    TpBtf,
-    RawTp,
-}
-
 /// What a drain takes: one window while attached (the parity flips, programs still write), or
 /// everything left once the programs are detached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,7 +216,6 @@ pub struct Engine<'obj> {
     target_bits: mapped::MappedArray,
     /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
     detached_at_ns: Option<u64>,
-    pub flavour: SwitchFlavour,
     /// What this kernel's BPF can do, and so which programs were loaded.
     pub features: features::KernelFeatures,
     pub cpus: usize,

@@ -12,13 +12,10 @@ use phaseprof_model::Profile;
 
 use super::push::PushMetrics;
 
-/// Probe costs as `bench` measured them on the development VM (README, Performance): a native
-/// phase call (entry uprobe + uretprobe; Go's return-instruction probes cost about 2.3 times
-/// more, so Go targets are underestimated), and a target's syscall counted with its latency,
-/// without and with its user stack.
-const NS_PER_PHASE_CALL: f64 = 7634.0;
-const NS_PER_SYSCALL: f64 = 460.0;
-const NS_PER_SYSCALL_WITH_STACK: f64 = 1473.0;
+use crate::probe_costs::{SYSCALL_NS, SYSCALL_WITH_STACK_NS};
+// Every phase call is costed as a native one: a window does not say which phases are Go's,
+// whose exits cost about 7 times more, so Go targets are underestimated.
+use crate::probe_costs::NATIVE_PHASE_CALL_NS as NS_PER_PHASE_CALL;
 
 #[derive(Default)]
 pub struct AgentMetrics {
@@ -83,9 +80,9 @@ pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
     // Sampled stacks: one syscall in `every` pays for its stack.
     let every = p.meta.syscall_stack_every.max(1) as f64;
     let per_syscall = if p.meta.syscall_stacks {
-        NS_PER_SYSCALL + (NS_PER_SYSCALL_WITH_STACK - NS_PER_SYSCALL) / every
+        SYSCALL_NS + (SYSCALL_WITH_STACK_NS - SYSCALL_NS) / every
     } else {
-        NS_PER_SYSCALL
+        SYSCALL_NS
     };
     let probe_ns = calls as f64 * NS_PER_PHASE_CALL + syscalls as f64 * per_syscall;
     let own = (cpu_ns as f64 - probe_ns).max(1.0);

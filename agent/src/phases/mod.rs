@@ -3,8 +3,8 @@
 //! ELF objects.
 
 pub mod config;
-pub mod cost;
 pub mod plan;
+pub mod probe_overhead;
 pub mod symbols;
 
 pub use config::{CostEvent, CostRule, PhaseConfig, PhaseSpec};

@@ -10,7 +10,7 @@ use phaseprof_model::{Meta, Profile};
 use crate::aggregate::Aggregator;
 use crate::alloc::recorder::AllocRecorder;
 use crate::engine::{Drain, Engine, TargetEvent};
-use crate::phases::cost::PhaseCost;
+use crate::phases::probe_overhead::PhaseProbeOverhead;
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::symbolize::BlazeSymbolizer;
 use crate::targets;
@@ -76,7 +76,7 @@ pub struct Session<'obj> {
     unwound: Vec<RawCpu>,
     unwound_faults: Vec<RawCpu>,
     /// The phase probes' estimated cost, printed while recording.
-    phase_cost: PhaseCost,
+    phase_cost: PhaseProbeOverhead,
     /// Each target's CPU time (ns, its threads' schedstat) when it was added or at the last
     /// window: with the time at the end, how many cpu samples the recording should hold.
     cpu_at_add: std::collections::BTreeMap<u32, u64>,
@@ -92,7 +92,7 @@ fn unix_ns(t: SystemTime) -> u64 {
 impl<'obj> Session<'obj> {
     pub fn new(engine: Engine<'obj>, meta: Meta, plan: &PhasePlan, verbose: bool) -> Self {
         let phases_on = !plan.names.is_empty();
-        let mut phase_cost = PhaseCost::new(plan.names.len());
+        let mut phase_cost = PhaseProbeOverhead::new(plan.names.len());
         phase_cost.note(plan, |p| p);
         Session {
             engine,

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use super::eh_frame_rows;
 use super::process::mapped_vaddr;
-use super::table;
 use crate::engine::{
     Engine, FileRowsInfo, TableMapping, ENTRY_BLOCKS, MAX_UNWIND_BLOCKS, MAX_UNWIND_MAPPINGS,
 };
@@ -251,7 +251,7 @@ impl KernelTables {
     ) -> Result<Option<FileRows>> {
         let started = Instant::now();
         // A file we cannot parse has no rows: its frames are walked by frame pointers.
-        let t = table::compile(path).unwrap_or_default();
+        let t = eh_frame_rows::compile(path).unwrap_or_default();
         self.stats.build_ms += started.elapsed().as_millis() as u64;
         let n = t.rows.len() as u32;
         if (self.next_row as u64 + n as u64) > engine.unwind_rows_capacity() as u64 {

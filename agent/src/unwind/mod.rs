@@ -13,10 +13,10 @@
 //! - [`samples`]: stack copies in, cpu samples out, per target, following exec and dlopen.
 //! - [`walks`]: per target, which way, following exec, dlopen and exit; counts per window.
 pub mod census;
+pub mod eh_frame_rows;
 pub mod kernel_tables;
 pub mod process;
 pub mod samples;
-pub mod table;
 pub mod walks;
 
 use std::collections::HashMap;

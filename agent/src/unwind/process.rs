@@ -48,16 +48,6 @@ pub struct ProcessUnwinder {
 const MAX_FRAMES: usize = 256;
 
 impl ProcessUnwinder {
-    /// The executable and libraries mapped by `pid` (read through `/proc/PID/root`, so
-    /// containers' files are found).
-    pub fn for_pid(pid: u32) -> Result<Self> {
-        let vmas = crate::procmaps::read_vmas(pid)
-            .with_context(|| format!("reading the mappings of pid {pid}"))?;
-        Ok(Self::from_mappings(&vmas, |vma| {
-            crate::target_files::open_mapped(pid, vma)
-        }))
-    }
-
     /// Modules from executable mappings; `open` opens the file of a mapping.
     pub fn from_mappings(vmas: &[Vma], open: impl Fn(&Vma) -> std::io::Result<File>) -> Self {
         let mut unwinder = UnwinderX86_64::new();
@@ -223,7 +213,10 @@ pub(crate) mod tests {
     #[inline(never)]
     fn level_three() -> Unwound {
         let (ip, sp, bp, stack) = capture();
-        let mut u = ProcessUnwinder::for_pid(std::process::id()).unwrap();
+        let pid = std::process::id();
+        let vmas = crate::procmaps::read_vmas(pid).unwrap();
+        let mut u =
+            ProcessUnwinder::from_mappings(&vmas, |vma| crate::target_files::open_mapped(pid, vma));
         assert!(u.covers(ip));
         let got = u.unwind(&StackCopy {
             ip,

@@ -1,25 +1,15 @@
 //! The phase probes' cost to the target, estimated from what the kernel counted (calls per
 //! phase, Go scheduler switch-point hits) and printed while recording, as the allocation
-//! probes' is. Costs per call were measured here with `bench --only phases` (README
-//! "Performance"); x86 uprobes emulate a probed `push` (the usual entry site) but single-step a
-//! `ret`, so every exact Go exit costs a single-step.
+//! probes' is, from the costs per hit in [`crate::probe_costs`].
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use super::PhasePlan;
 use crate::engine::Engine;
-
-/// A native phase call: entry probe on an emulated instruction, exit through a uretprobe (with
-/// the default events, whose syscall programs still run on the return trampoline's syscall).
-pub const NS_NATIVE_CALL: f64 = 2_600.0;
-/// A Go phase call: entry probe after the stack check (`push rbp`, emulated), exit probe on a
-/// `ret` (single-stepped).
-pub const NS_GO_CALL: f64 = 18_000.0;
-/// Added when a function's entry had to be probed on an instruction the kernel single-steps.
-pub const NS_SINGLE_STEP: f64 = 16_000.0;
-/// One hit of a Go scheduler switch point (`mcall` and `execute` are probed on `push rbp`).
-pub const NS_GO_SWITCH_HIT: f64 = 1_500.0;
+use crate::probe_costs::{
+    GO_PHASE_CALL_NS, GO_SWITCH_HIT_NS, NATIVE_PHASE_CALL_NS, SINGLE_STEP_NS,
+};
 
 /// How often the estimate is printed.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
@@ -36,16 +26,16 @@ struct Counts {
 
 /// The estimated cost of one call of each phase (by id), and the counts at the start and at
 /// the last report.
-pub struct PhaseCost {
+pub struct PhaseProbeOverhead {
     ns_per_call: Vec<f64>,
     start: Option<Counts>,
     last: Counts,
     last_at: Instant,
 }
 
-impl PhaseCost {
+impl PhaseProbeOverhead {
     pub fn new(phases: usize) -> Self {
-        PhaseCost {
+        PhaseProbeOverhead {
             ns_per_call: vec![0.0; phases + 1],
             start: None,
             last: Counts::default(),
@@ -58,12 +48,12 @@ impl PhaseCost {
     pub fn note(&mut self, plan: &PhasePlan, id_of: impl Fn(u32) -> u32) {
         for probe in &plan.probes {
             let mut ns = if probe.returns.is_some() {
-                NS_GO_CALL
+                GO_PHASE_CALL_NS
             } else {
-                NS_NATIVE_CALL
+                NATIVE_PHASE_CALL_NS
             };
             if !probe.entry_emulated {
-                ns += NS_SINGLE_STEP;
+                ns += SINGLE_STEP_NS;
             }
             let id = id_of(probe.phase) as usize;
             if id >= self.ns_per_call.len() {
@@ -86,7 +76,7 @@ impl PhaseCost {
         let switches = engine.go_switch_hits()?;
         Ok(Counts {
             calls,
-            cost_ns: calls_ns + switches as f64 * NS_GO_SWITCH_HIT,
+            cost_ns: calls_ns + switches as f64 * GO_SWITCH_HIT_NS,
             switches,
             cpu_ns: crate::targets::cpu_ns(pids.iter().copied()),
         })
