@@ -14,6 +14,7 @@ pub mod perf_events;
 pub mod phases;
 pub mod preflight;
 pub mod probe_costs;
+pub mod processes;
 pub mod procmaps;
 pub mod record;
 pub mod session;

@@ -116,7 +116,7 @@ pub fn attach(
             PhasePlan::build(
                 &cfg,
                 &file.display().to_string(),
-                &targets::code_objects(pid)?,
+                &targets::code_objects(pid, &crate::processes::read_once(pid)?)?,
             )?
         }
     };

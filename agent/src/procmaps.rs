@@ -1,6 +1,5 @@
-//! A cache of each target's executable mappings (`/proc/PID/maps`), read while the process is
-//! alive so that its addresses can still be symbolized after it exits.
-use std::collections::HashMap;
+//! Reading a process's executable mappings (`/proc/PID/maps`): the only reader, which
+//! `processes` (their owner) calls once per change.
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vma {
@@ -164,63 +163,6 @@ fn file_id(dev: Option<&str>, inode: Option<&str>) -> Option<(u64, u64)> {
     let major = u32::from_str_radix(major, 16).ok()?;
     let minor = u32::from_str_radix(minor, 16).ok()?;
     Some((libc::makedev(major, minor), inode?.parse().ok()?))
-}
-
-/// Executable mappings per process, kept after the process is gone.
-#[derive(Default)]
-pub struct ProcMaps {
-    by_pid: HashMap<u32, Vec<Vma>>,
-}
-
-impl ProcMaps {
-    /// Re-reads `pid`'s mappings. Keeps the last good copy if the process has exited.
-    pub fn refresh(&mut self, pid: u32) {
-        if let Ok(vmas) = read_vmas(pid) {
-            if !vmas.is_empty() {
-                self.by_pid.insert(pid, vmas);
-            }
-        }
-    }
-
-    /// `pid`'s mappings as known otherwise, until read again.
-    pub fn know(&mut self, pid: u32, vmas: Vec<Vma>) {
-        if !vmas.is_empty() {
-            self.by_pid.insert(pid, vmas);
-        }
-    }
-
-    /// `pid`, forked by `parent`, has its parent's mappings (as last read) until read itself.
-    pub fn inherit(&mut self, pid: u32, parent: u32) {
-        if let Some(vmas) = self.by_pid.get(&parent).cloned() {
-            self.by_pid.insert(pid, vmas);
-        }
-    }
-
-    /// `pid` exec'd: its mappings are unknown until read again.
-    pub fn forget(&mut self, pid: u32) {
-        self.by_pid.remove(&pid);
-    }
-
-    /// Forgets the processes `keep` rejects (gone, their windows symbolized).
-    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
-        self.by_pid.retain(|&pid, _| keep(pid));
-    }
-
-    /// The executable mappings last read of `pid`.
-    pub fn vmas(&self, pid: u32) -> &[Vma] {
-        self.by_pid.get(&pid).map_or(&[], Vec::as_slice)
-    }
-
-    pub fn knows(&self, pid: u32) -> bool {
-        self.by_pid.contains_key(&pid)
-    }
-
-    pub fn find(&self, pid: u32, addr: u64) -> Option<&Vma> {
-        self.by_pid
-            .get(&pid)?
-            .iter()
-            .find(|v| v.start <= addr && addr < v.end)
-    }
 }
 
 #[cfg(test)]

@@ -90,7 +90,8 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
             let mut plan = PhasePlan::from_config(&cfg, &file)?;
             match (&opts.target, &command_path) {
                 (TargetSpec::Pids(pids), _) => {
-                    plan.resolve(&cfg, &file, &targets::code_objects(pids[0])?)?
+                    let vmas = crate::processes::read_once(pids[0])?;
+                    plan.resolve(&cfg, &file, &targets::code_objects(pids[0], &vmas)?)?
                 }
                 (TargetSpec::Command(_), Some(path)) => {
                     plan.resolve(&cfg, &file, std::slice::from_ref(path))?

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use regex::Regex;
 
+use crate::procmaps::Vma;
+
 /// What to record, as the user named it.
 #[derive(Clone, Debug)]
 pub enum TargetSpec {
@@ -223,21 +225,19 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
     tree
 }
 
-/// The ELF files with code in process `pid`: its executable, then every shared object mapped
-/// executable, each once. Only paths that still name the mapped file (a regular file, the same
+/// The ELF files with code in process `pid`, whose executable mappings are `vmas`: its
+/// executable, then every shared object mapped executable, each once. Only paths that still name the mapped file (a regular file, the same
 /// device and inode) are kept: a path its owner replaced (by a FIFO, a symlink, another file)
 /// is skipped with a warning.
-pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
+pub fn code_objects(pid: u32, vmas: &[Vma]) -> Result<Vec<PathBuf>> {
     use std::os::unix::fs::MetadataExt;
     let exe =
         std::fs::read_link(exe_link(pid)).with_context(|| format!("reading /proc/{pid}/exe"))?;
-    let vmas =
-        crate::procmaps::read_vmas(pid).with_context(|| format!("reading /proc/{pid}/maps"))?;
     let mut objects: Vec<PathBuf> = Vec::new();
     let exe_vma = vmas
         .iter()
         .find(|v| Path::new(v.path.trim_end_matches(" (deleted)")) == exe);
-    for vma in exe_vma.into_iter().chain(&vmas) {
+    for vma in exe_vma.into_iter().chain(vmas) {
         let path = PathBuf::from(vma.path.trim_end_matches(" (deleted)"));
         if !vma.is_file() || objects.contains(&path) {
             continue;
@@ -267,8 +267,8 @@ pub fn code_objects(pid: u32) -> Result<Vec<PathBuf>> {
 /// beyond those are not known yet.
 pub fn command_code_objects(exe: &Path) -> Vec<PathBuf> {
     let mut objects = vec![exe.to_path_buf()];
-    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-        for vma in crate::procmaps::parse_maps(&maps) {
+    if let Ok(vmas) = crate::procmaps::read_vmas(std::process::id()) {
+        for vma in vmas {
             let path = PathBuf::from(&vma.path);
             let is_libc = path
                 .file_name()

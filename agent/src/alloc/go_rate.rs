@@ -109,10 +109,9 @@ mod tests {
             .unwrap();
         let pid = child.id();
         let mut g = GoRate::open(pid, 0).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100)); // past the exec
-                                                                   // Any mapped address of the child: the start of its first mapping.
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-        g.addr = u64::from_str_radix(maps.split('-').next().unwrap(), 16).unwrap();
+        // Past the exec, then any mapped address of the child: its first code mapping's start.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        g.addr = crate::procmaps::read_vmas(pid).unwrap()[0].start;
         assert!(
             g.read().is_some(),
             "readable while the child lives, after its exec"

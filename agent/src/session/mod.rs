@@ -12,7 +12,8 @@ use crate::alloc::recorder::AllocRecorder;
 use crate::engine::{Drain, Engine, TargetEvent};
 use crate::phases::probe_overhead::PhaseProbeOverhead;
 use crate::phases::{PhaseConfig, PhasePlan};
-use crate::symbolize::BlazeSymbolizer;
+use crate::processes::Processes;
+use crate::symbolize::{BlazeSymbolizer, Naming};
 use crate::targets;
 use crate::unwind::StackWalks;
 use crate::window::{fold_identical, RawCpu, RawWindow};
@@ -47,6 +48,8 @@ pub enum Turn {
 
 pub struct Session<'obj> {
     engine: Engine<'obj>,
+    /// The targets' mappings: read here once per change, told to the rest.
+    processes: Processes,
     sym: BlazeSymbolizer,
     agg: Aggregator,
     /// Target processes still running.
@@ -96,6 +99,7 @@ impl<'obj> Session<'obj> {
         phase_cost.note(plan, |p| p);
         Session {
             engine,
+            processes: Processes::default(),
             sym: BlazeSymbolizer::default(),
             agg: Aggregator::new(meta, plan.names.clone()),
             live: BTreeSet::new(),
@@ -201,7 +205,7 @@ impl<'obj> Session<'obj> {
         ids: &[u32],
     ) -> Result<()> {
         let mut plan = PhasePlan::default();
-        plan.resolve(cfg, file, &targets::code_objects(pid)?)?;
+        plan.resolve(cfg, file, &self.code_objects(pid)?)?;
         self.phase_cost.note(&plan, |p| ids[p as usize - 1]);
         self.engine
             .attach_phases(&plan.probe_specs(|p| ids[p as usize - 1]))
@@ -242,17 +246,20 @@ impl<'obj> Session<'obj> {
         if let Some((cfg, file)) = self.deferred_phases.take() {
             // Probes first, so the target's phases are seen from its first moment as a target.
             let mut plan = PhasePlan::default();
-            plan.resolve(&cfg, &file, &targets::code_objects(pid)?)?;
+            plan.resolve(&cfg, &file, &self.code_objects(pid)?)?;
             self.engine.attach_phases(&plan.probe_specs(|p| p))?;
             self.phase_cost.note(&plan, |p| p);
         }
-        if let Some(alloc) = &mut self.alloc {
-            alloc.add_target(&mut self.engine, pid, &targets::code_objects(pid)?)?;
+        if self.alloc.is_some() {
+            let objects = self.code_objects(pid)?;
+            if let Some(alloc) = &mut self.alloc {
+                alloc.add_target(&mut self.engine, pid, &objects)?;
+            }
         }
         // A child that exec'd already (a shell's vfork) is read and walked for its new program
         // by `exec_seen`; until then the kernel walks it as its parent.
         if joined != Joined::ForkedThenExec {
-            self.sym.track(pid);
+            self.read_maps(pid);
             self.choose_unwind(pid, &targets::exe_link(pid), Choice::Running)?;
         }
         self.engine.add_target(pid)?;
@@ -303,12 +310,11 @@ impl<'obj> Session<'obj> {
         // libraries mapped between two events) mappings are re-read often enough to catch a
         // short-lived process's libraries before it exits.
         if self.maps_read.elapsed() >= Duration::from_millis(100) {
-            for &pid in &self.live {
-                self.sym.track(pid);
+            let live: Vec<u32> = self.live.iter().copied().collect();
+            for pid in live {
+                self.read_maps(pid);
             }
-            if let Some(w) = &mut self.walks {
-                w.refresh(&mut self.engine);
-            }
+            self.tell_changed_maps();
             // A hold whose event was lost (its ring full): the command is stopped all the same.
             let held: Vec<u32> = self
                 .live
@@ -372,7 +378,7 @@ impl<'obj> Session<'obj> {
                 TargetEvent::Fork { pid, parent } => {
                     // A child gone by now (or exec'd: its mappings are read for its new
                     // program) ran its parent's code, in its parent's mappings.
-                    self.sym.inherit(pid, parent);
+                    self.processes.inherit(pid, parent);
                     let joined = if execs.contains(&pid) {
                         Joined::ForkedThenExec
                     } else {
@@ -383,7 +389,7 @@ impl<'obj> Session<'obj> {
                 TargetEvent::Exit { pid } => {
                     // Its pid may be reused by an unrelated process: stop matching it.
                     if mapped.remove(&pid) {
-                        self.sym.track(pid); // what it mapped last, if it is still there
+                        self.read_maps(pid); // what it mapped last, if it is still there
                     }
                     self.live.remove(&pid);
                     self.engine.remove_target(pid);
@@ -403,15 +409,39 @@ impl<'obj> Session<'obj> {
             }
             self.maps_changed(pid);
         }
+        self.tell_changed_maps();
         Ok(())
     }
 
-    /// `pid` mapped new code: its mappings are read again.
+    /// `pid` mapped new code: its mappings are read again, and told to the unwinders.
     fn maps_changed(&mut self, pid: u32) {
-        self.sym.track(pid);
+        self.read_maps(pid);
         if let Some(w) = &mut self.walks {
-            w.maps_changed(&mut self.engine, pid, self.sym.vmas(pid));
+            w.maps_changed(&mut self.engine, pid, self.processes.vmas(pid));
         }
+    }
+
+    /// Reads `pid`'s mappings (again); the symbolizer opens the files they map while it lives.
+    /// The unwinders hear of a change from `tell_changed_maps`, or from the caller.
+    fn read_maps(&mut self, pid: u32) {
+        self.processes.read(pid);
+        self.sym.mapped(pid, self.processes.vmas(pid));
+    }
+
+    /// Tells the unwinders the mappings that changed since the last call (read periodically,
+    /// or for an address the symbolizer found outside them).
+    fn tell_changed_maps(&mut self) {
+        for pid in self.processes.take_changed() {
+            if let Some(w) = &mut self.walks {
+                w.maps_changed(&mut self.engine, pid, self.processes.vmas(pid));
+            }
+        }
+    }
+
+    /// The ELF files with code in `pid` (for phase and allocator probes), its mappings read now.
+    fn code_objects(&mut self, pid: u32) -> Result<Vec<std::path::PathBuf>> {
+        self.processes.read(pid);
+        targets::code_objects(pid, self.processes.vmas(pid))
     }
 
     /// The session loop of `record`, `attach` and the agent. Each turn handles process events
@@ -475,7 +505,12 @@ impl<'obj> Session<'obj> {
                 }
             }
         }
-        self.agg.add_window(w, &mut self.sym);
+        let mut naming = Naming {
+            sym: &mut self.sym,
+            processes: &mut self.processes,
+        };
+        self.agg.add_window(w, &mut naming);
+        self.tell_changed_maps();
         let modules = &mut self.agg.builder_mut().meta_mut().modules;
         for (name, m) in &self.sym.modules {
             if !modules.contains_key(name) {
@@ -527,7 +562,11 @@ impl<'obj> Session<'obj> {
         if let Some((info, scale)) = alloc {
             if info.budget.is_none() {
                 let live = self.engine.live_heap()?;
-                self.agg.set_live(&live, stopped_ns, &mut self.sym);
+                let mut naming = Naming {
+                    sym: &mut self.sym,
+                    processes: &mut self.processes,
+                };
+                self.agg.set_live(&live, stopped_ns, &mut naming);
             }
             for (&id, &(bytes, count)) in self.agg.go_phase_allocs() {
                 if let Some(st) = phase_stats.get_mut(id as usize) {

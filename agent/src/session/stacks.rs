@@ -46,10 +46,13 @@ impl Session<'_> {
         };
         let (walk, how) = match how {
             // The symbolizer has just read its mappings (`track`).
-            Choice::Exec => walks.exec(&mut self.engine, pid, exe, Some(self.sym.vmas(pid)))?,
+            Choice::Exec => {
+                let vmas = Some(self.processes.vmas(pid));
+                walks.exec(&mut self.engine, pid, exe, vmas)?
+            }
             Choice::ExecHeld => walks.exec(&mut self.engine, pid, exe, None)?,
             Choice::Running => {
-                walks.choose(&mut self.engine, pid, exe, Some(self.sym.vmas(pid)))?
+                walks.choose(&mut self.engine, pid, exe, Some(self.processes.vmas(pid)))?
             }
             Choice::BeforeExec => walks.choose(&mut self.engine, pid, exe, None)?,
         };
@@ -70,10 +73,12 @@ impl Session<'_> {
     /// to its entry meanwhile, where everything goes in (its loader's first syscalls may be
     /// walked by frame pointers).
     pub(super) fn exec_seen(&mut self, pid: u32, stopped: bool) -> Result<()> {
+        // Its old program's mappings go: they would name the new one's code.
+        self.processes.forget(pid);
         self.sym.exec(pid);
         // Held at its entry point, it is read there: its loader is mapping libraries now.
         if !(self.hold_execs && !stopped && self.engine.held_at_entry(pid)) {
-            self.sym.track(pid);
+            self.read_maps(pid);
         }
         let exe = targets::exe_link(pid);
         let how = if self.hold_execs && !stopped {
@@ -108,11 +113,12 @@ impl Session<'_> {
         // Running on, it may be gone already (`cat` lives a millisecond): its code is named from
         // what the programs wrote at its entry point, unless read again now.
         if let (Some(slot), Some(w)) = (entry_block, &self.walks) {
-            self.sym.know(pid, w.entry_block_vmas(&self.engine, slot));
+            self.processes
+                .know(pid, w.entry_block_vmas(&self.engine, slot));
         }
-        self.sym.track(pid);
+        self.read_maps(pid);
         if let Some(w) = &mut self.walks {
-            w.entry_reached(&mut self.engine, pid, self.sym.vmas(pid));
+            w.entry_reached(&mut self.engine, pid, self.processes.vmas(pid));
         }
         let Some(slot) = entry_block else {
             self.engine.release_entry(pid);

@@ -89,6 +89,7 @@ impl Session<'_> {
     fn forget_gone(&mut self) {
         let live = &self.live;
         self.sym.trim(|pid| live.contains(&pid));
+        self.processes.retain(|pid| live.contains(&pid));
         self.cpu_at_add.retain(|pid, _| live.contains(pid));
         let exited = std::mem::take(&mut self.exited_tids);
         let meta = self.agg.builder_mut().meta_mut();

@@ -1,5 +1,5 @@
-//! Live symbolization with blazesym: user addresses through the cached mappings of each process
-//! (so symbols survive the target's exit), kernel addresses through kallsyms. The mapped
+//! Live symbolization with blazesym: user addresses through each process's mappings as their
+//! owner (`processes`) keeps them (so symbols survive the target's exit), kernel addresses through kallsyms. The mapped
 //! files themselves are read by a thread of their own (`file_names`); code with no symbol is
 //! named after its function's start from the file's call-frame information.
 mod cfi_functions;
@@ -18,12 +18,12 @@ use phaseprof_model::{Frame, FrameKind};
 
 use self::file_names::{Job, Namer};
 use crate::aggregate::Symbolize;
-use crate::procmaps::{ProcMaps, Vma};
+use crate::processes::Processes;
+use crate::procmaps::Vma;
 
 pub struct BlazeSymbolizer {
     /// For the kernel's and the vDSO's names (mapped files are named by `namer`).
     symbolizer: Symbolizer,
-    maps: ProcMaps,
     /// A copy of the vDSO image, which is the same in every process of this kernel.
     vdso: Option<tempfile_path::TempPath>,
     /// Per mapped file (as the process names it) and file offset: symbolized once, whatever
@@ -48,7 +48,6 @@ impl BlazeSymbolizer {
     /// After a window is symbolized: forgets processes that `live` rejects, and starts the
     /// caches afresh where one is past its bound (blazesym's own per-file caches with them).
     pub fn trim(&mut self, live: impl Fn(u32) -> bool) {
-        self.maps.retain(&live);
         self.files.retain(&live);
         self.perf_maps.retain(&live);
         let reset = self.by_file.len() > MAX_NAMED_ADDRESSES;
@@ -93,7 +92,6 @@ impl Default for BlazeSymbolizer {
     fn default() -> Self {
         BlazeSymbolizer {
             symbolizer: file_names::blazesym(),
-            maps: ProcMaps::default(),
             vdso: tempfile_path::copy_own_vdso(),
             by_file: HashMap::new(),
             namer: Namer::waiting(),
@@ -144,42 +142,18 @@ fn frames_of(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
 }
 
 impl BlazeSymbolizer {
-    /// `pid`'s executable mappings as `track` last read them.
-    pub fn vmas(&self, pid: u32) -> &[Vma] {
-        self.maps.vmas(pid)
-    }
-
-    /// `pid`'s mappings, as known otherwise (it may be gone), until read again.
-    pub fn know(&mut self, pid: u32, vmas: Vec<Vma>) {
-        self.maps.know(pid, vmas);
-    }
-
-    /// `pid`, forked by `parent`, has its parent's mappings until it reads its own.
-    pub fn inherit(&mut self, pid: u32, parent: u32) {
-        self.maps.inherit(pid, parent);
-    }
-
-    /// Reads (again) the mappings of `pid`. Call when a target appears or maps code.
-    pub fn track(&mut self, pid: u32) {
-        self.maps.refresh(pid);
-        self.open_mapped_files(pid);
-    }
-
-    /// A process exec'd, its mappings to be read later (`track`): files it could not be given
-    /// before (its old program's, or opened in a race with the exec) are tried again.
-    /// Its old program's mappings go: they would name the new one's code.
+    /// A process exec'd, its mappings to be read later: files it could not be given before
+    /// (its old program's, or opened in a race with the exec) are tried again.
     pub fn exec(&mut self, pid: u32) {
         self.files.forget(pid);
-        self.maps.forget(pid);
     }
 
-    /// Opens `pid`'s mapped files while it lives (through its mappings themselves), so that its
-    /// stacks are named from the very files it ran after it has exited too.
-    fn open_mapped_files(&mut self, pid: u32) {
-        for vma in self.maps.vmas(pid).to_vec() {
-            if vma.is_file() {
-                let _ = self.files.get(pid, &vma);
-            }
+    /// `pid` maps `vmas` (just read): its mapped files are opened while it lives (through its
+    /// mappings themselves), so that its stacks are named from the very files it ran after it
+    /// has exited too.
+    pub fn mapped(&mut self, pid: u32, vmas: &[Vma]) {
+        for vma in vmas.iter().filter(|v| v.is_file()) {
+            let _ = self.files.get(pid, vma);
         }
     }
 
@@ -242,17 +216,44 @@ impl BlazeSymbolizer {
     }
 }
 
-impl Symbolize for BlazeSymbolizer {
+/// The symbolizer with the mappings it names addresses through: what a window is named with.
+pub struct Naming<'a> {
+    pub sym: &'a mut BlazeSymbolizer,
+    pub processes: &'a mut Processes,
+}
+
+impl Symbolize for Naming<'_> {
     fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>> {
-        if addrs.iter().any(|&a| self.maps.find(pid, a).is_none()) {
-            // Code mapped since we last looked (dlopen, a JIT): look again while it is alive.
-            self.maps.refresh(pid);
-            self.open_mapped_files(pid);
+        let maps = &mut *self.processes;
+        if addrs.iter().any(|&a| maps.find(pid, a).is_none()) && maps.read(pid) {
+            // Code mapped since we last looked (dlopen, a JIT): looked at again while it is
+            // alive (the session tells the unwinders after the window).
+            self.sym.mapped(pid, maps.vmas(pid));
         }
+        self.sym.user(maps, pid, addrs)
+    }
+
+    fn named_later(&self, pid: u32, addr: u64) -> bool {
+        match self.processes.find(pid, addr) {
+            Some(vma) if vma.is_file() => self
+                .sym
+                .namer
+                .is_pending(&vma.path, addr - vma.start + vma.offset),
+            _ => false,
+        }
+    }
+
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>> {
+        self.sym.kernel(addrs)
+    }
+}
+
+impl BlazeSymbolizer {
+    fn user(&mut self, maps: &Processes, pid: u32, addrs: &[u64]) -> Vec<Vec<Frame>> {
         // Group by mapping so each file is symbolized in one batch.
         let mut per_vma: HashMap<(u64, u64), (Vma, Vec<u64>)> = HashMap::new();
         for &a in addrs {
-            if let Some(vma) = self.maps.find(pid, a) {
+            if let Some(vma) = maps.find(pid, a) {
                 if vma.is_file() {
                     let off = a - vma.start + vma.offset;
                     per_vma
@@ -271,7 +272,7 @@ impl Symbolize for BlazeSymbolizer {
         self.receive_names(&wanted);
         let mut out = Vec::with_capacity(addrs.len());
         for &a in addrs {
-            let vma = self.maps.find(pid, a).cloned();
+            let vma = maps.find(pid, a).cloned();
             out.push(match vma {
                 Some(vma) if vma.is_file() => {
                     let off = a - vma.start + vma.offset;
@@ -303,15 +304,6 @@ impl Symbolize for BlazeSymbolizer {
         out
     }
 
-    fn named_later(&self, pid: u32, addr: u64) -> bool {
-        match self.maps.find(pid, addr) {
-            Some(vma) if vma.is_file() => self
-                .namer
-                .is_pending(&vma.path, addr - vma.start + vma.offset),
-            _ => false,
-        }
-    }
-
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Vec<Frame>> {
         let src = Source::Kernel(Kernel {
             kallsyms: MaybeDefault::Default,
@@ -337,8 +329,6 @@ impl Symbolize for BlazeSymbolizer {
 mod tempfile_path {
     use std::path::{Path, PathBuf};
 
-    use crate::procmaps::parse_maps;
-
     /// A file removed when dropped.
     pub struct TempPath(PathBuf);
 
@@ -355,11 +345,11 @@ mod tempfile_path {
     }
 
     pub fn copy_own_vdso() -> Option<TempPath> {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let vma = parse_maps(&maps).into_iter().find(|v| v.path == "[vdso]")?;
+        let vmas = crate::procmaps::read_vmas(std::process::id()).ok()?;
+        let vma = vmas.into_iter().find(|v| v.path == "[vdso]")?;
         let len = (vma.end - vma.start) as usize;
         // SAFETY: the kernel maps the vDSO readable for the life of the process; the range
-        // comes from our own /proc/self/maps.
+        // comes from our own mappings.
         let image = unsafe { std::slice::from_raw_parts(vma.start as *const u8, len) };
         let path = std::env::temp_dir().join(format!("phaseprof-vdso-{}.so", std::process::id()));
         std::fs::write(&path, image).ok()?;

@@ -3,8 +3,9 @@
 //! come and then the same names.
 use std::time::{Duration, Instant};
 
-use super::BlazeSymbolizer;
+use super::{BlazeSymbolizer, Naming};
 use crate::aggregate::Symbolize;
+use crate::processes::Processes;
 
 #[inline(never)]
 fn named_marker_function(x: u64) -> u64 {
@@ -18,8 +19,11 @@ fn marker() -> u64 {
 #[test]
 fn a_waiting_lookup_gets_the_names() {
     let pid = std::process::id();
-    let mut sym = BlazeSymbolizer::default();
-    sym.track(pid);
+    let (mut sym, mut processes) = (BlazeSymbolizer::default(), Processes::default());
+    let mut sym = Naming {
+        sym: &mut sym,
+        processes: &mut processes,
+    };
     let frames = sym.user(pid, &[marker()]);
     let names: Vec<&str> = frames[0].iter().map(|f| f.function.as_str()).collect();
     assert!(
@@ -27,20 +31,23 @@ fn a_waiting_lookup_gets_the_names() {
         "{names:?}"
     );
     assert!(!sym.named_later(pid, marker()));
-    assert_eq!(sym.take_late(), 0);
+    assert_eq!(sym.sym.take_late(), 0);
 }
 
 #[test]
 fn a_lookup_with_a_budget_names_later() {
     let pid = std::process::id();
-    let mut sym = BlazeSymbolizer::default();
+    let (mut sym, mut processes) = (BlazeSymbolizer::default(), Processes::default());
     sym.name_in_background(Duration::ZERO);
-    sym.track(pid);
+    let mut sym = Naming {
+        sym: &mut sym,
+        processes: &mut processes,
+    };
     // Reading this binary's symbols takes far longer than no time at all.
     let first = sym.user(pid, &[marker()]);
     assert!(sym.named_later(pid, marker()), "{first:?}");
     assert!(first[0][0].function.contains("+0x"), "{first:?}");
-    assert_eq!(sym.take_late(), 1);
+    assert_eq!(sym.sym.take_late(), 1);
     let deadline = Instant::now() + Duration::from_secs(60);
     let named = loop {
         let frames = sym.user(pid, &[marker()]);

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::eh_frame_rows;
 use super::process::mapped_vaddr;
@@ -57,15 +57,9 @@ pub struct KernelTables {
 }
 
 impl KernelTables {
-    /// Walks `pid`'s stacks from tables of its current mappings, compiling the files not yet in
-    /// the kernel. A no-op when its mappings did not change since the last call.
-    pub fn install(&mut self, engine: &mut Engine, pid: u32) -> Result<()> {
-        let vmas = crate::procmaps::read_vmas(pid)
-            .with_context(|| format!("reading the mappings of pid {pid}"))?;
-        self.install_vmas(engine, pid, vmas)
-    }
-
-    /// `install` with `pid`'s mappings just read.
+    /// Walks `pid`'s stacks from tables of its executable mappings `vmas` (just read),
+    /// compiling the files not yet in the kernel. A no-op when they did not change since the
+    /// last call.
     pub fn install_vmas(&mut self, engine: &mut Engine, pid: u32, vmas: Vec<Vma>) -> Result<()> {
         if self.targets.get(&pid).is_some_and(|(_, v)| *v == vmas) {
             return Ok(());
@@ -136,17 +130,6 @@ impl KernelTables {
     /// Whether `pid` is walked from tables.
     pub fn has(&self, pid: u32) -> bool {
         self.targets.contains_key(&pid)
-    }
-
-    /// Re-reads the mappings of every target and installs those that changed (libraries mapped
-    /// since: the kernel announces new code mappings only with syscall events).
-    pub fn refresh(&mut self, engine: &mut Engine) {
-        let pids: Vec<u32> = self.targets.keys().copied().collect();
-        for pid in pids {
-            if self.install(engine, pid).is_err() {
-                self.forget(engine, pid);
-            }
-        }
     }
 
     fn take_block(&mut self) -> Result<u32> {
@@ -286,19 +269,24 @@ impl KernelTables {
         self.rebuilding = true;
         self.loaded_since_rebuild = 0;
         self.stats.rebuilds += 1;
-        let others: Vec<u32> = self.targets.keys().copied().filter(|&p| p != pid).collect();
+        let others: Vec<(u32, Vec<Vma>)> = self
+            .targets
+            .iter()
+            .filter(|(&p, _)| p != pid)
+            .map(|(&p, (_, vmas))| (p, vmas.clone()))
+            .collect();
         // Frame pointers meanwhile: their blocks point at rows about to be overwritten.
-        for &p in &others {
-            let _ = engine.publish_unwind_block(p, None);
-            if let Some((_, vmas)) = self.targets.get_mut(&p) {
+        for (p, _) in &others {
+            let _ = engine.publish_unwind_block(*p, None);
+            if let Some((_, vmas)) = self.targets.get_mut(p) {
                 vmas.clear(); // forces the reinstall below
             }
         }
         self.files.clear();
         engine.clear_file_rows();
         self.next_row = 0;
-        for p in others {
-            if self.install(engine, p).is_err() {
+        for (p, vmas) in others {
+            if self.install_vmas(engine, p, vmas).is_err() {
                 self.forget(engine, p);
             }
         }

@@ -1,24 +1,17 @@
 //! Stack copies in, cpu samples (and page faults) out: one [`ProcessUnwinder`] per target,
-//! built at its first sample and rebuilt when a sample's address lies outside every module it
-//! knows and the process's code mappings have changed since (the dynamic loader mapping
-//! libraries right after exec, dlopen); exec starts it afresh.
+//! built at its first sample from the mappings the session last told (`maps_changed`: the
+//! target added, the dynamic loader mapping libraries after exec, dlopen), rebuilt at the first
+//! sample after they change; exec starts it afresh.
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use super::process::{ProcessUnwinder, StackCopy};
 use crate::procmaps::Vma;
 use crate::window::{RawCpu, RawStackSample};
 
-/// After re-reading a process's mappings found nothing new, they are not re-read for this long
-/// for addresses no module covers (code in anonymous memory, such as a JIT's, never will be).
-const QUIET: Duration = Duration::from_millis(100);
-
 struct Tracked {
-    unwinder: ProcessUnwinder,
+    /// Built at the first sample after `vmas` were told.
+    unwinder: Option<ProcessUnwinder>,
     vmas: Vec<Vma>,
-    /// When a re-read last found the mappings unchanged (None: re-read at the next uncovered
-    /// address: right after a build, the loader is still mapping libraries).
-    unchanged_at: Option<Instant>,
 }
 
 /// How the samples unwound so far fared.
@@ -38,20 +31,12 @@ pub struct SampleUnwinder {
     pub stats: UnwindStats,
 }
 
-/// The executable mappings of a live process; None once it has exited (a zombie's maps read
-/// empty: keep what was read while it lived).
-fn read_vmas(pid: u32) -> Option<Vec<Vma>> {
-    crate::procmaps::read_vmas(pid)
-        .ok()
-        .filter(|v| !v.is_empty())
-}
-
 impl SampleUnwinder {
     /// Unwinds one sample into a sample of count 1 (a cpu sample or a page fault).
     pub fn unwind(&mut self, s: &RawStackSample) -> RawCpu {
         self.stats.samples += 1;
         self.stats.copied_bytes += s.stack.len() as u64;
-        let user = match self.unwinder(s.pid, s.ip) {
+        let user = match self.unwinder(s.pid) {
             Some(u) => {
                 let got = u.unwind(&StackCopy {
                     ip: s.ip,
@@ -83,42 +68,25 @@ impl SampleUnwinder {
         self.processes.remove(&pid);
     }
 
-    /// `pid` mapped new code (an mmap with PROT_EXEC was seen): re-read at the next address
-    /// outside its modules, however recent the last re-read.
-    pub fn maps_changed(&mut self, pid: u32) {
-        if let Some(t) = self.processes.get_mut(&pid) {
-            t.unchanged_at = None;
+    /// `pid`'s executable mappings are `vmas` (just read): its modules are rebuilt from them at
+    /// its next sample, if they changed.
+    pub fn maps_changed(&mut self, pid: u32, vmas: &[Vma]) {
+        if vmas.is_empty() || self.processes.get(&pid).is_some_and(|t| t.vmas == vmas) {
+            return;
         }
+        let tracked = Tracked {
+            unwinder: None,
+            vmas: vmas.to_vec(),
+        };
+        self.processes.insert(pid, tracked);
     }
 
-    fn unwinder(&mut self, pid: u32, ip: u64) -> Option<&mut ProcessUnwinder> {
-        let stale = match self.processes.get(&pid) {
-            None => true,
-            Some(t) => {
-                !t.unwinder.covers(ip) && t.unchanged_at.is_none_or(|at| at.elapsed() >= QUIET)
-            }
-        };
-        if stale {
-            if let Some(vmas) = read_vmas(pid) {
-                let changed = self.processes.get(&pid).is_none_or(|t| t.vmas != vmas);
-                if changed {
-                    let unwinder = ProcessUnwinder::from_mappings(&vmas, |vma| {
-                        crate::target_files::open_mapped(pid, vma)
-                    });
-                    self.processes.insert(
-                        pid,
-                        Tracked {
-                            unwinder,
-                            vmas,
-                            unchanged_at: None,
-                        },
-                    );
-                } else if let Some(t) = self.processes.get_mut(&pid) {
-                    t.unchanged_at = Some(Instant::now());
-                }
-            }
-        }
-        self.processes.get_mut(&pid).map(|t| &mut t.unwinder)
+    fn unwinder(&mut self, pid: u32) -> Option<&mut ProcessUnwinder> {
+        let t = self.processes.get_mut(&pid)?;
+        let vmas = &t.vmas;
+        Some(t.unwinder.get_or_insert_with(|| {
+            ProcessUnwinder::from_mappings(vmas, |vma| crate::target_files::open_mapped(pid, vma))
+        }))
     }
 }
 
@@ -151,6 +119,7 @@ mod tests {
         let s = std::thread::spawn(|| sample_of(std::process::id()))
             .join()
             .unwrap();
+        u.maps_changed(s.pid, &crate::procmaps::read_vmas(s.pid).unwrap());
         let cpu = u.unwind(&s);
         assert_eq!(
             (cpu.pid, cpu.phase, cpu.phase_mask, cpu.count),

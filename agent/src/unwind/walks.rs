@@ -40,7 +40,7 @@ impl StackWalks {
 
     /// Decides how `pid` (running `exe`) is walked and tells the kernel; returns the way and
     /// the decision as the report says it (`dwarf (auto: ...)`). `mapped`: its executable
-    /// mappings as just read (empty: read here), or None for a `record -- CMD` child held
+    /// mappings as just read (empty: unreadable), or None for a `record -- CMD` child held
     /// before its exec, whose tables are installed at the exec.
     pub fn choose(
         &mut self,
@@ -52,9 +52,12 @@ impl StackWalks {
         let d = self.policy.decide(exe);
         engine.set_unwind(pid, d.walk == Walk::Copy)?;
         let mut why = d.why;
+        if let Some(vmas) = mapped {
+            self.copies.maps_changed(pid, vmas);
+        }
         if let (Walk::Tables, Some(vmas)) = (d.walk, mapped) {
             let installed = if vmas.is_empty() {
-                self.tables.install(engine, pid)
+                Err(anyhow::anyhow!("its mappings could not be read"))
             } else {
                 self.tables.install_vmas(engine, pid, vmas.to_vec())
             };
@@ -97,8 +100,8 @@ impl StackWalks {
     /// A held command reached its entry point, its libraries mapped as `vmas`: its tables go in
     /// (whether or not they did at its exec).
     pub fn entry_reached(&mut self, engine: &mut Engine, pid: u32, vmas: &[Vma]) {
+        self.copies.maps_changed(pid, vmas);
         if self.tables_later.remove(&pid) || self.tables.has(pid) {
-            self.copies.maps_changed(pid);
             if self
                 .tables
                 .install_vmas(engine, pid, vmas.to_vec())
@@ -120,10 +123,10 @@ impl StackWalks {
         self.tables.has(pid)
     }
 
-    /// `pid` mapped new code (an mmap with PROT_EXEC was seen).
-    /// `vmas`: its executable mappings, just read.
+    /// `pid`'s executable mappings changed (an mmap with PROT_EXEC was seen, or a read found
+    /// them changed): `vmas`, just read.
     pub fn maps_changed(&mut self, engine: &mut Engine, pid: u32, vmas: &[Vma]) {
-        self.copies.maps_changed(pid);
+        self.copies.maps_changed(pid, vmas);
         if self.tables.has(pid)
             && self
                 .tables
@@ -138,11 +141,6 @@ impl StackWalks {
         self.tables_later.remove(&pid);
         self.copies.forget(pid);
         self.tables.forget(engine, pid);
-    }
-
-    /// Periodically: libraries mapped without a syscall event to announce them.
-    pub fn refresh(&mut self, engine: &mut Engine) {
-        self.tables.refresh(engine);
     }
 
     /// Unwinds one stack copy (the `copy` way) into a sample of count 1.
