@@ -5,10 +5,10 @@ use crate::profile::Profile;
 
 impl Profile {
     /// The cpu samples the recording should hold: the targets' CPU time while recorded (the
-    /// `targets_cpu_ns` note, when every target was still there to be asked at the end) at the
+    /// `targets_cpu_ns`, when every target was still there to be asked at the end) at the
     /// sampling frequency. None when unknown.
     pub fn expected_cpu_samples(&self) -> Option<u64> {
-        let ns: u64 = self.meta.notes.get("targets_cpu_ns")?.parse().ok()?;
+        let ns = self.meta.targets_cpu_ns?;
         (self.meta.frequency_hz > 0)
             .then(|| (ns as f64 * self.meta.frequency_hz as f64 / 1e9).round() as u64)
     }
@@ -42,9 +42,7 @@ mod tests {
             let mut p = Profile::default();
             p.meta.frequency_hz = 100;
             p.stacks.push(Stack::default());
-            if let Some(ns) = cpu_ns {
-                p.meta.notes.insert("targets_cpu_ns".into(), ns.into());
-            }
+            p.meta.targets_cpu_ns = cpu_ns.map(|ns| ns.parse().unwrap());
             p.cpu.push(CpuSample {
                 pid: 1,
                 tid: 1,

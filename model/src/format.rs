@@ -50,7 +50,10 @@ pub fn write_profile(profile: &Profile, mut out: impl Write) -> Result<(), Forma
 /// [`DEFAULT_MAX_INFLATED`] bytes.
 pub fn read_profile(input: impl Read) -> Result<Profile, FormatError> {
     let json = inflate(input, DEFAULT_MAX_INFLATED)?;
-    serde_json::from_slice(&json).map_err(|e| FormatError::Corrupt(e.to_string()))
+    let mut p: Profile =
+        serde_json::from_slice(&json).map_err(|e| FormatError::Corrupt(e.to_string()))?;
+    p.meta.upgrade_notes();
+    Ok(p)
 }
 
 /// A window from an untrusted sender: [`read_profile`] inflating at most `max_inflated` bytes
@@ -58,12 +61,15 @@ pub fn read_profile(input: impl Read) -> Result<Profile, FormatError> {
 /// the window limits (`window_limits`), so memory and work stay bounded whatever the input.
 pub fn read_profile_limited(input: impl Read, max_inflated: u64) -> Result<Profile, FormatError> {
     let json = inflate(input, max_inflated)?;
-    crate::window_limits::limited(|| serde_json::from_slice(&json)).map_err(|e| {
-        match crate::window_limits::take_refusal() {
-            Some(why) => FormatError::OverLimit(why),
-            None => FormatError::Corrupt(e.to_string()),
-        }
-    })
+    let mut p: Profile =
+        crate::window_limits::limited(|| serde_json::from_slice(&json)).map_err(|e| {
+            match crate::window_limits::take_refusal() {
+                Some(why) => FormatError::OverLimit(why),
+                None => FormatError::Corrupt(e.to_string()),
+            }
+        })?;
+    p.meta.upgrade_notes();
+    Ok(p)
 }
 
 /// The JSON of a profile file: its header checked, inflated up to `max_inflated` bytes.
@@ -136,6 +142,34 @@ mod tests {
         let mut buf = Vec::new();
         write_profile(&p, &mut buf).unwrap();
         assert_eq!(read_profile(&buf[..]).unwrap(), p);
+    }
+
+    // Checks that a file written when the targets' CPU time and late names were notes reads
+    // them into their fields (the notes gone), in both readers; the phase probes' cost too
+    // round-trips as a field.
+    #[test]
+    fn notes_of_older_files_become_fields() {
+        let mut old = sample_profile();
+        old.meta
+            .notes
+            .insert("targets_cpu_ns".into(), "1500".into());
+        old.meta.notes.insert("names_late".into(), "3".into());
+        old.meta.phase_probes = Some(PhaseProbeCost {
+            calls: 10,
+            probe_ns: 26_000,
+            ..PhaseProbeCost::default()
+        });
+        let mut buf = Vec::new();
+        write_profile(&old, &mut buf).unwrap();
+        for p in [
+            read_profile(&buf[..]).unwrap(),
+            read_profile_limited(&buf[..], 1 << 20).unwrap(),
+        ] {
+            assert_eq!(p.meta.targets_cpu_ns, Some(1500));
+            assert_eq!(p.meta.names_late, 3);
+            assert_eq!(p.meta.phase_probes, old.meta.phase_probes);
+            assert!(!p.meta.notes.contains_key("targets_cpu_ns"));
+        }
     }
 
     // Checks that a file from a newer phaseprof fails with a message naming both versions.

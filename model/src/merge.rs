@@ -77,29 +77,24 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
     }
     if !first {
         // The targets' CPU time adds up over windows, known only if known in every one.
-        let cpu = |m: &Meta| m.notes.get("targets_cpu_ns")?.parse::<u64>().ok();
-        match (cpu(meta), cpu(p)) {
-            (Some(a), Some(b)) => {
-                let sum = a.saturating_add(b).to_string();
-                meta.notes.insert("targets_cpu_ns".into(), sum);
-            }
-            _ => {
-                meta.notes.remove("targets_cpu_ns");
-            }
-        }
+        meta.targets_cpu_ns = match (meta.targets_cpu_ns, p.targets_cpu_ns) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            _ => None,
+        };
         if let (Some(into), Some(u)) = (&mut meta.unwind, &p.unwind) {
             into.absorb(u);
         }
-        // Addresses named late (see the agent's windows) add up; none is no note.
-        let late = |m: &Meta| {
-            m.notes
-                .get("names_late")
-                .and_then(|n| n.parse::<u64>().ok())
+        meta.phase_probes = match (meta.phase_probes, p.phase_probes) {
+            (Some(a), Some(b)) => Some(PhaseProbeCost {
+                calls: a.calls + b.calls,
+                switch_hits: a.switch_hits + b.switch_hits,
+                probe_ns: a.probe_ns + b.probe_ns,
+                target_cpu_ns: a.target_cpu_ns + b.target_cpu_ns,
+            }),
+            (a, b) => a.or(b),
         };
-        let sum = late(meta).unwrap_or(0).saturating_add(late(p).unwrap_or(0));
-        if sum > 0 {
-            meta.notes.insert("names_late".into(), sum.to_string());
-        }
+        // Addresses named late (see the agent's windows) add up.
+        meta.names_late = meta.names_late.saturating_add(p.names_late);
     }
 }
 
@@ -322,9 +317,9 @@ mod tests {
     #[test]
     fn merge_and_delta() {
         let (a, mut b) = (window(3, 10), window(5, 4));
-        b.meta.notes.insert("names_late".into(), "7".into());
+        b.meta.names_late = 7;
         let m = merge(&[&a, &b, &b]);
-        assert_eq!(m.meta.notes["names_late"], "14", "late names add up");
+        assert_eq!(m.meta.names_late, 14, "late names add up");
         let m = merge(&[&a, &b]);
         assert_eq!(
             m.frames.iter().filter(|f| f.function == "shared").count(),

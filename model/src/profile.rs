@@ -149,9 +149,20 @@ pub struct Meta {
     /// (the first mapping seen), for exports that carry mappings (pprof).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub modules: BTreeMap<String, ModuleInfo>,
-    /// Everything else worth knowing (version of phaseprof, sched_switch flavour …).
+    /// Everything else worth knowing, for people (the version of phaseprof …): nothing reads
+    /// a note back; what is read back has a field of its own.
     #[serde(default)]
     pub notes: BTreeMap<String, String>,
+    /// The targets' CPU time while recorded, which says how many cpu samples the recording
+    /// should hold (None: unknown, a target gone before it could be asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets_cpu_ns: Option<u64>,
+    /// Addresses named `file+offset` because their names came after their window was taken.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub names_late: u64,
+    /// The phase probes' estimated cost to the targets over the recording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_probes: Option<PhaseProbeCost>,
     /// How allocations were recorded, when they were.
     #[serde(default)]
     pub alloc: Option<AllocInfo>,
@@ -162,6 +173,64 @@ pub struct Meta {
     /// and the user's own), by which the collector selects and merges them.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Meta {
+    /// Recordings made before these were fields carried them as notes: moved where they are
+    /// read now.
+    pub fn upgrade_notes(&mut self) {
+        let mut take = |key: &str| self.notes.remove(key)?.parse::<u64>().ok();
+        let cpu = take("targets_cpu_ns");
+        let late = take("names_late");
+        self.targets_cpu_ns = self.targets_cpu_ns.or(cpu);
+        self.names_late = self.names_late.max(late.unwrap_or(0));
+    }
+}
+
+/// What the phase probes cost the targets, estimated from the kernel's counts and the measured
+/// cost of each probe hit.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+pub struct PhaseProbeCost {
+    /// Phase calls (an entry and an exit each).
+    pub calls: u64,
+    /// Go scheduler switch-point hits (goroutine phases).
+    pub switch_hits: u64,
+    /// The probes' estimated time.
+    pub probe_ns: u64,
+    /// The targets' CPU time meanwhile, the probes' included (0: unknown, the targets gone).
+    pub target_cpu_ns: u64,
+}
+
+impl PhaseProbeCost {
+    /// In words, as totals, or as rates over `secs`.
+    pub fn describe(&self, secs: Option<f64>) -> String {
+        let (per, unit) = match secs {
+            Some(s) => (1.0 / s.max(1e-9), "/s"),
+            None => (1.0, ""),
+        };
+        let mut out = format!("{:.0} calls{unit}", self.calls as f64 * per);
+        if self.switch_hits > 0 {
+            out += &format!(
+                " and {:.0} goroutine switch-point hits{unit}",
+                self.switch_hits as f64 * per
+            );
+        }
+        out += &format!(
+            ", estimated probe time {:.1} ms",
+            self.probe_ns as f64 / 1e6
+        );
+        // The measured CPU time includes the probes'. A target that has exited has no CPU time
+        // to read any more: then only the probes' time is said.
+        if self.target_cpu_ns > 0 {
+            let share = (self.probe_ns as f64 / self.target_cpu_ns as f64).min(1.0);
+            out += &format!(", {:.2}% of the target's CPU time", 100.0 * share);
+        }
+        out
+    }
 }
 
 /// How allocations were recorded.

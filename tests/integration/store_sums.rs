@@ -71,8 +71,16 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
         ..Meta::default()
     };
     if r.below(4) > 0 {
-        let cpu = r.below(1 << 30).to_string();
-        meta.notes.insert("targets_cpu_ns".into(), cpu);
+        meta.targets_cpu_ns = Some(r.below(1 << 30));
+    }
+    meta.names_late = r.below(3);
+    if r.below(2) > 0 {
+        meta.phase_probes = Some(PhaseProbeCost {
+            calls: r.below(1000),
+            switch_hits: r.below(10),
+            probe_ns: r.below(1 << 24),
+            target_cpu_ns: r.below(1 << 30),
+        });
     }
     let mut b = ProfileBuilder::new(meta, phases.clone());
     let frames: Vec<u32> = (0..30u64)
@@ -195,9 +203,16 @@ fn assert_same_views(what: &str, got: &Profile, want: &Profile) {
     assert_eq!(got.lost, want.lost, "{what}: lost");
     assert_eq!(got.costs, want.costs, "{what}: costs");
     assert_eq!(
-        got.meta.notes.get("targets_cpu_ns"),
-        want.meta.notes.get("targets_cpu_ns"),
+        got.meta.targets_cpu_ns, want.meta.targets_cpu_ns,
         "{what}: targets' CPU time"
+    );
+    assert_eq!(
+        got.meta.names_late, want.meta.names_late,
+        "{what}: names late"
+    );
+    assert_eq!(
+        got.meta.phase_probes, want.meta.phase_probes,
+        "{what}: phase probes"
     );
     let stats = |p: &Profile| -> BTreeMap<String, PhaseStats> {
         (p.phases.iter().cloned().zip(p.phase_stats.iter().cloned()))

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use phaseprof_model::PhaseProbeCost;
 
 use super::PhasePlan;
 use crate::engine::Engine;
@@ -83,14 +84,14 @@ impl PhaseProbeOverhead {
     }
 
     /// Called often while recording: every few seconds, the probes' estimated share of the
-    /// targets' CPU time since the last report as a line to print; with `whole`, over the whole
+    /// targets' CPU time since the last report, to print; with `whole`, over the whole
     /// recording. None in between, or without phase probes.
     pub fn tick(
         &mut self,
         engine: &Engine<'_>,
         pids: &[u32],
         whole: bool,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<Estimate>> {
         if self.ns_per_call.iter().all(|&ns| ns == 0.0) {
             return Ok(None);
         }
@@ -118,41 +119,37 @@ impl PhaseProbeOverhead {
         };
         self.last = now;
         self.last_at = Instant::now();
-        Ok(Some(describe(&from, &now, secs)))
+        Ok(Some(Estimate {
+            cost: between(&from, &now),
+            secs,
+        }))
     }
 }
 
-/// The estimate between two counts (`secs` apart: rates are printed; None: totals).
-fn describe(from: &Counts, to: &Counts, secs: Option<f64>) -> String {
-    let calls = to.calls.saturating_sub(from.calls) as f64;
-    let switches = to.switches.saturating_sub(from.switches) as f64;
-    let cost = to.cost_ns - from.cost_ns;
-    let cpu = to.cpu_ns.saturating_sub(from.cpu_ns) as f64;
-    let (what, unit) = match secs {
-        Some(s) => (1.0 / s.max(1e-9), "/s"),
-        None => (1.0, ""),
-    };
-    // The measured CPU time includes the probes'. A target that has exited has no CPU time to
-    // read any more: then only the probes' time is said.
-    let mut estimate = format!("estimated probe time {:.1} ms", cost / 1e6);
-    if cpu > 0.0 {
-        estimate += &format!(
-            ", {:.2}% of the target's CPU time",
-            100.0 * (cost / cpu).min(1.0)
-        );
+/// The estimate between two counts.
+fn between(from: &Counts, to: &Counts) -> PhaseProbeCost {
+    PhaseProbeCost {
+        calls: to.calls.saturating_sub(from.calls),
+        switch_hits: to.switches.saturating_sub(from.switches),
+        probe_ns: (to.cost_ns - from.cost_ns).max(0.0) as u64,
+        target_cpu_ns: to.cpu_ns.saturating_sub(from.cpu_ns),
     }
-    format!(
-        "phaseprof: phase probes: {:.0} calls{unit}{}, {estimate}",
-        calls * what,
-        if switches > 0.0 {
-            format!(
-                " and {:.0} goroutine switch-point hits{unit}",
-                switches * what
-            )
-        } else {
-            String::new()
-        },
-    )
+}
+
+/// An estimate to print: over the whole recording, or as rates over the `secs` since the last.
+pub struct Estimate {
+    pub cost: PhaseProbeCost,
+    secs: Option<f64>,
+}
+
+impl std::fmt::Display for Estimate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "phaseprof: phase probes: {}",
+            self.cost.describe(self.secs)
+        )
+    }
 }
 
 #[cfg(test)]
@@ -170,14 +167,14 @@ mod tests {
             switches: 0,
             cpu_ns: 115_000_000,
         };
-        let line = describe(&from, &to, None);
+        let line = between(&from, &to).describe(None);
         assert!(
             line.contains(
                 "1000 calls, estimated probe time 2.3 ms, 2.00% of the target's CPU time"
             ),
             "{line}"
         );
-        let line = describe(&from, &to, Some(2.0));
+        let line = between(&from, &to).describe(Some(2.0));
         assert!(line.contains("500 calls/s"), "{line}");
     }
 }

@@ -522,14 +522,9 @@ impl<'obj> Session<'obj> {
     /// Detaches every probe, drains what is left and returns the profile of `start..end`.
     pub fn finish(mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
         let pids: Vec<u32> = self.live.iter().copied().collect();
-        if let Some(line) = self.phase_cost.tick(&self.engine, &pids, true)? {
-            eprintln!("{line} (whole recording)");
-            let estimate = line
-                .trim_start_matches("phaseprof: phase probes: ")
-                .to_string();
-            self.meta_mut()
-                .notes
-                .insert("phase_probe_overhead".into(), estimate);
+        if let Some(estimate) = self.phase_cost.tick(&self.engine, &pids, true)? {
+            eprintln!("{estimate} (whole recording)");
+            self.meta_mut().phase_probes = Some(estimate.cost);
         }
         let alloc = match &mut self.alloc {
             Some(a) => {
@@ -539,9 +534,7 @@ impl<'obj> Session<'obj> {
             None => None,
         };
         if let Some(ns) = self.targets_cpu_since_mark() {
-            self.meta_mut()
-                .notes
-                .insert("targets_cpu_ns".into(), ns.to_string());
+            self.meta_mut().targets_cpu_ns = Some(ns);
         }
         // Ages of live allocations are taken at the stop, not after the detach (which waits for
         // the kernel to retire the uprobes, up to a second).

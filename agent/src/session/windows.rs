@@ -18,7 +18,7 @@ const NAMES_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 impl Session<'_> {
     /// A session cut in windows waits on no file and no debuginfod server: code is named by a
     /// thread of its own, a lookup waits for it at most `NAMES_WAIT`, and addresses whose names
-    /// have not come are named `file+offset` in that window (counted in its `names_late` note).
+    /// have not come are named `file+offset` in that window (counted in its `names_late`).
     pub fn name_in_background(&mut self) {
         self.sym.name_in_background(NAMES_WAIT);
     }
@@ -53,14 +53,9 @@ impl Session<'_> {
         p.meta.start_unix_ns = unix_ns(start);
         p.meta.end_unix_ns = unix_ns(end);
         // The targets' CPU time in this window; the next one counts from here.
-        if let Some(ns) = self.targets_cpu_since_mark() {
-            p.meta.notes.insert("targets_cpu_ns".into(), ns.to_string());
-        }
+        p.meta.targets_cpu_ns = self.targets_cpu_since_mark();
         self.unwind_since_last_window(&mut p.meta);
-        let late = self.sym.take_late();
-        if late > 0 {
-            p.meta.notes.insert("names_late".into(), late.to_string());
-        }
+        p.meta.names_late = self.sym.take_late();
         if !self.phase_names.is_empty() {
             let now = self
                 .engine

@@ -101,14 +101,14 @@ impl StackWalks {
     /// (whether or not they did at its exec).
     pub fn entry_reached(&mut self, engine: &mut Engine, pid: u32, vmas: &[Vma]) {
         self.copies.maps_changed(pid, vmas);
-        if self.tables_later.remove(&pid) || self.tables.has(pid) {
-            if self
+        let wanted = self.tables_later.remove(&pid) || self.tables.has(pid);
+        if wanted
+            && self
                 .tables
                 .install_vmas(engine, pid, vmas.to_vec())
                 .is_err()
-            {
-                self.tables.forget(engine, pid);
-            }
+        {
+            self.tables.forget(engine, pid);
         }
     }
 

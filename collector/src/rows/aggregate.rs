@@ -24,8 +24,8 @@ pub struct Aggregate {
     /// Event kinds recorded in any window (bit = position in `EventKind::ALL`).
     pub events: u8,
     pub head: Option<Head>,
-    /// Summed counters by name: drops (`lost.*`), costs (`cost.*`), unwinding (`unwind.*`),
-    /// the targets' CPU time and how many windows knew it.
+    /// Summed counters by name (the table in `counters`): drops (`lost.*`), costs (`cost.*`),
+    /// unwinding (`unwind.*`), the targets' CPU time and how many windows knew it, …
     pub counters: BTreeMap<String, u64>,
     /// Per-phase totals by phase id; empty when no window had phases.
     pub phase_stats: BTreeMap<u64, PhaseStats>,

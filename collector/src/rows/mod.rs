@@ -7,6 +7,7 @@
 //! Merged views are sums of such rows (`Aggregate`), turned back into a `Profile`
 //! (`rebuild`) for the pages, reports and downloads that already read profiles.
 pub mod aggregate;
+mod counters;
 pub mod packed;
 pub mod rebuild;
 mod split;

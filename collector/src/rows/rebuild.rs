@@ -3,7 +3,7 @@
 //! tid 0, and thread names are the earliest window's.
 use phaseprof_model::phase_stats::PhaseStats;
 use phaseprof_model::{
-    EventKind, Frame, FrameKind, Lost, PhaseAt, Profile, ProfileBuilder, PHASE_NONE_NAME,
+    EventKind, Frame, FrameKind, PhaseAt, Profile, ProfileBuilder, PHASE_NONE_NAME,
 };
 
 use super::{
@@ -36,22 +36,6 @@ pub fn rebuild(agg: &Aggregate, dict: &Dictionary) -> Profile {
     more.sort_unstable();
     more.dedup();
     meta.pids.extend(more);
-    let counter = |k: &str| agg.counters.get(k).copied().unwrap_or(0);
-    meta.notes.remove("targets_cpu_ns");
-    if agg.windows > 0 && counter("windows_with_targets_cpu") == agg.windows {
-        let cpu = counter("targets_cpu_ns").to_string();
-        meta.notes.insert("targets_cpu_ns".into(), cpu);
-    }
-    if let Some(u) = &mut meta.unwind {
-        u.unwound_samples = counter("unwind.unwound_samples");
-        u.complete = counter("unwind.complete");
-        u.copied_bytes = counter("unwind.copied_bytes");
-        u.walks.stacks = counter("unwind.walks.stacks");
-        u.walks.complete = counter("unwind.walks.complete");
-        u.walks.frames = counter("unwind.walks.frames");
-        u.walks.fp_frames = counter("unwind.walks.fp_frames");
-        u.walks.truncated = counter("unwind.walks.truncated");
-    }
     // Phases: the earliest window's in its order, then the others by name.
     let name_of = |id: u64| -> String {
         if id == 0 {
@@ -91,25 +75,9 @@ pub fn rebuild(agg: &Aggregate, dict: &Dictionary) -> Profile {
         }
         *b.phase_stats_mut() = stats;
     }
-    *b.lost_mut() = lost(agg);
     let mut p = b.finish();
-    p.costs = (agg.counters.iter())
-        .filter_map(|(k, v)| Some((k.strip_prefix("cost.")?.to_string(), *v)))
-        .collect();
+    super::counters::restore(&mut p, agg);
     p
-}
-
-fn lost(agg: &Aggregate) -> Lost {
-    let counter = |k: &str| agg.counters.get(k).copied().unwrap_or(0);
-    Lost {
-        events: counter("lost.events"),
-        stacks: counter("lost.stacks"),
-        by_reason: (agg.counters.iter())
-            .filter_map(|(k, v)| Some((k.strip_prefix("lost.reason.")?.to_string(), *v)))
-            .collect(),
-        syscalls_in_flight_at_start: counter("lost.syscalls_in_flight_at_start"),
-        phase_exits_before_start: counter("lost.phase_exits_before_start"),
-    }
 }
 
 /// Every sample row into `b`, in key order (the same rows always build the same profile).

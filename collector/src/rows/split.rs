@@ -40,7 +40,7 @@ pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
     for (s, &id) in p.phase_stats.iter().zip(&phase_ids) {
         agg.add_phase_stats(id, s);
     }
-    add_counters(&mut agg, p);
+    super::counters::add(&mut agg, p);
     let m = &p.meta;
     agg.absorb_window_stats(1, m.start_unix_ns, m.end_unix_ns, events_mask(&m.events));
     agg.offer_head(&Head {
@@ -182,37 +182,5 @@ fn add_samples(
     }
     for (k, vals) in rows {
         agg.add_sample(k, &vals);
-    }
-}
-
-/// The window's counters: drops, costs, unwinding counts, the targets' CPU time.
-fn add_counters(agg: &mut Aggregate, p: &Profile) {
-    let l = &p.lost;
-    agg.add_counter("lost.events", l.events);
-    agg.add_counter("lost.stacks", l.stacks);
-    agg.add_counter(
-        "lost.syscalls_in_flight_at_start",
-        l.syscalls_in_flight_at_start,
-    );
-    agg.add_counter("lost.phase_exits_before_start", l.phase_exits_before_start);
-    for (k, v) in &l.by_reason {
-        agg.add_counter(&format!("lost.reason.{k}"), *v);
-    }
-    for (k, v) in &p.costs {
-        agg.add_counter(&format!("cost.{k}"), *v);
-    }
-    if let Some(cpu) = (p.meta.notes.get("targets_cpu_ns")).and_then(|v| v.parse::<u64>().ok()) {
-        agg.add_counter("targets_cpu_ns", cpu);
-        agg.add_counter("windows_with_targets_cpu", 1);
-    }
-    if let Some(u) = &p.meta.unwind {
-        agg.add_counter("unwind.unwound_samples", u.unwound_samples);
-        agg.add_counter("unwind.complete", u.complete);
-        agg.add_counter("unwind.copied_bytes", u.copied_bytes);
-        agg.add_counter("unwind.walks.stacks", u.walks.stacks);
-        agg.add_counter("unwind.walks.complete", u.walks.complete);
-        agg.add_counter("unwind.walks.frames", u.walks.frames);
-        agg.add_counter("unwind.walks.fp_frames", u.walks.fp_frames);
-        agg.add_counter("unwind.walks.truncated", u.walks.truncated);
     }
 }

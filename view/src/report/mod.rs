@@ -233,13 +233,14 @@ pub fn write_report(
     if profile.phase_stats.len() > 1 {
         writeln!(out, "phases: {}", profile.describe_phases())?;
     }
-    if let Some(cost) = m.notes.get("phase_probe_overhead") {
-        writeln!(out, "phase probes: {cost}")?;
+    if let Some(cost) = &m.phase_probes {
+        writeln!(out, "phase probes: {}", cost.describe(None))?;
     }
-    if let Some(n) = m.notes.get("names_late") {
+    if m.names_late > 0 {
         writeln!(
             out,
-            "names: {n} addresses named file+offset (their names came after their window was taken)"
+            "names: {} addresses named file+offset (their names came after their window was taken)",
+            m.names_late
         )?;
     }
     if let (Some(u), true) = (&m.unwind, opts.verbose) {

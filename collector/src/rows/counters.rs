@@ -1,0 +1,221 @@
+//! A window's counters in the rows, each named once here: drops (`lost.*`), named costs
+//! (`cost.*`), unwinding counts (`unwind.*`), the targets' CPU time, late names and the phase
+//! probes' cost. `add` reads them from a window as it is split into rows; `restore` writes the
+//! sums back into the profile rebuilt from them. A counter added to the profile is added to
+//! the table below, and nowhere else in the collector.
+use phaseprof_model::{Meta, PhaseProbeCost, Profile, UnwindInfo};
+
+use super::Aggregate;
+
+/// When the sum of a group of counters stands for the merged windows.
+#[derive(Clone, Copy)]
+enum Known {
+    /// Always (absent counts as 0).
+    Always,
+    /// When every window had it (the targets' CPU time: a sum over some windows would be
+    /// taken for all of them).
+    InEveryWindow,
+    /// When any window had it (the phase probes' cost, where phases were probed).
+    InAnyWindow,
+}
+
+/// A group of counters that a window has or has not as a whole.
+struct Group {
+    /// The counter of windows that had the group (for `InEveryWindow`, `InAnyWindow`).
+    windows: &'static str,
+    known: Known,
+    counters: &'static [Counter],
+    /// The group's values missing from the merged profile (None where not `known`).
+    clear: fn(&mut Profile),
+}
+
+struct Counter {
+    name: &'static str,
+    get: fn(&Profile) -> Option<u64>,
+    set: fn(&mut Profile, u64),
+}
+
+fn unwind(p: &Profile) -> Option<&UnwindInfo> {
+    p.meta.unwind.as_ref()
+}
+
+fn set_unwind(p: &mut Profile, set: impl FnOnce(&mut UnwindInfo)) {
+    if let Some(u) = p.meta.unwind.as_mut() {
+        set(u);
+    }
+}
+
+fn probes(m: &mut Meta) -> &mut PhaseProbeCost {
+    m.phase_probes.get_or_insert_with(PhaseProbeCost::default)
+}
+
+const GROUPS: &[Group] = &[
+    Group {
+        windows: "windows",
+        known: Known::Always,
+        clear: |_| {},
+        counters: &[
+            Counter {
+                name: "lost.events",
+                get: |p| Some(p.lost.events),
+                set: |p, v| p.lost.events = v,
+            },
+            Counter {
+                name: "lost.stacks",
+                get: |p| Some(p.lost.stacks),
+                set: |p, v| p.lost.stacks = v,
+            },
+            Counter {
+                name: "lost.syscalls_in_flight_at_start",
+                get: |p| Some(p.lost.syscalls_in_flight_at_start),
+                set: |p, v| p.lost.syscalls_in_flight_at_start = v,
+            },
+            Counter {
+                name: "lost.phase_exits_before_start",
+                get: |p| Some(p.lost.phase_exits_before_start),
+                set: |p, v| p.lost.phase_exits_before_start = v,
+            },
+            Counter {
+                name: "names_late",
+                get: |p| Some(p.meta.names_late).filter(|&n| n > 0),
+                set: |p, v| p.meta.names_late = v,
+            },
+        ],
+    },
+    Group {
+        windows: "windows_with_targets_cpu",
+        known: Known::InEveryWindow,
+        clear: |p| p.meta.targets_cpu_ns = None,
+        counters: &[Counter {
+            name: "targets_cpu_ns",
+            get: |p| p.meta.targets_cpu_ns,
+            set: |p, v| p.meta.targets_cpu_ns = Some(v),
+        }],
+    },
+    Group {
+        windows: "windows_with_phase_probes",
+        known: Known::InAnyWindow,
+        clear: |p| p.meta.phase_probes = None,
+        counters: &[
+            Counter {
+                name: "phase_probes.calls",
+                get: |p| Some(p.meta.phase_probes?.calls),
+                set: |p, v| probes(&mut p.meta).calls = v,
+            },
+            Counter {
+                name: "phase_probes.switch_hits",
+                get: |p| Some(p.meta.phase_probes?.switch_hits),
+                set: |p, v| probes(&mut p.meta).switch_hits = v,
+            },
+            Counter {
+                name: "phase_probes.probe_ns",
+                get: |p| Some(p.meta.phase_probes?.probe_ns),
+                set: |p, v| probes(&mut p.meta).probe_ns = v,
+            },
+            Counter {
+                name: "phase_probes.target_cpu_ns",
+                get: |p| Some(p.meta.phase_probes?.target_cpu_ns),
+                set: |p, v| probes(&mut p.meta).target_cpu_ns = v,
+            },
+        ],
+    },
+    // Unwinding counts go where the earliest window said how stacks were walked.
+    Group {
+        windows: "windows",
+        known: Known::Always,
+        clear: |_| {},
+        counters: &[
+            Counter {
+                name: "unwind.unwound_samples",
+                get: |p| Some(unwind(p)?.unwound_samples),
+                set: |p, v| set_unwind(p, |u| u.unwound_samples = v),
+            },
+            Counter {
+                name: "unwind.complete",
+                get: |p| Some(unwind(p)?.complete),
+                set: |p, v| set_unwind(p, |u| u.complete = v),
+            },
+            Counter {
+                name: "unwind.copied_bytes",
+                get: |p| Some(unwind(p)?.copied_bytes),
+                set: |p, v| set_unwind(p, |u| u.copied_bytes = v),
+            },
+            Counter {
+                name: "unwind.walks.stacks",
+                get: |p| Some(unwind(p)?.walks.stacks),
+                set: |p, v| set_unwind(p, |u| u.walks.stacks = v),
+            },
+            Counter {
+                name: "unwind.walks.complete",
+                get: |p| Some(unwind(p)?.walks.complete),
+                set: |p, v| set_unwind(p, |u| u.walks.complete = v),
+            },
+            Counter {
+                name: "unwind.walks.frames",
+                get: |p| Some(unwind(p)?.walks.frames),
+                set: |p, v| set_unwind(p, |u| u.walks.frames = v),
+            },
+            Counter {
+                name: "unwind.walks.fp_frames",
+                get: |p| Some(unwind(p)?.walks.fp_frames),
+                set: |p, v| set_unwind(p, |u| u.walks.fp_frames = v),
+            },
+            Counter {
+                name: "unwind.walks.truncated",
+                get: |p| Some(unwind(p)?.walks.truncated),
+                set: |p, v| set_unwind(p, |u| u.walks.truncated = v),
+            },
+        ],
+    },
+];
+
+/// Counters by a name of the window's own (`lost.reason.<reason>`, `cost.<name>`).
+const LOST_REASON: &str = "lost.reason.";
+const COST: &str = "cost.";
+
+/// The counters of window `p` into `agg`.
+pub fn add(agg: &mut Aggregate, p: &Profile) {
+    for g in GROUPS {
+        let mut had = false;
+        for c in g.counters {
+            if let Some(v) = (c.get)(p) {
+                agg.add_counter(c.name, v);
+                had = true;
+            }
+        }
+        if had && !matches!(g.known, Known::Always) {
+            agg.add_counter(g.windows, 1);
+        }
+    }
+    for (k, v) in &p.lost.by_reason {
+        agg.add_counter(&format!("{LOST_REASON}{k}"), *v);
+    }
+    for (k, v) in &p.costs {
+        agg.add_counter(&format!("{COST}{k}"), *v);
+    }
+}
+
+/// The summed counters of `agg` (`windows` of them) into the profile rebuilt from its rows.
+pub fn restore(p: &mut Profile, agg: &Aggregate) {
+    let counter = |k: &str| agg.counters.get(k).copied();
+    for g in GROUPS {
+        (g.clear)(p);
+        let known = match g.known {
+            Known::Always => true,
+            Known::InEveryWindow => agg.windows > 0 && counter(g.windows) == Some(agg.windows),
+            Known::InAnyWindow => counter(g.windows).is_some_and(|n| n > 0),
+        };
+        if known {
+            for c in g.counters {
+                (c.set)(p, counter(c.name).unwrap_or(0));
+            }
+        }
+    }
+    let named = |prefix: &str| {
+        (agg.counters.iter())
+            .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.to_string(), *v)))
+            .collect()
+    };
+    p.lost.by_reason = named(LOST_REASON);
+    p.costs = named(COST);
+}
