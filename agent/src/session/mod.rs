@@ -429,9 +429,13 @@ impl<'obj> Session<'obj> {
     }
 
     /// Tells the unwinders the mappings that changed since the last call (read periodically,
-    /// or for an address the symbolizer found outside them).
+    /// or for an address the symbolizer found outside them), for targets still running: one
+    /// gone has been forgotten by them already, and is not to come back.
     fn tell_changed_maps(&mut self) {
         for pid in self.processes.take_changed() {
+            if !self.live.contains(&pid) {
+                continue;
+            }
             if let Some(w) = &mut self.walks {
                 w.maps_changed(&mut self.engine, pid, self.processes.vmas(pid));
             }
