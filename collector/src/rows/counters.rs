@@ -49,6 +49,17 @@ fn probes(m: &mut Meta) -> &mut PhaseProbeCost {
     m.phase_probes.get_or_insert_with(PhaseProbeCost::default)
 }
 
+/// A counter of the walks (`UnwindInfo`), by its name and field.
+macro_rules! unwind_counter {
+    ($name:literal, $($field:ident).+) => {
+        Counter {
+            name: $name,
+            get: |p| Some(unwind(p)?.$($field).+),
+            set: |p, v| set_unwind(p, |u| u.$($field).+ = v),
+        }
+    };
+}
+
 const GROUPS: &[Group] = &[
     Group {
         windows: "windows",
@@ -125,46 +136,14 @@ const GROUPS: &[Group] = &[
         known: Known::Always,
         clear: |_| {},
         counters: &[
-            Counter {
-                name: "unwind.unwound_samples",
-                get: |p| Some(unwind(p)?.unwound_samples),
-                set: |p, v| set_unwind(p, |u| u.unwound_samples = v),
-            },
-            Counter {
-                name: "unwind.complete",
-                get: |p| Some(unwind(p)?.complete),
-                set: |p, v| set_unwind(p, |u| u.complete = v),
-            },
-            Counter {
-                name: "unwind.copied_bytes",
-                get: |p| Some(unwind(p)?.copied_bytes),
-                set: |p, v| set_unwind(p, |u| u.copied_bytes = v),
-            },
-            Counter {
-                name: "unwind.walks.stacks",
-                get: |p| Some(unwind(p)?.walks.stacks),
-                set: |p, v| set_unwind(p, |u| u.walks.stacks = v),
-            },
-            Counter {
-                name: "unwind.walks.complete",
-                get: |p| Some(unwind(p)?.walks.complete),
-                set: |p, v| set_unwind(p, |u| u.walks.complete = v),
-            },
-            Counter {
-                name: "unwind.walks.frames",
-                get: |p| Some(unwind(p)?.walks.frames),
-                set: |p, v| set_unwind(p, |u| u.walks.frames = v),
-            },
-            Counter {
-                name: "unwind.walks.fp_frames",
-                get: |p| Some(unwind(p)?.walks.fp_frames),
-                set: |p, v| set_unwind(p, |u| u.walks.fp_frames = v),
-            },
-            Counter {
-                name: "unwind.walks.truncated",
-                get: |p| Some(unwind(p)?.walks.truncated),
-                set: |p, v| set_unwind(p, |u| u.walks.truncated = v),
-            },
+            unwind_counter!("unwind.unwound_samples", unwound_samples),
+            unwind_counter!("unwind.complete", complete),
+            unwind_counter!("unwind.copied_bytes", copied_bytes),
+            unwind_counter!("unwind.walks.stacks", walks.stacks),
+            unwind_counter!("unwind.walks.complete", walks.complete),
+            unwind_counter!("unwind.walks.frames", walks.frames),
+            unwind_counter!("unwind.walks.fp_frames", walks.fp_frames),
+            unwind_counter!("unwind.walks.truncated", walks.truncated),
         ],
     },
 ];
