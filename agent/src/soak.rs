@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use phaseprof_model::is_allocator_frame;
+use phaseprof_model::{is_allocator_frame, SampleKind, FAULT_COUNT, LIVE_BYTES, LIVE_OLDEST_NS};
 use serde::Serialize;
 
 /// The memory classes reported, and the smaps_rollup field each is read from.
@@ -63,27 +63,27 @@ pub fn stack_growth(p: &phaseprof_model::Profile) -> (Vec<StackGrowth>, Vec<Stac
             .unwrap_or_default()
     };
     let secs = (p.duration_ns() as f64 / 1e9).max(1e-9);
-    let live = p
-        .live
-        .iter()
-        .take(TOP_STACKS)
+    // Largest first (the first value: bytes live, faults).
+    let top = |kind| {
+        let mut v: Vec<&phaseprof_model::Sample> = p.samples_of(kind).collect();
+        v.sort_by_key(|s| std::cmp::Reverse(s.value(0)));
+        v.truncate(TOP_STACKS);
+        v
+    };
+    let live = (top(SampleKind::Live).into_iter())
         .map(|l| StackGrowth {
             phase: p.phase_name(l.phase).to_string(),
-            frames: frames(l.stack),
-            value: l.bytes,
-            mib_s: Some(l.bytes as f64 / secs / (1024.0 * 1024.0)),
-            oldest_s: Some(l.oldest_ns as f64 / 1e9),
+            frames: frames(l.stack.unwrap_or(u32::MAX)),
+            value: l.value(LIVE_BYTES),
+            mib_s: Some(l.value(LIVE_BYTES) as f64 / secs / (1024.0 * 1024.0)),
+            oldest_s: Some(l.value(LIVE_OLDEST_NS) as f64 / 1e9),
         })
         .collect();
-    let mut faults: Vec<&phaseprof_model::PageFaultSample> = p.page_faults.iter().collect();
-    faults.sort_by_key(|f| std::cmp::Reverse(f.count));
-    let faults = faults
-        .into_iter()
-        .take(TOP_STACKS)
+    let faults = (top(SampleKind::Pagefault).into_iter())
         .map(|f| StackGrowth {
             phase: p.phase_name(f.phase).to_string(),
-            frames: frames(f.stack),
-            value: f.count,
+            frames: frames(f.stack.unwrap_or(u32::MAX)),
+            value: f.value(FAULT_COUNT),
             mib_s: None,
             oldest_s: None,
         })

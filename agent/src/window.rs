@@ -3,68 +3,118 @@
 //! This is the seam between recording and processing: the BPF engine produces [`RawWindow`]s,
 //! the aggregator consumes them, and tests can build them by hand without root.
 
+use phaseprof_model::SampleKind;
+
 /// User or kernel return addresses, leaf first (index 0 is the sampled instruction pointer).
 pub type Addrs = Vec<u64>;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RawWindow {
-    pub cpu: Vec<RawCpu>,
-    pub offcpu: Vec<RawOffCpu>,
-    pub syscalls: Vec<RawSyscall>,
-    /// Exact allocation totals per (process, phase).
-    pub alloc_totals: Vec<RawAllocTotal>,
-    /// Byte-sampled allocation stacks (native allocators).
-    pub allocs: Vec<RawAlloc>,
+    /// Every kind's samples, their values as the kind lists them (`phaseprof_model::kinds`).
+    pub samples: Vec<RawSample>,
     /// Go's own heap-profile samples, each to be weighed by its sampling rate.
     pub go_allocs: Vec<RawGoAlloc>,
-    /// Page faults per (thread, phase, user stack); `kernel` is always None.
-    pub page_faults: Vec<RawCpu>,
 }
 
-/// Folds samples with the same key and stacks into one, counts summed (samples unwound in user
-/// space arrive one by one; the kernel folds the others in its maps already).
-pub fn fold_identical(samples: Vec<RawCpu>) -> Vec<RawCpu> {
-    type Key = (u32, u32, u32, u64, Option<Addrs>, Option<Addrs>);
-    let mut folded: std::collections::HashMap<Key, u64> = std::collections::HashMap::new();
+/// Folds samples with the same key and stacks into one, values summed (samples unwound in
+/// user space arrive one by one; the kernel folds the others in its maps already).
+pub fn fold_identical(samples: Vec<RawSample>) -> Vec<RawSample> {
+    let mut folded: std::collections::HashMap<RawKey, Vec<u64>> = Default::default();
     for s in samples {
-        *folded
-            .entry((s.pid, s.tid, s.phase, s.phase_mask, s.user, s.kernel))
-            .or_default() += s.count;
+        let RawSample {
+            kind,
+            pid,
+            tid,
+            phase,
+            phase_mask,
+            nr,
+            user,
+            kernel,
+            values,
+        } = s;
+        let key = (kind, pid, tid, phase, phase_mask, nr, user, kernel);
+        kind.absorb(folded.entry(key).or_default(), &values);
     }
-    folded
-        .into_iter()
+    (folded.into_iter())
         .map(
-            |((pid, tid, phase, phase_mask, user, kernel), count)| RawCpu {
+            |((kind, pid, tid, phase, phase_mask, nr, user, kernel), values)| RawSample {
+                kind,
                 pid,
                 tid,
                 phase,
                 phase_mask,
+                nr,
                 user,
                 kernel,
-                count,
+                values,
             },
         )
         .collect()
 }
 
+/// An allocation stack's values from the kernel's counts: its estimated bytes, the
+/// allocations sampled, and the allocations estimated (in thousandths) as a ratio: the samples
+/// scaled as their bytes were.
+pub fn alloc_values(est_bytes: u64, samples: u64, sampled_bytes: u64) -> Vec<u64> {
+    let count = match sampled_bytes {
+        0 => samples as f64,
+        sampled => samples as f64 * est_bytes as f64 / sampled as f64,
+    };
+    vec![est_bytes, samples, phaseprof_model::milli(count)]
+}
+
+type RawKey = (
+    SampleKind,
+    u32,
+    u32,
+    u32,
+    u64,
+    u32,
+    Option<Addrs>,
+    Option<Addrs>,
+);
+
+/// Events of one key as the kernel's maps count them, with their stacks' addresses.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RawCpu {
+pub struct RawSample {
+    pub kind: SampleKind,
     pub pid: u32,
+    /// 0 for kinds counted per process.
     pub tid: u32,
     pub phase: u32,
     /// Every phase on the thread's stack (bit i: phase i; 1: none).
     pub phase_mask: u64,
+    /// The syscall number (syscall samples).
+    pub nr: u32,
     pub user: Option<Addrs>,
     pub kernel: Option<Addrs>,
-    pub count: u64,
+    pub values: Vec<u64>,
+}
+
+impl RawSample {
+    /// A sample of `kind` without stacks or syscall number.
+    pub fn new(kind: SampleKind, (pid, tid): (u32, u32), (phase, phase_mask): (u32, u64)) -> Self {
+        RawSample {
+            kind,
+            pid,
+            tid,
+            phase,
+            phase_mask,
+            nr: 0,
+            user: None,
+            kernel: None,
+            values: Vec::new(),
+        }
+    }
 }
 
 /// A cpu sample or page fault of a target whose user stack is unwound in user space
-/// (`--unwind copy`): its user registers and a copy of its stack, to become a [`RawCpu`] (of
-/// `RawWindow::cpu` or `page_faults`) once unwound.
+/// (`--unwind copy`): its user registers and a copy of its stack, to become a [`RawSample`]
+/// once unwound.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawStackSample {
-    pub page_fault: bool,
+    /// Cpu or page fault.
+    pub kind: SampleKind,
     pub pid: u32,
     pub tid: u32,
     pub phase: u32,
@@ -75,54 +125,6 @@ pub struct RawStackSample {
     pub bp: u64,
     /// Memory from `sp` up (shorter than asked when the copy met an unreadable page).
     pub stack: Vec<u8>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct RawOffCpu {
-    pub pid: u32,
-    pub tid: u32,
-    pub phase: u32,
-    /// Every phase on the thread's stack (bit i: phase i; 1: none).
-    pub phase_mask: u64,
-    pub user: Option<Addrs>,
-    pub kernel: Option<Addrs>,
-    pub ns: u64,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct RawSyscall {
-    pub pid: u32,
-    pub tid: u32,
-    pub phase: u32,
-    /// Every phase on the thread's stack (bit i: phase i; 1: none).
-    pub phase_mask: u64,
-    pub nr: u32,
-    pub user: Option<Addrs>,
-    pub count: u64,
-    pub total_ns: u64,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct RawAllocTotal {
-    pub pid: u32,
-    pub phase: u32,
-    pub phase_mask: u64,
-    pub bytes: u64,
-    pub count: u64,
-    pub frees: u64,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct RawAlloc {
-    pub pid: u32,
-    pub phase: u32,
-    pub phase_mask: u64,
-    pub user: Option<Addrs>,
-    /// Unbiased estimate of the bytes these samples stand for.
-    pub est_bytes: u64,
-    pub samples: u64,
-    /// The sampled allocations' own sizes.
-    pub sampled_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -151,13 +153,7 @@ pub struct RawLive {
 
 impl RawWindow {
     pub fn is_empty(&self) -> bool {
-        self.cpu.is_empty()
-            && self.offcpu.is_empty()
-            && self.syscalls.is_empty()
-            && self.alloc_totals.is_empty()
-            && self.allocs.is_empty()
-            && self.go_allocs.is_empty()
-            && self.page_faults.is_empty()
+        self.samples.is_empty() && self.go_allocs.is_empty()
     }
 }
 
@@ -169,14 +165,10 @@ mod tests {
     // (thread, phase, user or kernel stack) keeps them apart.
     #[test]
     fn folds_identical_samples() {
-        let s = |tid, user: Vec<u64>, count| RawCpu {
-            pid: 7,
-            tid,
-            phase: 1,
-            phase_mask: 0b11,
+        let s = |tid, user: Vec<u64>, count| RawSample {
             user: Some(user),
-            kernel: None,
-            count,
+            values: vec![count],
+            ..RawSample::new(SampleKind::Cpu, (7, tid), (1, 0b11))
         };
         let mut got = fold_identical(vec![
             s(1, vec![10, 20], 1),

@@ -243,7 +243,15 @@ mod tests {
             inlined: false,
         });
         let s = b.intern_stack(vec![f]);
-        b.add_cpu(7, 7, PhaseAt { phase: 1, mask: 2 }, s, samples);
+        b.add(
+            Sample::new(
+                SampleKind::Cpu,
+                (7, 7),
+                PhaseAt { phase: 1, mask: 2 },
+                vec![samples],
+            )
+            .on(s),
+        );
         b.finish()
     }
 

@@ -335,10 +335,14 @@ mod tests {
         let k = f(&mut b, "do_syscall_64", FrameKind::Kernel);
         let s1 = b.intern_stack(vec![burn, main]);
         let s2 = b.intern_stack(vec![k, main]);
-        b.add_cpu(9, 9, PhaseAt::NONE, s1, 90);
-        b.add_cpu(9, 10, PhaseAt::NONE, s1, 5);
-        b.add_cpu(9, 9, PhaseAt::NONE, s2, 5);
-        b.add_syscall((9, 9), PhaseAt::NONE, 1, Some(s1), 4, 0);
+        b.add(Sample::new(SampleKind::Cpu, (9, 9), PhaseAt::NONE, vec![90]).on(s1));
+        b.add(Sample::new(SampleKind::Cpu, (9, 10), PhaseAt::NONE, vec![5]).on(s1));
+        b.add(Sample::new(SampleKind::Cpu, (9, 9), PhaseAt::NONE, vec![5]).on(s2));
+        b.add(
+            Sample::new(SampleKind::Syscall, (9, 9), PhaseAt::NONE, vec![4, 0])
+                .on(Some(s1))
+                .syscall(1),
+        );
         b.finish()
     }
 

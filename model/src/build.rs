@@ -21,8 +21,45 @@ impl PhaseAt {
     };
 }
 
-/// A syscall sample's identity: pid, tid, phase, phase mask, number, stack.
-type SyscallKey = (u32, u32, u32, u64, u32, Option<u32>);
+/// What samples are summed by: kind, pid, tid, phase, phase mask, stack, syscall.
+type SampleKey = (SampleKind, u32, u32, u32, u64, Option<u32>, u32);
+
+fn key_of(s: &Sample) -> SampleKey {
+    (s.kind, s.pid, s.tid, s.phase, s.phase_mask, s.stack, s.nr)
+}
+
+impl Sample {
+    /// A sample of `kind` with `values`, without a stack or a syscall number.
+    pub fn new(kind: SampleKind, (pid, tid): (u32, u32), at: PhaseAt, values: Vec<u64>) -> Self {
+        Sample {
+            kind,
+            pid,
+            tid,
+            phase: at.phase,
+            phase_mask: at.mask,
+            stack: None,
+            nr: 0,
+            values,
+        }
+    }
+
+    pub fn on(mut self, stack: impl Into<Option<u32>>) -> Self {
+        self.stack = stack.into();
+        self
+    }
+
+    pub fn syscall(mut self, nr: u32) -> Self {
+        self.nr = nr;
+        self
+    }
+
+    pub fn at(&self) -> PhaseAt {
+        PhaseAt {
+            phase: self.phase,
+            mask: self.phase_mask,
+        }
+    }
+}
 
 /// Builds a [`Profile`] from samples added in any order and any number of windows.
 #[derive(Default)]
@@ -30,12 +67,7 @@ pub struct ProfileBuilder {
     profile: Profile,
     frame_index: HashMap<Frame, u32>,
     stack_index: HashMap<Vec<u32>, u32>,
-    cpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
-    offcpu_index: HashMap<(u32, u32, u32, u64, u32), usize>,
-    syscall_index: HashMap<SyscallKey, usize>,
-    alloc_index: HashMap<(u32, u32, u64, u32), usize>,
-    alloc_total_index: HashMap<(u32, u32, u64), usize>,
-    fault_index: HashMap<(u32, u32, u32, u64, u32), usize>,
+    sample_index: HashMap<SampleKey, usize>,
 }
 
 impl ProfileBuilder {
@@ -102,143 +134,28 @@ impl ProfileBuilder {
         i
     }
 
-    pub fn add_cpu(&mut self, pid: u32, tid: u32, at: PhaseAt, stack: u32, count: u64) {
-        let samples = &mut self.profile.cpu;
-        let key = (pid, tid, at.phase, at.mask, stack);
-        let i = *self.cpu_index.entry(key).or_insert_with(|| {
-            samples.push(CpuSample {
-                pid,
-                tid,
-                phase: at.phase,
-                phase_mask: at.mask,
-                stack,
-                count: 0,
-            });
-            samples.len() - 1
-        });
-        samples[i].count = samples[i].count.saturating_add(count);
+    /// Adds `s`, summed into the sample of the same key if there is one.
+    pub fn add(&mut self, s: Sample) {
+        let samples = &mut self.profile.samples;
+        match self.sample_index.get(&key_of(&s)) {
+            Some(&i) => s.kind.absorb(&mut samples[i].values, &s.values),
+            None => {
+                self.sample_index.insert(key_of(&s), samples.len());
+                samples.push(s);
+            }
+        }
     }
 
-    pub fn add_offcpu(&mut self, pid: u32, tid: u32, at: PhaseAt, stack: u32, ns: u64) {
-        let samples = &mut self.profile.offcpu;
-        let key = (pid, tid, at.phase, at.mask, stack);
-        let i = *self.offcpu_index.entry(key).or_insert_with(|| {
-            samples.push(OffCpuSample {
-                pid,
-                tid,
-                phase: at.phase,
-                phase_mask: at.mask,
-                stack,
-                ns: 0,
-            });
-            samples.len() - 1
-        });
-        samples[i].ns = samples[i].ns.saturating_add(ns);
-    }
-
-    pub fn add_syscall(
-        &mut self,
-        (pid, tid): (u32, u32),
-        at: PhaseAt,
-        nr: u32,
-        stack: Option<u32>,
-        count: u64,
-        total_ns: u64,
-    ) {
-        let samples = &mut self.profile.syscalls;
-        let key = (pid, tid, at.phase, at.mask, nr, stack);
-        let i = *self.syscall_index.entry(key).or_insert_with(|| {
-            samples.push(SyscallSample {
-                pid,
-                tid,
-                phase: at.phase,
-                phase_mask: at.mask,
-                nr,
-                name: crate::syscall_name(nr),
-                stack,
-                count: 0,
-                total_ns: 0,
-            });
-            samples.len() - 1
-        });
-        samples[i].count = samples[i].count.saturating_add(count);
-        samples[i].total_ns = samples[i].total_ns.saturating_add(total_ns);
-    }
-
-    /// Sampled allocations: `bytes` estimated bytes, `count` estimated allocations.
-    pub fn add_alloc(
-        &mut self,
-        pid: u32,
-        at: PhaseAt,
-        stack: u32,
-        bytes: u64,
-        count: f64,
-        samples: u64,
-    ) {
-        let v = &mut self.profile.allocs;
-        let i = *self
-            .alloc_index
-            .entry((pid, at.phase, at.mask, stack))
-            .or_insert_with(|| {
-                v.push(AllocSample {
-                    pid,
-                    phase: at.phase,
-                    phase_mask: at.mask,
-                    stack,
-                    bytes: 0,
-                    count: 0.0,
-                    samples: 0,
-                });
-                v.len() - 1
-            });
-        v[i].bytes = v[i].bytes.saturating_add(bytes);
-        v[i].count += count;
-        v[i].samples = v[i].samples.saturating_add(samples);
-    }
-
-    pub fn add_alloc_total(&mut self, pid: u32, at: PhaseAt, bytes: u64, count: u64, frees: u64) {
-        let v = &mut self.profile.alloc_totals;
-        let i = *self
-            .alloc_total_index
-            .entry((pid, at.phase, at.mask))
-            .or_insert_with(|| {
-                v.push(AllocTotal {
-                    pid,
-                    phase: at.phase,
-                    phase_mask: at.mask,
-                    bytes: 0,
-                    count: 0,
-                    frees: 0,
-                });
-                v.len() - 1
-            });
-        v[i].bytes = v[i].bytes.saturating_add(bytes);
-        v[i].count = v[i].count.saturating_add(count);
-        v[i].frees = v[i].frees.saturating_add(frees);
-    }
-
-    pub fn add_page_faults(&mut self, pid: u32, tid: u32, at: PhaseAt, stack: u32, count: u64) {
-        let v = &mut self.profile.page_faults;
-        let i = *self
-            .fault_index
-            .entry((pid, tid, at.phase, at.mask, stack))
-            .or_insert_with(|| {
-                v.push(PageFaultSample {
-                    pid,
-                    tid,
-                    phase: at.phase,
-                    phase_mask: at.mask,
-                    stack,
-                    count: 0,
-                });
-                v.len() - 1
-            });
-        v[i].count = v[i].count.saturating_add(count);
-    }
-
-    /// Replaces the live heap (it is a state, read once at the end, not a sum over windows).
-    pub fn set_live(&mut self, live: Vec<LiveSample>) {
-        self.profile.live = live;
+    /// Replaces the samples of `kind` (a state such as the live heap, read once at the end,
+    /// not a sum over windows).
+    pub fn replace(&mut self, kind: SampleKind, samples: Vec<Sample>) {
+        self.profile.samples.retain(|s| s.kind != kind);
+        self.sample_index = (self.profile.samples.iter().enumerate())
+            .map(|(i, s)| (key_of(s), i))
+            .collect();
+        for s in samples {
+            self.add(s);
+        }
     }
 
     /// The profile so far, for computations over its values before it is finished. Values may
@@ -278,16 +195,18 @@ mod tests {
         assert_eq!(b.intern_frame(frame("a")), a);
         let s1 = b.intern_stack(vec![c, a]);
         assert_eq!(b.intern_stack(vec![c, a]), s1);
-        b.add_cpu(1, 2, PhaseAt::NONE, s1, 3);
-        b.add_cpu(1, 2, PhaseAt::NONE, s1, 4);
-        b.add_syscall((1, 1), PhaseAt::NONE, 1, None, 5, 50);
-        b.add_syscall((1, 1), PhaseAt::NONE, 1, None, 2, 20);
+        let cpu = |n| Sample::new(SampleKind::Cpu, (1, 2), PhaseAt::NONE, vec![n]).on(s1);
+        let write =
+            |n, ns| Sample::new(SampleKind::Syscall, (1, 1), PhaseAt::NONE, vec![n, ns]).syscall(1);
+        b.add(cpu(3));
+        b.add(cpu(4));
+        b.add(write(5, 50));
+        b.add(write(2, 20));
         let p = b.finish();
         assert_eq!(p.phases, vec!["(none)"]);
-        assert_eq!(p.cpu.len(), 1);
-        assert_eq!(p.cpu[0].count, 7);
-        assert_eq!(p.syscalls[0].count, 7);
-        assert_eq!(p.syscalls[0].total_ns, 70);
-        assert_eq!(p.syscalls[0].name, "write");
+        assert_eq!(p.samples.len(), 2);
+        assert_eq!(p.samples[0].values, vec![7]);
+        assert_eq!(p.samples[1].values, vec![7, 70]);
+        assert_eq!(p.samples[1].syscall_name(), "write");
     }
 }

@@ -17,7 +17,7 @@ impl Profile {
     /// of at least 20 expected), a sentence saying so.
     pub fn cpu_sample_shortfall(&self) -> Option<String> {
         let expected = self.expected_cpu_samples()?;
-        let got: u64 = crate::saturating_sum(self.cpu.iter().map(|s| s.count));
+        let got = self.total(crate::SampleKind::Cpu, crate::CPU_COUNT);
         (expected >= 20 && (got as f64) < 0.8 * expected as f64).then(|| {
             format!(
                 "INCOMPLETE: {got} cpu samples where the targets' {:.2} s of CPU time call for ~{expected} at {} Hz ({:.0}% missing): the sampling events fired for part of the recording",
@@ -43,14 +43,9 @@ mod tests {
             p.meta.frequency_hz = 100;
             p.stacks.push(Stack::default());
             p.meta.targets_cpu_ns = cpu_ns.map(|ns| ns.parse().unwrap());
-            p.cpu.push(CpuSample {
-                pid: 1,
-                tid: 1,
-                phase: 0,
-                phase_mask: 1,
-                stack: 0,
-                count: samples,
-            });
+            let at = crate::PhaseAt::NONE;
+            p.samples
+                .push(Sample::new(SampleKind::Cpu, (1, 1), at, vec![samples]).on(0));
             p
         };
         let short = with(Some("1500000000"), 12);

@@ -11,7 +11,7 @@ use crate::profile::Profile;
 /// The first bytes of every `.phaseprof` file.
 pub const MAGIC: &[u8; 10] = b"PHASEPROF\n";
 /// The newest format version this build reads and the one it writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The most JSON [`read_profile`] inflates (a gzip bomb of a few MB would otherwise inflate to
 /// many GB): far above any recording's (a 30 s recording of 16 threads is a few MB of JSON).
 pub const DEFAULT_MAX_INFLATED: u64 = 1 << 30;
@@ -49,31 +49,37 @@ pub fn write_profile(profile: &Profile, mut out: impl Write) -> Result<(), Forma
 /// Reads a profile of any format version up to [`FORMAT_VERSION`], inflating at most
 /// [`DEFAULT_MAX_INFLATED`] bytes.
 pub fn read_profile(input: impl Read) -> Result<Profile, FormatError> {
-    let json = inflate(input, DEFAULT_MAX_INFLATED)?;
-    let mut p: Profile =
-        serde_json::from_slice(&json).map_err(|e| FormatError::Corrupt(e.to_string()))?;
-    p.meta.upgrade_notes();
-    Ok(p)
+    let (json, version) = inflate(input, DEFAULT_MAX_INFLATED)?;
+    decode(&json, version).map_err(|e| FormatError::Corrupt(e.to_string()))
 }
 
 /// A window from an untrusted sender: [`read_profile`] inflating at most `max_inflated` bytes
 /// of JSON ([`FormatError::TooLarge`] beyond: the inflation stops there), and decoding within
 /// the window limits (`window_limits`), so memory and work stay bounded whatever the input.
 pub fn read_profile_limited(input: impl Read, max_inflated: u64) -> Result<Profile, FormatError> {
-    let json = inflate(input, max_inflated)?;
-    let mut p: Profile =
-        crate::window_limits::limited(|| serde_json::from_slice(&json)).map_err(|e| {
-            match crate::window_limits::take_refusal() {
-                Some(why) => FormatError::OverLimit(why),
-                None => FormatError::Corrupt(e.to_string()),
-            }
-        })?;
+    let (json, version) = inflate(input, max_inflated)?;
+    crate::window_limits::limited(|| decode(&json, version)).map_err(|e| {
+        match crate::window_limits::take_refusal() {
+            Some(why) => FormatError::OverLimit(why),
+            None => FormatError::Corrupt(e.to_string()),
+        }
+    })
+}
+
+/// The profile in `json`, of format `version`, upgraded to the current one.
+fn decode(json: &[u8], version: u32) -> Result<Profile, serde_json::Error> {
+    let mut p: Profile = serde_json::from_slice(json)?;
+    if version == 1 {
+        let lists: crate::format_v1::Lists = serde_json::from_slice(json)?;
+        p.samples = lists.into_samples();
+    }
     p.meta.upgrade_notes();
     Ok(p)
 }
 
-/// The JSON of a profile file: its header checked, inflated up to `max_inflated` bytes.
-fn inflate(mut input: impl Read, max_inflated: u64) -> Result<Vec<u8>, FormatError> {
+/// The JSON of a profile file and its format version: its header checked, inflated up to
+/// `max_inflated` bytes.
+fn inflate(mut input: impl Read, max_inflated: u64) -> Result<(Vec<u8>, u32), FormatError> {
     let mut magic = [0u8; 10];
     input
         .read_exact(&mut magic)
@@ -104,7 +110,7 @@ fn inflate(mut input: impl Read, max_inflated: u64) -> Result<Vec<u8>, FormatErr
             limit: max_inflated,
         });
     }
-    Ok(json)
+    Ok((json, found))
 }
 
 #[cfg(test)]
@@ -130,8 +136,12 @@ mod tests {
             inlined: false,
         });
         let s = b.intern_stack(vec![f]);
-        b.add_cpu(42, 42, PhaseAt::NONE, s, 9);
-        b.add_syscall((42, 42), PhaseAt::NONE, 1, Some(s), 3, 300);
+        b.add(Sample::new(SampleKind::Cpu, (42, 42), PhaseAt::NONE, vec![9]).on(s));
+        b.add(
+            Sample::new(SampleKind::Syscall, (42, 42), PhaseAt::NONE, vec![3, 300])
+                .on(Some(s))
+                .syscall(1),
+        );
         b.finish()
     }
 
@@ -172,6 +182,55 @@ mod tests {
         }
     }
 
+    // Checks that a version-1 file (one list per event kind) reads into the one list of
+    // samples, every value where its kind lists it, in both readers.
+    #[test]
+    fn version_1_lists_become_samples() {
+        let v1 = serde_json::json!({
+            "meta": serde_json::to_value(Meta::default()).unwrap(),
+            "frames": [], "stacks": [{"frames": []}], "phases": ["(none)"],
+            "cpu": [{"pid": 1, "tid": 2, "phase": 0, "phase_mask": 1, "stack": 0, "count": 9}],
+            "offcpu": [{"pid": 1, "tid": 2, "phase": 0, "stack": 0, "ns": 70}],
+            "syscalls": [{"pid": 1, "tid": 2, "phase": 0, "nr": 1, "name": "write",
+                          "stack": null, "count": 3, "total_ns": 30}],
+            "allocs": [{"pid": 1, "phase": 0, "stack": 0, "bytes": 64, "count": 2.5,
+                        "samples": 1}],
+            "alloc_totals": [{"pid": 1, "phase": 0, "bytes": 640, "count": 25, "frees": 4}],
+            "live": [{"pid": 1, "phase": 0, "stack": 0, "bytes": 32, "samples": 2,
+                      "oldest_ns": 90, "mean_age_ns": 60}],
+            "page_faults": [{"pid": 1, "tid": 2, "phase": 0, "stack": 0, "count": 5}],
+            "lost": serde_json::to_value(crate::Lost::default()).unwrap(),
+        });
+        let mut buf = MAGIC.to_vec();
+        buf.extend_from_slice(&1u32.to_le_bytes());
+        let mut gz = GzEncoder::new(&mut buf, Compression::default());
+        serde_json::to_writer(&mut gz, &v1).unwrap();
+        gz.finish().unwrap();
+        for p in [
+            read_profile(&buf[..]).unwrap(),
+            read_profile_limited(&buf[..], 1 << 20).unwrap(),
+        ] {
+            p.validate().unwrap();
+            let values = |k| {
+                p.samples_of(k)
+                    .map(|s| s.values.clone())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(values(SampleKind::Cpu), vec![vec![9]]);
+            assert_eq!(values(SampleKind::Offcpu), vec![vec![70]]);
+            assert_eq!(values(SampleKind::Syscall), vec![vec![3, 30]]);
+            assert_eq!(values(SampleKind::Alloc), vec![vec![64, 1, 2500]]);
+            assert_eq!(values(SampleKind::AllocTotal), vec![vec![640, 25, 4]]);
+            assert_eq!(values(SampleKind::Live), vec![vec![32, 2, 90, 120]]);
+            assert_eq!(values(SampleKind::Pagefault), vec![vec![5]]);
+            let write = p.samples_of(SampleKind::Syscall).next().unwrap();
+            assert_eq!(
+                (write.syscall_name().as_str(), write.stack),
+                ("write", None)
+            );
+        }
+    }
+
     // Checks that a file from a newer phaseprof fails with a message naming both versions.
     #[test]
     fn future_version_is_refused_clearly() {
@@ -183,7 +242,7 @@ mod tests {
             err,
             FormatError::FutureVersion {
                 found: 7,
-                supported: 1
+                supported: FORMAT_VERSION
             }
         ));
         assert!(err.to_string().contains("version 7"), "{err}");

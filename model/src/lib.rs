@@ -8,7 +8,9 @@ pub mod build;
 mod coverage;
 pub mod diff;
 pub mod format;
+mod format_v1;
 pub mod frames;
+pub mod kinds;
 pub mod lost;
 pub mod merge;
 pub mod phase_stats;
@@ -30,6 +32,7 @@ pub use format::{
     FORMAT_VERSION,
 };
 pub use frames::{display_name, folded_frame_name, is_allocator_frame, is_go_sampling_hook};
+pub use kinds::*;
 pub use lost::Lost;
 pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use profile::*;

@@ -202,49 +202,18 @@ impl Merger {
                 mask: if m == 0 { 1 } else { m },
             }
         };
-        let st = |s: u32| stack_map[s as usize];
-        for s in &p.cpu {
-            b.add_cpu(
-                s.pid,
-                s.tid,
-                at(s.phase, s.phase_mask),
-                st(s.stack),
-                s.count,
-            );
-        }
-        for s in &p.offcpu {
-            b.add_offcpu(s.pid, s.tid, at(s.phase, s.phase_mask), st(s.stack), s.ns);
-        }
-        for s in &p.syscalls {
-            b.add_syscall(
-                (s.pid, s.tid),
-                at(s.phase, s.phase_mask),
-                s.nr,
-                s.stack.map(st),
-                s.count,
-                s.total_ns,
-            );
-        }
-        for t in &p.alloc_totals {
-            b.add_alloc_total(t.pid, at(t.phase, t.phase_mask), t.bytes, t.count, t.frees);
-        }
-        for s in &p.allocs {
-            b.add_alloc(
-                s.pid,
-                at(s.phase, s.phase_mask),
-                st(s.stack),
-                s.bytes,
-                s.count,
-                s.samples,
-            );
-        }
-        for s in &p.page_faults {
-            b.add_page_faults(
-                s.pid,
-                s.tid,
-                at(s.phase, s.phase_mask),
-                st(s.stack),
-                s.count,
+        // A state read once at the end (the live heap) is not a sum over windows: left out.
+        for s in p
+            .samples
+            .iter()
+            .filter(|s| s.kind.spec().stored_as.is_some())
+        {
+            let at = at(s.phase, s.phase_mask);
+            let stack = s.stack.map(|st| stack_map[st as usize]);
+            b.add(
+                Sample::new(s.kind, (s.pid, s.tid), at, s.values.clone())
+                    .on(stack)
+                    .syscall(s.nr),
             );
         }
     }
@@ -291,16 +260,11 @@ mod tests {
             inlined: false,
         });
         let s = b.intern_stack(vec![g, f]);
-        b.add_cpu(
-            1,
-            1,
-            PhaseAt {
-                phase: 1,
-                mask: 0b10,
-            },
-            s,
-            count,
-        );
+        let at = PhaseAt {
+            phase: 1,
+            mask: 0b10,
+        };
+        b.add(Sample::new(SampleKind::Cpu, (1, 1), at, vec![count]).on(s));
         let mut st = PhaseStats {
             calls,
             wall_ns: calls * 100,
@@ -340,7 +304,7 @@ mod tests {
         d.meta.end_unix_ns = 40; // 10 ns attached throughout, then 30 ns a fifth of the time
         let fraction = merge(&[&c, &d]).meta.alloc.unwrap().attached_fraction;
         assert!((fraction - 0.4).abs() < 1e-9, "{fraction}");
-        assert_eq!(m.cpu.iter().map(|s| s.count).sum::<u64>(), 8);
+        assert_eq!(m.total(SampleKind::Cpu, 0), 8);
         assert_eq!(m.phase_stats[1].calls, 14);
         assert_eq!(m.phase_stats[1].costs["flush_syscalls"], 14);
         assert_eq!(m.phase_stats[1].wall_hist, vec![(5, 14)]);
@@ -357,16 +321,13 @@ mod tests {
     fn merged_counters_saturate() {
         let (mut a, mut b) = (window(3, 10), window(5, 4));
         for p in [&mut a, &mut b] {
-            p.cpu[0].count = u64::MAX - 1;
+            p.samples[0].values = vec![u64::MAX - 1];
             p.phase_stats[1].calls = u64::MAX - 1;
             p.phase_stats[1].wall_hist = vec![(5, u64::MAX - 1)];
             p.lost.events = u64::MAX - 1;
         }
         let m = merge(&[&a, &b]);
-        let mut b = ProfileBuilder::new(Meta::default(), vec![]);
-        b.add_cpu(1, 1, PhaseAt::NONE, 0, u64::MAX - 1);
-        b.add_cpu(1, 1, PhaseAt::NONE, 0, u64::MAX - 1);
-        assert_eq!(b.finish().cpu[0].count, u64::MAX);
+        assert_eq!(m.total(SampleKind::Cpu, 0), u64::MAX);
         assert_eq!(m.phase_stats[1].calls, u64::MAX);
         assert_eq!(m.phase_stats[1].wall_hist, vec![(5, u64::MAX)]);
         assert_eq!(m.lost.events, u64::MAX);

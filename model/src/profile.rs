@@ -1,6 +1,7 @@
 //! The profile itself: metadata, interned frames and stacks, samples per event kind.
 use std::collections::BTreeMap;
 
+pub use crate::kinds::{EventKind, SampleKind};
 use crate::unwind_info::UnwindInfo;
 use serde::{Deserialize, Serialize};
 
@@ -11,58 +12,6 @@ use crate::phase_stats::PhaseStats;
 pub const PHASE_NONE: u32 = 0;
 /// The display name of [`PHASE_NONE`].
 pub const PHASE_NONE_NAME: &str = "(none)";
-
-/// The kinds of events phaseprof records.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(rename_all = "lowercase")]
-pub enum EventKind {
-    Cpu,
-    Offcpu,
-    Syscall,
-    Alloc,
-    Pagefault,
-}
-
-impl EventKind {
-    pub const ALL: [EventKind; 5] = [
-        EventKind::Cpu,
-        EventKind::Offcpu,
-        EventKind::Syscall,
-        EventKind::Alloc,
-        EventKind::Pagefault,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EventKind::Cpu => "cpu",
-            EventKind::Offcpu => "offcpu",
-            EventKind::Syscall => "syscall",
-            EventKind::Alloc => "alloc",
-            EventKind::Pagefault => "pagefault",
-        }
-    }
-
-    /// What one unit of a stack's value means for this kind.
-    pub fn unit(self) -> &'static str {
-        match self {
-            EventKind::Cpu => "samples",
-            EventKind::Offcpu => "nanoseconds",
-            EventKind::Syscall => "calls",
-            EventKind::Alloc => "bytes",
-            EventKind::Pagefault => "faults",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|k| k.name() == s)
-    }
-}
-
-impl std::fmt::Display for EventKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Where a frame's code lives.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -252,50 +201,44 @@ pub struct AllocInfo {
     pub go_sampled: bool,
 }
 
-/// On-CPU samples of one (thread, phase, stack).
+/// Events of one key: (kind, process, thread, innermost phase, phase set, stack, syscall),
+/// with the kind's values (see `kinds`: their names, units and how they sum).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct CpuSample {
+pub struct Sample {
+    pub kind: SampleKind,
     pub pid: u32,
+    /// The thread; 0 for kinds counted per process (allocations), and in a store's merged
+    /// views, which sum threads.
+    #[serde(default, skip_serializing_if = "is_zero32")]
     pub tid: u32,
     pub phase: u32,
     /// Every phase on the thread's stack when it happened (bit i: phase i; bit 0 alone: none).
-    #[serde(default)]
     pub phase_mask: u64,
-    pub stack: u32,
-    pub count: u64,
-}
-
-/// Off-CPU time of one (thread, phase, stack at switch-out).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct OffCpuSample {
-    pub pid: u32,
-    pub tid: u32,
-    pub phase: u32,
-    /// Every phase on the thread's stack when it happened (bit i: phase i; bit 0 alone: none).
-    #[serde(default)]
-    pub phase_mask: u64,
-    pub stack: u32,
-    pub ns: u64,
-}
-
-/// Syscalls of one (process, phase, syscall, user stack).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct SyscallSample {
-    pub pid: u32,
-    /// The thread (0 in recordings made before threads were kept, and in a store's merged
-    /// views, which sum threads).
-    #[serde(default)]
-    pub tid: u32,
-    pub phase: u32,
-    /// Every phase on the thread's stack when it happened (bit i: phase i; bit 0 alone: none).
-    #[serde(default)]
-    pub phase_mask: u64,
-    pub nr: u32,
-    pub name: String,
-    /// None when syscall stacks were off or the stack was lost.
+    /// None for a kind without stacks, or a syscall counted without its stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<u32>,
-    pub count: u64,
-    pub total_ns: u64,
+    /// The syscall number (syscall samples; 0 for the others).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub nr: u32,
+    /// The kind's values, in the order `kinds` lists them (missing ones are 0).
+    #[serde(deserialize_with = "crate::window_limits::sample_values")]
+    pub values: Vec<u64>,
+}
+
+fn is_zero32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Sample {
+    /// Value `i` (0 when the sample has fewer).
+    pub fn value(&self, i: usize) -> u64 {
+        self.values.get(i).copied().unwrap_or(0)
+    }
+
+    /// The syscall's name (syscall samples).
+    pub fn syscall_name(&self) -> String {
+        crate::syscall_name(self.nr)
+    }
 }
 
 /// A recorded profile. See the crate docs and `FORMAT.md`.
@@ -309,79 +252,17 @@ pub struct Profile {
     /// Phase names by index; index 0 is always `(none)`.
     #[serde(deserialize_with = "crate::window_limits::items")]
     pub phases: Vec<String>,
-    #[serde(deserialize_with = "crate::window_limits::items")]
-    pub cpu: Vec<CpuSample>,
-    #[serde(deserialize_with = "crate::window_limits::items")]
-    pub offcpu: Vec<OffCpuSample>,
-    #[serde(deserialize_with = "crate::window_limits::items")]
-    pub syscalls: Vec<SyscallSample>,
+    /// Every sample, of every kind.
+    #[serde(default, deserialize_with = "crate::window_limits::items")]
+    pub samples: Vec<Sample>,
     /// Exact per-phase totals by phase index (inclusive of nested phases); empty without phases.
     #[serde(default, deserialize_with = "crate::window_limits::items")]
     pub phase_stats: Vec<PhaseStats>,
-    /// Allocations per (process, phase): exact for native allocators.
-    #[serde(default, deserialize_with = "crate::window_limits::items")]
-    pub alloc_totals: Vec<AllocTotal>,
-    /// Sampled allocation stacks with estimated bytes.
-    #[serde(default, deserialize_with = "crate::window_limits::items")]
-    pub allocs: Vec<AllocSample>,
-    /// Sampled allocations still live at the end, by stack.
-    #[serde(default, deserialize_with = "crate::window_limits::items")]
-    pub live: Vec<LiveSample>,
-    #[serde(default, deserialize_with = "crate::window_limits::items")]
-    pub page_faults: Vec<PageFaultSample>,
     /// Named costs over the whole recording that are computed from stacks (`event = "alloc"`).
     #[serde(default)]
     pub costs: BTreeMap<String, u64>,
     pub lost: Lost,
 }
-
-/// Allocations of one (process, phase), counted in the kernel.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct AllocTotal {
-    pub pid: u32,
-    pub phase: u32,
-    #[serde(default)]
-    pub phase_mask: u64,
-    pub bytes: u64,
-    pub count: u64,
-    pub frees: u64,
-}
-
-/// Sampled allocations of one (process, phase, stack).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct AllocSample {
-    pub pid: u32,
-    pub phase: u32,
-    #[serde(default)]
-    pub phase_mask: u64,
-    pub stack: u32,
-    /// Estimated bytes allocated from this stack (exact with a sample period of 1).
-    pub bytes: u64,
-    /// Estimated allocations.
-    pub count: f64,
-    /// Allocations actually sampled.
-    pub samples: u64,
-}
-
-/// Sampled allocations of one (process, phase, stack) that were never freed.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct LiveSample {
-    pub pid: u32,
-    pub phase: u32,
-    #[serde(default)]
-    pub phase_mask: u64,
-    pub stack: u32,
-    /// Estimated live bytes.
-    pub bytes: u64,
-    /// Sampled allocations still live.
-    pub samples: u64,
-    /// Age of the oldest and the mean age of these allocations at the end of the recording.
-    pub oldest_ns: u64,
-    pub mean_age_ns: u64,
-}
-
-/// Page faults of one (thread, phase, user stack).
-pub type PageFaultSample = CpuSample;
 
 /// The most phases one recording can have, `(none)` included: phase masks are 64 bits wide.
 pub const MAX_WINDOW_PHASES: usize = 64;
@@ -420,39 +301,28 @@ impl Profile {
         }
         let nstacks = self.stacks.len();
         let nphases = self.phases.len().max(1);
-        let check = |what: &str, i: usize, stack: Option<u32>, phase: u32| -> Result<(), String> {
-            if let Some(s) = stack.filter(|&s| s as usize >= nstacks) {
+        for (i, s) in self.samples.iter().enumerate() {
+            let spec = s.kind.spec();
+            if let Some(st) = s.stack.filter(|&st| st as usize >= nstacks) {
                 return Err(format!(
-                    "{what} sample {i} refers to stack {s}, but there are {nstacks} stacks"
+                    "{} sample {i} refers to stack {st}, but there are {nstacks} stacks",
+                    spec.name
                 ));
             }
-            if phase as usize >= nphases {
+            if s.phase as usize >= nphases {
                 return Err(format!(
-                    "{what} sample {i} refers to phase {phase}, but there are {nphases} phases"
+                    "{} sample {i} refers to phase {}, but there are {nphases} phases",
+                    spec.name, s.phase
                 ));
             }
-            Ok(())
-        };
-        for (i, s) in self.cpu.iter().enumerate() {
-            check("cpu", i, Some(s.stack), s.phase)?;
-        }
-        for (i, s) in self.offcpu.iter().enumerate() {
-            check("offcpu", i, Some(s.stack), s.phase)?;
-        }
-        for (i, s) in self.syscalls.iter().enumerate() {
-            check("syscall", i, s.stack, s.phase)?;
-        }
-        for (i, s) in self.allocs.iter().enumerate() {
-            check("alloc", i, Some(s.stack), s.phase)?;
-        }
-        for (i, s) in self.live.iter().enumerate() {
-            check("live", i, Some(s.stack), s.phase)?;
-        }
-        for (i, s) in self.page_faults.iter().enumerate() {
-            check("pagefault", i, Some(s.stack), s.phase)?;
-        }
-        for (i, t) in self.alloc_totals.iter().enumerate() {
-            check("alloc total", i, None, t.phase)?;
+            if s.values.len() > spec.values.len() {
+                return Err(format!(
+                    "{} sample {i} has {} values; the kind has {}",
+                    spec.name,
+                    s.values.len(),
+                    spec.values.len()
+                ));
+            }
         }
         if !self.phase_stats.is_empty() && self.phase_stats.len() != self.phases.len() {
             return Err(format!(
@@ -490,6 +360,16 @@ impl Profile {
 
     pub fn recorded(&self, kind: EventKind) -> bool {
         self.meta.events.contains(&kind)
+    }
+
+    /// The samples of `kind`.
+    pub fn samples_of(&self, kind: SampleKind) -> impl Iterator<Item = &Sample> + '_ {
+        self.samples.iter().filter(move |s| s.kind == kind)
+    }
+
+    /// The sum of value `i` over the samples of `kind` (saturating).
+    pub fn total(&self, kind: SampleKind, i: usize) -> u64 {
+        crate::saturating_sum(self.samples_of(kind).map(|s| s.value(i)))
     }
 }
 

@@ -4,44 +4,30 @@
 //! totals, costs, losses) go with the first half. Merging the halves gives the window back.
 use std::collections::HashMap;
 
-use crate::{Frame, Profile, Stack};
+use crate::{Frame, Profile, Sample, Stack, Stacks};
 
 /// The two halves, or None when there is nothing left to cut (fewer than two samples).
 pub fn halves(p: &Profile) -> Option<(Profile, Profile)> {
-    let samples = p.cpu.len()
-        + p.offcpu.len()
-        + p.syscalls.len()
-        + p.allocs.len()
-        + p.page_faults.len()
-        + p.live.len();
-    if samples < 2 {
+    // Totals without stacks are exact: they stay whole, in the first half.
+    let (totals, sampled): (Vec<&Sample>, Vec<&Sample>) =
+        (p.samples.iter()).partition(|s| s.kind.spec().stacks == Stacks::Never);
+    if sampled.len() < 2 {
         return None;
     }
     let mut first = Part::new(p);
     let mut second = Part::new(p);
     first.out.phase_stats = p.phase_stats.clone();
-    first.out.alloc_totals = p.alloc_totals.clone();
+    first.out.samples = totals.into_iter().cloned().collect();
     first.out.costs = p.costs.clone();
     first.out.lost = p.lost.clone();
-    macro_rules! cut {
-        ($list:ident, $stack:ident => $remap:expr) => {{
-            let (a, b) = p.$list.split_at(p.$list.len() / 2);
-            for (part, half) in [(&mut first, a), (&mut second, b)] {
-                for s in half {
-                    let mut s = s.clone();
-                    let $stack = &mut s.stack;
-                    $remap(part, $stack);
-                    part.out.$list.push(s);
-                }
-            }
-        }};
+    let (a, b) = sampled.split_at(sampled.len() / 2);
+    for (part, half) in [(&mut first, a), (&mut second, b)] {
+        for &s in half {
+            let mut s = s.clone();
+            s.stack = s.stack.map(|st| part.stack(st));
+            part.out.samples.push(s);
+        }
     }
-    cut!(cpu, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
-    cut!(offcpu, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
-    cut!(syscalls, st => |part: &mut Part, st: &mut Option<u32>| *st = st.map(|s| part.stack(s)));
-    cut!(allocs, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
-    cut!(page_faults, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
-    cut!(live, st => |part: &mut Part, st: &mut u32| *st = part.stack(*st));
     Some((first.out, second.out))
 }
 
@@ -120,8 +106,20 @@ mod tests {
                 inlined: false,
             });
             let s = b.intern_stack(vec![f]);
-            b.add_cpu(7, 7, PhaseAt { phase: 1, mask: 2 }, s, u64::from(i) + 1);
-            b.add_syscall((7, 7), PhaseAt::NONE, i, Some(s), 2, 100);
+            b.add(
+                Sample::new(
+                    SampleKind::Cpu,
+                    (7, 7),
+                    PhaseAt { phase: 1, mask: 2 },
+                    vec![u64::from(i) + 1],
+                )
+                .on(s),
+            );
+            b.add(
+                Sample::new(SampleKind::Syscall, (7, 7), PhaseAt::NONE, vec![2, 100])
+                    .on(Some(s))
+                    .syscall(i),
+            );
         }
         let p = b.finish();
         p.validate().unwrap();
@@ -136,8 +134,8 @@ mod tests {
             serde_json::to_value(&got.events).unwrap()
         );
         let mut one = p.clone();
-        one.cpu.truncate(1);
-        one.syscalls.clear();
+        one.samples.retain(|s| s.kind == crate::SampleKind::Cpu);
+        one.samples.truncate(1);
         assert!(halves(&one).is_none());
     }
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::kinds::*;
 use crate::profile::*;
 
 /// Syscalls that flush data to a file or socket: the built-in `flush_syscalls` cost.
@@ -72,7 +73,7 @@ impl Summary {
         let mut costs = BTreeMap::new();
         let m = &profile.meta;
         if profile.recorded(EventKind::Cpu) {
-            let samples: u64 = crate::saturating_sum(profile.cpu.iter().map(|s| s.count));
+            let samples = profile.total(SampleKind::Cpu, CPU_COUNT);
             events.insert(
                 "cpu".into(),
                 serde_json::json!({
@@ -86,7 +87,7 @@ impl Summary {
             );
         }
         if profile.recorded(EventKind::Offcpu) {
-            let total: u64 = crate::saturating_sum(profile.offcpu.iter().map(|s| s.ns));
+            let total = profile.total(SampleKind::Offcpu, OFFCPU_NS);
             events.insert("offcpu".into(), serde_json::json!({"total_ns": total}));
         }
         if profile.recorded(EventKind::Syscall) {
@@ -106,17 +107,20 @@ impl Summary {
             );
         }
         if profile.recorded(EventKind::Alloc) {
-            let (bytes, count, frees) = profile.alloc_totals.iter().fold((0, 0, 0), |a, t| {
-                (a.0 + t.bytes, a.1 + t.count, a.2 + t.frees)
-            });
+            let total = |i| profile.total(SampleKind::AllocTotal, i);
+            let (bytes, count, frees) =
+                (total(TOTAL_BYTES), total(TOTAL_COUNT), total(TOTAL_FREES));
             let info = m.alloc.clone().unwrap_or_default();
-            let live_bytes: u64 = crate::saturating_sum(profile.live.iter().map(|l| l.bytes));
+            let live_bytes = profile.total(SampleKind::Live, LIVE_BYTES);
             let mut by_pid: BTreeMap<String, [u64; 3]> = BTreeMap::new();
-            for t in &profile.alloc_totals {
+            for t in profile.samples_of(SampleKind::AllocTotal) {
                 let e = by_pid.entry(t.pid.to_string()).or_default();
-                e[0] = e[0].saturating_add(t.bytes);
-                e[1] = e[1].saturating_add(t.count);
-                e[2] = e[2].saturating_add(t.frees);
+                for (i, v) in [TOTAL_BYTES, TOTAL_COUNT, TOTAL_FREES]
+                    .into_iter()
+                    .enumerate()
+                {
+                    e[i] = e[i].saturating_add(t.value(v));
+                }
             }
             let by_pid: BTreeMap<String, serde_json::Value> = by_pid
                 .into_iter()
@@ -142,7 +146,7 @@ impl Summary {
             );
         }
         if profile.recorded(EventKind::Pagefault) {
-            let count: u64 = crate::saturating_sum(profile.page_faults.iter().map(|s| s.count));
+            let count = profile.total(SampleKind::Pagefault, FAULT_COUNT);
             events.insert(
                 "pagefault".into(),
                 serde_json::json!({"count": count, "unwind": m.unwind}),
@@ -253,10 +257,10 @@ fn with_unmeasured_costs(costs: &BTreeMap<String, u64>) -> BTreeMap<String, Opti
 /// Syscall count and time by name, over all phases and stacks.
 pub fn syscalls_by_name(profile: &Profile) -> BTreeMap<String, CountNs> {
     let mut by_name: BTreeMap<String, CountNs> = BTreeMap::new();
-    for s in &profile.syscalls {
-        let e = by_name.entry(s.name.clone()).or_default();
-        e.count = e.count.saturating_add(s.count);
-        e.total_ns = e.total_ns.saturating_add(s.total_ns);
+    for s in profile.samples_of(SampleKind::Syscall) {
+        let e = by_name.entry(s.syscall_name()).or_default();
+        e.count = e.count.saturating_add(s.value(SYSCALL_COUNT));
+        e.total_ns = e.total_ns.saturating_add(s.value(SYSCALL_NS));
     }
     by_name
 }
@@ -280,9 +284,21 @@ mod tests {
             },
             vec![],
         );
-        b.add_syscall((7, 7), PhaseAt::NONE, 1, None, 4, 400); // write
-        b.add_syscall((7, 7), PhaseAt::NONE, 74, None, 1, 100); // fsync
-        b.add_syscall((7, 7), PhaseAt::NONE, 0, None, 2, 10); // read
+        b.add(
+            Sample::new(SampleKind::Syscall, (7, 7), PhaseAt::NONE, vec![4, 400])
+                .on(None)
+                .syscall(1),
+        ); // write
+        b.add(
+            Sample::new(SampleKind::Syscall, (7, 7), PhaseAt::NONE, vec![1, 100])
+                .on(None)
+                .syscall(74),
+        ); // fsync
+        b.add(
+            Sample::new(SampleKind::Syscall, (7, 7), PhaseAt::NONE, vec![2, 10])
+                .on(None)
+                .syscall(0),
+        ); // read
         let json = serde_json::to_value(Summary::of(&b.finish())).unwrap();
         assert_eq!(json["version"], 1);
         assert_eq!(json["duration_ns"], 100);

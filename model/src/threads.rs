@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::kinds::*;
 use crate::profile::{EventKind, Profile};
 use crate::weighted::{in_phase, Weighted};
 
@@ -92,44 +93,21 @@ pub fn threads(p: &Profile, phase: Option<u32>) -> Vec<ThreadRow> {
             ..ThreadRow::default()
         })
     }
-    for s in p
-        .cpu
-        .iter()
-        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
-    {
-        entry(&mut by, p, s.pid, s.tid).totals.cpu_samples = entry(&mut by, p, s.pid, s.tid)
-            .totals
-            .cpu_samples
-            .saturating_add(s.count);
-    }
-    for s in p
-        .offcpu
-        .iter()
-        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
-    {
-        entry(&mut by, p, s.pid, s.tid).totals.offcpu_ns = entry(&mut by, p, s.pid, s.tid)
-            .totals
-            .offcpu_ns
-            .saturating_add(s.ns);
-    }
-    for s in p
-        .syscalls
-        .iter()
-        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
-    {
+    let per_thread = (p.samples.iter())
+        .filter(|s| s.kind.spec().per_thread && in_phase(phase, s.phase, s.phase_mask));
+    for s in per_thread {
         let r = &mut entry(&mut by, p, s.pid, s.tid).totals;
-        r.syscalls = r.syscalls.saturating_add(s.count);
-        r.syscall_ns = r.syscall_ns.saturating_add(s.total_ns);
-    }
-    for s in p
-        .page_faults
-        .iter()
-        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
-    {
-        entry(&mut by, p, s.pid, s.tid).totals.page_faults = entry(&mut by, p, s.pid, s.tid)
-            .totals
-            .page_faults
-            .saturating_add(s.count);
+        let (into, v) = match s.kind {
+            SampleKind::Cpu => (&mut r.cpu_samples, s.value(CPU_COUNT)),
+            SampleKind::Offcpu => (&mut r.offcpu_ns, s.value(OFFCPU_NS)),
+            SampleKind::Syscall => {
+                r.syscall_ns = r.syscall_ns.saturating_add(s.value(SYSCALL_NS));
+                (&mut r.syscalls, s.value(SYSCALL_COUNT))
+            }
+            SampleKind::Pagefault => (&mut r.page_faults, s.value(FAULT_COUNT)),
+            _ => continue,
+        };
+        *into = into.saturating_add(v);
     }
     let mut rows: Vec<ThreadRow> = by.into_values().collect();
     rows.sort_by_key(|r| r.totals.rank());
@@ -155,13 +133,11 @@ pub fn processes(p: &Profile, phase: Option<u32>) -> Vec<ProcessRow> {
         r.threads += usize::from(t.tid != 0);
         r.totals.absorb(&t.totals);
     }
-    for s in p
-        .alloc_totals
-        .iter()
-        .filter(|s| in_phase(phase, s.phase, s.phase_mask))
+    for s in
+        (p.samples_of(SampleKind::AllocTotal)).filter(|s| in_phase(phase, s.phase, s.phase_mask))
     {
-        entry(&mut by, p, s.pid).alloc_bytes =
-            entry(&mut by, p, s.pid).alloc_bytes.saturating_add(s.bytes);
+        let r = entry(&mut by, p, s.pid);
+        r.alloc_bytes = r.alloc_bytes.saturating_add(s.value(TOTAL_BYTES));
     }
     let mut rows: Vec<ProcessRow> = by.into_values().collect();
     rows.sort_by_key(|r| r.totals.rank());
@@ -206,6 +182,7 @@ pub fn per_thread(kind: EventKind) -> bool {
 mod tests {
     use super::*;
     use crate::build::{PhaseAt, ProfileBuilder};
+    use crate::Sample;
 
     // Checks that thread rows sum each thread's events and processes sum their threads, with
     // names from the recording and inside a phase only that phase's events.
@@ -214,11 +191,19 @@ mod tests {
         let mut b = ProfileBuilder::new(Default::default(), vec!["(none)".into(), "io".into()]);
         let s = b.intern_stack(vec![]);
         let io = PhaseAt { phase: 1, mask: 2 };
-        b.add_cpu(10, 10, PhaseAt::NONE, s, 5);
-        b.add_cpu(10, 11, io, s, 7);
-        b.add_offcpu(10, 11, io, s, 1000);
-        b.add_syscall((10, 11), io, 1, None, 3, 30);
-        b.add_syscall((20, 21), PhaseAt::NONE, 0, None, 2, 20);
+        b.add(Sample::new(SampleKind::Cpu, (10, 10), PhaseAt::NONE, vec![5]).on(s));
+        b.add(Sample::new(SampleKind::Cpu, (10, 11), io, vec![7]).on(s));
+        b.add(Sample::new(SampleKind::Offcpu, (10, 11), io, vec![1000]).on(s));
+        b.add(
+            Sample::new(SampleKind::Syscall, (10, 11), io, vec![3, 30])
+                .on(None)
+                .syscall(1),
+        );
+        b.add(
+            Sample::new(SampleKind::Syscall, (20, 21), PhaseAt::NONE, vec![2, 20])
+                .on(None)
+                .syscall(0),
+        );
         let mut p = b.finish();
         p.meta.threads.insert(10, "server".into());
         p.meta.threads.insert(11, "worker".into());

@@ -1,7 +1,7 @@
 //! A profile's samples as weighted stacks, one shape for every event kind: what flamegraphs,
 //! tables and exports read.
 use crate::frames::display_name;
-use crate::profile::{EventKind, Profile, PHASE_NONE};
+use crate::profile::{EventKind, Profile, Sample, SampleKind, PHASE_NONE};
 
 /// Whether an event of innermost phase `p` and phase set `mask` counts for a `want`ed phase
 /// (None: every event): inside it, or inside a phase nested in it; `(none)` only outside all.
@@ -38,93 +38,36 @@ impl Profile {
             .unwrap_or_default()
     }
 
-    /// Every stack of `kind` with its value, optionally only those recorded inside `phase`
-    /// (inclusive: also while a phase nested in it was running).
+    /// Every stack of `kind` with its value (the first of its flamegraph kind's), optionally
+    /// only those recorded inside `phase` (inclusive: also while a phase nested in it was
+    /// running).
     pub fn weighted_stacks(&self, kind: EventKind, phase: Option<u32>) -> Vec<Weighted> {
-        let keep = |p: u32, mask: u64| in_phase(phase, p, mask);
-        match kind {
-            EventKind::Cpu => self
-                .cpu
-                .iter()
-                .filter(|s| keep(s.phase, s.phase_mask))
-                .map(|s| Weighted {
-                    pid: s.pid,
-                    tid: s.tid,
-                    frames: self.stack_frames(s.stack),
-                    leaf_label: None,
-                    phase: s.phase,
-                    phase_mask: s.phase_mask,
-                    value: s.count,
-                })
-                .collect(),
-            EventKind::Offcpu => self
-                .offcpu
-                .iter()
-                .filter(|s| keep(s.phase, s.phase_mask))
-                .map(|s| Weighted {
-                    pid: s.pid,
-                    tid: s.tid,
-                    frames: self.stack_frames(s.stack),
-                    leaf_label: None,
-                    phase: s.phase,
-                    phase_mask: s.phase_mask,
-                    value: s.ns,
-                })
-                .collect(),
-            EventKind::Syscall => {
-                // Sampled stacks stand for the syscalls of their kind that were not sampled.
-                let counts = match self.meta.syscall_stack_every {
-                    0 | 1 => self.syscalls.iter().map(|s| s.count).collect(),
-                    _ => crate::syscall_spread::counts_by_stack(&self.syscalls, |st| {
-                        let frames = self.stack_frames(st);
-                        let frame = |f: &u32| self.frames.get(*f as usize);
-                        frames.iter().filter_map(frame).collect::<Vec<_>>()
-                    }),
-                };
-                self.syscalls
-                    .iter()
-                    .zip(counts)
-                    .filter(|(s, n)| keep(s.phase, s.phase_mask) && *n > 0)
-                    .map(|(s, n)| Weighted {
-                        pid: s.pid,
-                        tid: s.tid,
-                        frames: s.stack.map(|st| self.stack_frames(st)).unwrap_or_default(),
-                        leaf_label: Some(format!("syscall:{}", s.name)),
-                        phase: s.phase,
-                        phase_mask: s.phase_mask,
-                        value: n,
-                    })
-                    .collect()
-            }
-            EventKind::Alloc => self
-                .allocs
-                .iter()
-                .filter(|s| keep(s.phase, s.phase_mask))
-                .map(|s| Weighted {
-                    pid: s.pid,
-                    tid: 0,
-                    frames: self.stack_frames(s.stack),
-                    leaf_label: None,
-                    phase: s.phase,
-                    phase_mask: s.phase_mask,
-                    value: s.bytes,
-                })
-                .collect(),
-            EventKind::Pagefault => self
-                .page_faults
-                .iter()
-                .filter(|s| keep(s.phase, s.phase_mask))
-                .map(|s| Weighted {
-                    pid: s.pid,
-                    tid: s.tid,
-                    frames: self.stack_frames(s.stack),
-                    leaf_label: None,
-                    phase: s.phase,
-                    phase_mask: s.phase_mask,
-                    value: s.count,
-                })
-                .collect(),
-        }
+        let kind = kind.samples();
+        let samples: Vec<&Sample> = self.samples_of(kind).collect();
+        // Syscalls counted without a stack go to the stacks sampled for the same syscall.
+        let spread = kind == SampleKind::Syscall && self.meta.syscall_stack_every > 1;
+        let values: Vec<u64> = if spread {
+            crate::syscall_spread::counts_by_stack(&samples, |st| {
+                let frames = self.stack_frames(st);
+                let frame = |f: &u32| self.frames.get(*f as usize);
+                frames.iter().filter_map(frame).collect::<Vec<_>>()
+            })
+        } else {
+            samples.iter().map(|s| s.value(0)).collect()
+        };
+        (samples.into_iter().zip(values))
+            .filter(|(s, n)| in_phase(phase, s.phase, s.phase_mask) && *n > 0)
+            .map(|(s, n)| Weighted {
+                pid: s.pid,
+                tid: s.tid,
+                frames: s.stack.map(|st| self.stack_frames(st)).unwrap_or_default(),
+                leaf_label: (kind == SampleKind::Syscall)
+                    .then(|| format!("syscall:{}", s.syscall_name())),
+                phase: s.phase,
+                phase_mask: s.phase_mask,
+                value: n,
+            })
+            .collect()
     }
 
     /// Whether any frame of `stack` (a function name, inlined frames included) matches `pred`.

@@ -78,8 +78,9 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Bounded<T> {
         while let Some(item) = seq.next_element()? {
             if self.per_list.is_some_and(|max| out.len() >= max) && limiting() {
                 return Err(refuse(format!(
-                    "a stack of more than {} frames",
-                    self.per_list.unwrap_or_default()
+                    "more than {} {}",
+                    self.per_list.unwrap_or_default(),
+                    self.what
                 )));
             }
             if !take_item() {
@@ -110,7 +111,16 @@ pub fn items<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec
 pub fn stack_frames<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
     d.deserialize_seq(Bounded {
         per_list: Some(MAX_STACK_FRAMES),
-        what: "frames of a stack",
+        what: "frames in one stack",
+        _t: PhantomData,
+    })
+}
+
+/// `deserialize_with` for a sample's values: at most `kinds::MAX_VALUES`, counted as items.
+pub fn sample_values<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+    d.deserialize_seq(Bounded {
+        per_list: Some(crate::kinds::MAX_VALUES),
+        what: "values in one sample",
         _t: PhantomData,
     })
 }

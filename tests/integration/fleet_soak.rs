@@ -266,12 +266,12 @@ fn report_and_check(
             .read_to_vec()
             .unwrap();
         let p = phaseprof_model::read_profile(&raw[..]).unwrap();
-        let with_stacks: u64 = p.cpu.iter().map(|s| s.count).sum::<u64>()
-            + p.offcpu.len() as u64
-            + p.syscalls
-                .iter()
+        use phaseprof_model::SampleKind;
+        let with_stacks: u64 = p.total(SampleKind::Cpu, 0)
+            + p.samples_of(SampleKind::Offcpu).count() as u64
+            + (p.samples_of(SampleKind::Syscall))
                 .filter(|s| s.stack.is_some())
-                .map(|s| s.count)
+                .map(|s| s.value(0))
                 .sum::<u64>();
         let share = p.lost.stacks as f64 / (with_stacks + p.lost.stacks).max(1) as f64;
         worst = worst.max(share);

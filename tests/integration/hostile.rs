@@ -98,7 +98,7 @@ fn window(seq: usize, base_ns: u64) -> Vec<u8> {
         inlined: false,
     });
     let s = b.intern_stack(vec![f]);
-    b.add_cpu(7, 7, PhaseAt::NONE, s, seq as u64 + 1);
+    b.add(Sample::new(SampleKind::Cpu, (7, 7), PhaseAt::NONE, vec![seq as u64 + 1]).on(s));
     let mut out = Vec::new();
     write_profile(&b.finish(), &mut out).unwrap();
     out

@@ -96,7 +96,7 @@ pub(crate) fn deep_stack() -> Vec<u8> {
         inlined: false,
     });
     let s = b.intern_stack(vec![f; 33_000_000]);
-    b.add_cpu(7, 7, PhaseAt::NONE, s, 1);
+    b.add(Sample::new(SampleKind::Cpu, (7, 7), PhaseAt::NONE, vec![1]).on(s));
     let mut out = Vec::new();
     write_profile(&b.finish(), &mut out).unwrap();
     out

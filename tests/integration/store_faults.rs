@@ -55,8 +55,12 @@ fn window(i: u64, start: u64, fresh: bool) -> Profile {
         phase: 1,
         mask: if fresh { 7 } else { 3 },
     };
-    b.add_syscall((100, 100), at, 1, Some(s), 10 + i, 1000);
-    b.add_cpu(100, 100, at, s, i + 1);
+    b.add(
+        Sample::new(SampleKind::Syscall, (100, 100), at, vec![10 + i, 1000])
+            .on(Some(s))
+            .syscall(1),
+    );
+    b.add(Sample::new(SampleKind::Cpu, (100, 100), at, vec![i + 1]).on(s));
     let mut stats = vec![
         PhaseStats::default(),
         PhaseStats {

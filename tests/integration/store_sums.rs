@@ -112,11 +112,19 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
     };
     for _ in 0..r.below(25) {
         let (pid, s, a) = (100 + r.below(2) as u32, stacks[r.below(12) as usize], at(r));
-        b.add_cpu(pid, pid + r.below(3) as u32, a, s, 1 + r.below(50));
+        b.add(
+            Sample::new(
+                SampleKind::Cpu,
+                (pid, pid + r.below(3) as u32),
+                a,
+                vec![1 + r.below(50)],
+            )
+            .on(s),
+        );
     }
     for _ in 0..r.below(15) {
         let (s, a) = (stacks[r.below(12) as usize], at(r));
-        b.add_offcpu(100, 100, a, s, r.below(1 << 33));
+        b.add(Sample::new(SampleKind::Offcpu, (100, 100), a, vec![r.below(1 << 33)]).on(s));
     }
     for _ in 0..r.below(25) {
         let (s, a) = (stacks[r.below(12) as usize], at(r));
@@ -126,17 +134,39 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
         // unsampled syscalls spread over the stacks of their thread, so with several threads
         // the store's per-stack estimates would (rightly) differ from a per-thread merge.
         let pid = 100 + r.below(2) as u32;
-        b.add_syscall((pid, pid), a, nr, stack, 1 + r.below(40), r.below(1 << 24));
+        b.add(
+            Sample::new(
+                SampleKind::Syscall,
+                (pid, pid),
+                a,
+                vec![1 + r.below(40), r.below(1 << 24)],
+            )
+            .on(stack)
+            .syscall(nr),
+        );
     }
     for _ in 0..r.below(10) {
         let (s, a) = (stacks[r.below(12) as usize], at(r));
         let count = r.below(1000) as f64 / 8.0;
-        b.add_alloc(100, a, s, r.below(1 << 28), count, 1 + r.below(9));
-        b.add_alloc_total(100, a, r.below(1 << 30), r.below(1000), r.below(1000));
+        b.add(
+            Sample::new(
+                SampleKind::Alloc,
+                (100, 0),
+                a,
+                vec![r.below(1 << 28), 1 + r.below(9), milli(count)],
+            )
+            .on(s),
+        );
+        b.add(Sample::new(
+            SampleKind::AllocTotal,
+            (100, 0),
+            a,
+            vec![r.below(1 << 30), r.below(1000), r.below(1000)],
+        ));
     }
     for _ in 0..r.below(8) {
         let (s, a) = (stacks[r.below(12) as usize], at(r));
-        b.add_page_faults(101, 101, a, s, 1 + r.below(30));
+        b.add(Sample::new(SampleKind::Pagefault, (101, 101), a, vec![1 + r.below(30)]).on(s));
     }
     *b.phase_stats_mut() = (0..n)
         .map(|_| {
@@ -231,12 +261,16 @@ fn assert_same_views(what: &str, got: &Profile, want: &Profile) {
             assert_eq!(g, w, "{what}: {kind} stacks in {phase:?}");
         }
     }
-    let alloc_count = |p: &Profile| p.allocs.iter().map(|a| a.count).sum::<f64>();
-    let (g, w) = (alloc_count(got), alloc_count(want));
-    assert!(
-        g == w || rel_diff(g, w) < 1e-9,
-        "{what}: allocation counts {g} vs {w}"
-    );
+    // Every value of every kind the stores keep, summed by kind: exactly equal.
+    for k in phaseprof_model::KINDS
+        .iter()
+        .filter(|k| k.stored_as.is_some())
+    {
+        for (i, v) in k.values.iter().enumerate() {
+            let (g, w) = (got.total(k.kind, i), want.total(k.kind, i));
+            assert_eq!(g, w, "{what}: {} {}", k.name, v.name);
+        }
+    }
 }
 
 /// Numbers equal to 1e-9 (sums of fractions in another order), everything else exactly.

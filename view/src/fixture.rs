@@ -36,9 +36,18 @@ pub fn two_phases(flushes: u64) -> Profile {
         phase,
         mask: 1 << phase,
     };
-    b.add_cpu(42, 42, at(1), s1, 90);
-    b.add_cpu(42, 42, at(2), s2, 10);
-    b.add_syscall((42, 43), at(2), 1, Some(s2), flushes * 10, 5_000);
+    b.add(Sample::new(SampleKind::Cpu, (42, 42), at(1), vec![90]).on(s1));
+    b.add(Sample::new(SampleKind::Cpu, (42, 42), at(2), vec![10]).on(s2));
+    b.add(
+        Sample::new(
+            SampleKind::Syscall,
+            (42, 43),
+            at(2),
+            vec![flushes * 10, 5_000],
+        )
+        .on(Some(s2))
+        .syscall(1),
+    );
     let mut stats = vec![PhaseStats::default(); 3];
     for (i, st) in stats.iter_mut().enumerate().skip(1) {
         st.calls = 10;

@@ -42,9 +42,9 @@ pub fn fmt_bytes(b: u64) -> String {
 
 /// A value of an event kind in its unit: off-CPU time, allocated bytes, or a count.
 pub fn fmt_value(kind: EventKind, v: u64) -> String {
-    match kind {
-        EventKind::Offcpu => fmt_ns(v),
-        EventKind::Alloc => fmt_bytes(v),
+    match kind.unit() {
+        "nanoseconds" => fmt_ns(v),
+        "bytes" => fmt_bytes(v),
         _ => v.to_string(),
     }
 }

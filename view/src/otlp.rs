@@ -304,16 +304,17 @@ fn int(v: i64) -> AnyValue {
 /// `kind`'s stacks (inside `phase`) as an OTLP `ProfilesData`.
 pub fn to_otlp(p: &Profile, kind: EventKind, phase: Option<u32>) -> ProfilesData {
     let mut t = Tables::new();
+    // cpu samples as CPU time at the sampling period; the others as their kind's type.
     let (type_name, unit, period) = match kind {
         EventKind::Cpu => (
             "cpu",
             "nanoseconds",
             1_000_000_000 / p.meta.frequency_hz.max(1),
         ),
-        EventKind::Offcpu => ("offcpu", "nanoseconds", 0),
-        EventKind::Syscall => ("syscalls", "count", 0),
-        EventKind::Alloc => ("alloc_space", "bytes", 0),
-        EventKind::Pagefault => ("page_faults", "count", 0),
+        _ => {
+            let (t, u) = kind.samples().spec().pprof;
+            (t, u, 0)
+        }
     };
     let scale = if kind == EventKind::Cpu { period } else { 1 };
     let value_type = |t: &mut Tables| ValueType {

@@ -206,19 +206,15 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
         unit: s.get(u),
     };
     let period_ns = 1_000_000_000 / profile.meta.frequency_hz.max(1) as i64;
-    let (sample_type, period_type, period) = match kind {
-        EventKind::Cpu => (
-            vec![
-                vt("samples", "count", &mut strings),
-                vt("cpu", "nanoseconds", &mut strings),
-            ],
-            Some(vt("cpu", "nanoseconds", &mut strings)),
-            period_ns,
-        ),
-        EventKind::Offcpu => (vec![vt("offcpu", "nanoseconds", &mut strings)], None, 0),
-        EventKind::Syscall => (vec![vt("syscalls", "count", &mut strings)], None, 0),
-        EventKind::Alloc => (vec![vt("alloc_space", "bytes", &mut strings)], None, 0),
-        EventKind::Pagefault => (vec![vt("page_faults", "count", &mut strings)], None, 0),
+    // The kind's own sample type; cpu samples also as CPU time at the sampling period.
+    let (type_name, unit) = kind.samples().spec().pprof;
+    let mut sample_type = vec![vt(type_name, unit, &mut strings)];
+    let (period_type, period) = match kind {
+        EventKind::Cpu => {
+            sample_type.push(vt("cpu", "nanoseconds", &mut strings));
+            (Some(vt("cpu", "nanoseconds", &mut strings)), period_ns)
+        }
+        _ => (None, 0),
     };
 
     let mut mappings: HashMap<String, u64> = HashMap::new();
@@ -321,6 +317,7 @@ pub fn write_pprof(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use phaseprof_model::Sample;
     use phaseprof_model::*;
 
     // Checks the pprof message: leaf-first locations, cpu values scaled by the period, and that
@@ -345,7 +342,7 @@ mod tests {
         };
         let (main, burn) = (f("main"), f("burn"));
         let s = b.intern_stack(vec![burn, main]);
-        b.add_cpu(1, 1, PhaseAt::NONE, s, 7);
+        b.add(Sample::new(SampleKind::Cpu, (1, 1), PhaseAt::NONE, vec![7]).on(s));
         let p = to_pprof(&b.finish(), EventKind::Cpu, None);
         let decoded = PprofProfile::decode(&p.encode_to_vec()[..]).unwrap();
         assert_eq!(decoded, p);

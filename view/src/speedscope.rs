@@ -50,11 +50,11 @@ struct Sampled {
 /// speedscope's unit for `kind`, and the factor from our values to it (cpu samples become
 /// nanoseconds of CPU at the sampling period, so speedscope shows times).
 fn unit_of(p: &Profile, kind: EventKind) -> (&'static str, u64) {
-    match kind {
-        EventKind::Cpu => ("nanoseconds", 1_000_000_000 / p.meta.frequency_hz.max(1)),
-        EventKind::Offcpu => ("nanoseconds", 1),
-        EventKind::Alloc => ("bytes", 1),
-        EventKind::Syscall | EventKind::Pagefault => ("none", 1),
+    match (kind, kind.unit()) {
+        (EventKind::Cpu, _) => ("nanoseconds", 1_000_000_000 / p.meta.frequency_hz.max(1)),
+        (_, "nanoseconds") => ("nanoseconds", 1),
+        (_, "bytes") => ("bytes", 1),
+        _ => ("none", 1),
     }
 }
 

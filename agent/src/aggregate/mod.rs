@@ -2,9 +2,11 @@
 //! windows) and sums samples with equal keys.
 use std::collections::{HashMap, HashSet};
 
-use phaseprof_model::{Frame, FrameKind, LiveSample, Meta, PhaseAt, Profile, ProfileBuilder};
+use phaseprof_model::{
+    milli, Frame, FrameKind, Meta, PhaseAt, Profile, ProfileBuilder, Sample, SampleKind, Stacks,
+};
 
-use crate::window::{RawLive, RawWindow};
+use crate::window::{RawLive, RawSample, RawWindow};
 
 /// Turns addresses into frames. Implemented over blazesym for live recording and by hand in
 /// tests.
@@ -148,74 +150,39 @@ impl Aggregator {
     }
 
     fn fold(&mut self, w: &RawWindow) {
-        for s in &w.cpu {
-            let stack = self.stack(
-                s.pid,
-                s.user.as_deref(),
-                s.kernel.as_deref(),
-                Taken::ByInterrupt,
-            );
-            self.builder
-                .add_cpu(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.count);
-        }
-        for s in &w.offcpu {
-            let stack = self.stack(
-                s.pid,
-                s.user.as_deref(),
-                s.kernel.as_deref(),
-                Taken::ByProbe,
-            );
-            self.builder
-                .add_offcpu(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.ns);
-        }
-        for s in &w.syscalls {
-            let stack = s
-                .user
-                .as_deref()
-                .map(|u| self.stack(s.pid, Some(u), None, Taken::ByProbe));
-            self.builder.add_syscall(
-                (s.pid, s.tid),
-                at(s.phase, s.phase_mask),
-                s.nr,
-                stack,
-                s.count,
-                s.total_ns,
-            );
-        }
-        for t in &w.alloc_totals {
-            self.builder.add_alloc_total(
-                t.pid,
-                at(t.phase, t.phase_mask),
-                t.bytes,
-                t.count,
-                t.frees,
-            );
-        }
-        for s in &w.allocs {
-            let stack = self.stack(s.pid, s.user.as_deref(), None, Taken::ByProbe);
-            // Ratio estimate of the allocations: samples scaled as their bytes were.
-            let count = if s.sampled_bytes == 0 {
-                s.samples as f64
-            } else {
-                s.samples as f64 * s.est_bytes as f64 / s.sampled_bytes as f64
+        for s in &w.samples {
+            let spec = s.kind.spec();
+            let taken = match spec.interrupted {
+                true => Taken::ByInterrupt,
+                false => Taken::ByProbe,
             };
-            self.builder.add_alloc(
-                s.pid,
-                at(s.phase, s.phase_mask),
-                stack,
-                s.est_bytes,
-                count,
-                s.samples,
-            );
+            let stack = match (spec.stacks, &s.user) {
+                (Stacks::Never, _) | (Stacks::Sometimes, None) => None,
+                _ => Some(self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref(), taken)),
+            };
+            let at = at(s.phase, s.phase_mask);
+            let sample = Sample::new(s.kind, (s.pid, s.tid), at, s.values.clone());
+            self.builder.add(sample.on(stack).syscall(s.nr));
         }
         for g in &w.go_allocs {
             let stack = self.stack(g.pid, g.user.as_deref(), None, Taken::ByProbe);
             let (bytes, count) = go_sample_weight(g.size, g.rate);
             let at = at(g.phase, g.phase_mask);
-            self.builder
-                .add_alloc(g.pid, at, stack, bytes.round() as u64, count, 1);
-            self.builder
-                .add_alloc_total(g.pid, at, bytes.round() as u64, count.round() as u64, 0);
+            self.builder.add(
+                Sample::new(
+                    SampleKind::Alloc,
+                    (g.pid, 0),
+                    at,
+                    vec![bytes.round() as u64, 1, milli(count)],
+                )
+                .on(stack),
+            );
+            self.builder.add(Sample::new(
+                SampleKind::AllocTotal,
+                (g.pid, 0),
+                at,
+                vec![bytes.round() as u64, count.round() as u64, 0],
+            ));
             let mut mask = g.phase_mask;
             while mask != 0 {
                 let id = mask.trailing_zeros();
@@ -225,56 +192,35 @@ impl Aggregator {
                 e.1 += count;
             }
         }
-        for s in &w.page_faults {
-            let stack = self.stack(s.pid, s.user.as_deref(), None, Taken::ByProbe);
-            self.builder
-                .add_page_faults(s.pid, s.tid, at(s.phase, s.phase_mask), stack, s.count);
-        }
     }
 
     /// Folds the live heap read at CLOCK_MONOTONIC `now_ns` into per-stack totals with ages.
     pub fn set_live(&mut self, live: &[RawLive], now_ns: u64, sym: &mut dyn Symbolize) {
         let as_window = RawWindow {
-            allocs: live
-                .iter()
-                .map(|l| crate::window::RawAlloc {
-                    pid: l.pid,
-                    phase: l.phase,
-                    phase_mask: l.phase_mask,
+            samples: (live.iter())
+                .map(|l| RawSample {
                     user: l.user.clone(),
-                    est_bytes: 0,
-                    samples: 0,
-                    sampled_bytes: 0,
+                    ..RawSample::new(SampleKind::Live, (l.pid, 0), (l.phase, l.phase_mask))
                 })
                 .collect(),
             ..RawWindow::default()
         };
         self.symbolize_new(&as_window, sym);
-        let mut by_key: HashMap<(u32, u32, u64, u32), LiveSample> = HashMap::new();
-        for l in live {
-            let stack = self.stack(l.pid, l.user.as_deref(), None, Taken::ByProbe);
-            let age = now_ns.saturating_sub(l.allocated_at_ns);
-            let e = by_key
-                .entry((l.pid, l.phase, l.phase_mask, stack))
-                .or_insert(LiveSample {
-                    pid: l.pid,
-                    phase: l.phase,
-                    phase_mask: l.phase_mask,
-                    stack,
-                    bytes: 0,
-                    samples: 0,
-                    oldest_ns: 0,
-                    mean_age_ns: 0,
-                });
-            e.bytes += l.est_bytes;
-            e.samples += 1;
-            e.oldest_ns = e.oldest_ns.max(age);
-            let n = e.samples as u128;
-            e.mean_age_ns = ((e.mean_age_ns as u128 * (n - 1) + age as u128) / n) as u64;
-        }
-        let mut live: Vec<LiveSample> = by_key.into_values().collect();
-        live.sort_by_key(|l| std::cmp::Reverse(l.bytes));
-        self.builder.set_live(live);
+        let live: Vec<Sample> = (live.iter())
+            .map(|l| {
+                let stack = self.stack(l.pid, l.user.as_deref(), None, Taken::ByProbe);
+                let age = now_ns.saturating_sub(l.allocated_at_ns);
+                let at = at(l.phase, l.phase_mask);
+                Sample::new(
+                    SampleKind::Live,
+                    (l.pid, 0),
+                    at,
+                    vec![l.est_bytes, 1, age, age],
+                )
+                .on(stack)
+            })
+            .collect();
+        self.builder.replace(SampleKind::Live, live);
         self.forget_provisional();
     }
 
@@ -292,30 +238,13 @@ impl Aggregator {
                     }
                 }
             };
-        for s in &w.cpu {
-            note_user(s.pid, &s.user, &self.user_frames);
-        }
-        for s in &w.offcpu {
-            note_user(s.pid, &s.user, &self.user_frames);
-        }
-        for s in &w.syscalls {
-            note_user(s.pid, &s.user, &self.user_frames);
-        }
-        for s in &w.allocs {
+        for s in &w.samples {
             note_user(s.pid, &s.user, &self.user_frames);
         }
         for s in &w.go_allocs {
             note_user(s.pid, &s.user, &self.user_frames);
         }
-        for s in &w.page_faults {
-            note_user(s.pid, &s.user, &self.user_frames);
-        }
-        let kernel_addrs = w
-            .cpu
-            .iter()
-            .map(|s| &s.kernel)
-            .chain(w.offcpu.iter().map(|s| &s.kernel));
-        for addrs in kernel_addrs {
+        for addrs in w.samples.iter().map(|s| &s.kernel) {
             for (i, &a) in addrs.iter().flatten().enumerate() {
                 let a = lookup_addr(i, a);
                 if !self.kernel_frames.contains_key(&a) {

@@ -1,7 +1,7 @@
 //! The aggregator over recorded-style windows and a fake symbolizer.
 use super::*;
 use crate::window::*;
-use phaseprof_model::{EventKind, FrameKind};
+use phaseprof_model::{EventKind, FrameKind, Sample, SampleKind};
 
 /// Names each address after itself, and counts how often it was asked; addresses in `later`
 /// are named provisionally (their names have not come).
@@ -74,38 +74,37 @@ impl Symbolize for FakeSymbolizer {
     }
 }
 
+/// A sample of thread 1 of process 1 outside phases.
+fn raw(kind: SampleKind, user: Vec<u64>, kernel: Option<Vec<u64>>, values: Vec<u64>) -> RawSample {
+    RawSample {
+        user: Some(user),
+        kernel,
+        values,
+        ..RawSample::new(kind, (1, 1), (0, 1))
+    }
+}
+
 fn window() -> RawWindow {
+    let cpu_user = vec![0x1000, 0x2001, 0x3001];
+    let wait = vec![0xbf00, 0x7700, 0xfe00];
     RawWindow {
-        cpu: vec![RawCpu {
-            pid: 1,
-            tid: 1,
-            phase: 0,
-            phase_mask: 1,
-            user: Some(vec![0x1000, 0x2001, 0x3001]),
-            kernel: Some(vec![0xff00]),
-            count: 3,
-        }],
-        offcpu: vec![RawOffCpu {
-            pid: 1,
-            tid: 1,
-            phase: 0,
-            phase_mask: 1,
-            user: Some(vec![0x1000]),
-            kernel: Some(vec![0xbf00, 0x7700, 0xfe00]),
-            ns: 50,
-        }],
-        syscalls: vec![RawSyscall {
-            pid: 1,
-            tid: 1,
-            phase: 0,
-            phase_mask: 1,
-            nr: 1,
-            user: Some(vec![0x1000]),
-            count: 2,
-            total_ns: 20,
-        }],
+        samples: vec![
+            raw(SampleKind::Cpu, cpu_user, Some(vec![0xff00]), vec![3]),
+            raw(SampleKind::Offcpu, vec![0x1000], Some(wait), vec![50]),
+            RawSample {
+                nr: 1,
+                ..raw(SampleKind::Syscall, vec![0x1000], None, vec![2, 20])
+            },
+        ],
         ..RawWindow::default()
     }
+}
+
+/// Each sample of `kind` by its leaf frame's function, with its first value.
+fn by_leaf(p: &Profile, kind: SampleKind) -> HashMap<&str, u64> {
+    (p.samples_of(kind))
+        .map(|s| (leaf_of(p, s.stack.unwrap()), s.value(0)))
+        .collect()
 }
 
 /// The leaf frame's function of `stack` in `p`.
@@ -125,22 +124,15 @@ fn samples_in_our_probes_are_our_own_line() {
     };
     let mut agg = Aggregator::new(meta, vec![]);
     let mut sym = FakeSymbolizer::default();
-    let sample = |kernel: Vec<u64>, count| RawCpu {
-        pid: 1,
-        tid: 1,
-        phase: 0,
-        phase_mask: 1,
-        user: Some(vec![0x1000]),
-        kernel: Some(kernel),
-        count,
-    };
+    let sample =
+        |kernel: Vec<u64>, count| raw(SampleKind::Cpu, vec![0x1000], Some(kernel), vec![count]);
     // A sample whose user stack passes through a return probe's trampoline.
-    let in_trampoline = RawCpu {
+    let in_trampoline = RawSample {
         user: Some(vec![0x7fff_0000, 0x1000]),
         ..sample(vec![0xff00], 7)
     };
     let w = RawWindow {
-        cpu: vec![
+        samples: vec![
             sample(vec![0xbf00, 0xff00], 2),
             sample(vec![0xff00, 0x7700], 3),
             sample(vec![0xff00], 5),
@@ -150,14 +142,10 @@ fn samples_in_our_probes_are_our_own_line() {
     };
     agg.add_window(&w, &mut sym);
     let p = agg.finish();
-    let by_leaf: HashMap<&str, u64> = p
-        .cpu
-        .iter()
-        .map(|s| (leaf_of(&p, s.stack), s.count))
-        .collect();
+    let by_leaf = by_leaf(&p, SampleKind::Cpu);
     assert_eq!(by_leaf[OWN_COST_FRAME], 5 + 7);
     assert_eq!(by_leaf["kff00"], 5);
-    assert_eq!(p.cpu.iter().map(|s| s.count).sum::<u64>(), 17);
+    assert_eq!(p.total(SampleKind::Cpu, 0), 17);
 }
 
 // Checks that an off-CPU stack whose thread waited inside phaseprof's machinery (a uprobe
@@ -171,17 +159,9 @@ fn waits_inside_our_probes_are_our_own_line() {
     };
     let mut agg = Aggregator::new(meta, vec![]);
     let mut sym = FakeSymbolizer::default();
-    let wait = |kernel: Vec<u64>, ns| RawOffCpu {
-        pid: 1,
-        tid: 1,
-        phase: 0,
-        phase_mask: 1,
-        user: Some(vec![0x1000]),
-        kernel: Some(kernel),
-        ns,
-    };
+    let wait = |kernel: Vec<u64>, ns| raw(SampleKind::Offcpu, vec![0x1000], Some(kernel), vec![ns]);
     let w = RawWindow {
-        offcpu: vec![
+        samples: vec![
             wait(vec![0xbf00, 0x7700, 0xfe00], 10),
             wait(vec![0xbf00, 0x7700, 0xfe00, 0x5500], 30),
         ],
@@ -189,11 +169,7 @@ fn waits_inside_our_probes_are_our_own_line() {
     };
     agg.add_window(&w, &mut sym);
     let p = agg.finish();
-    let by_leaf: HashMap<&str, u64> = p
-        .offcpu
-        .iter()
-        .map(|s| (leaf_of(&p, s.stack), s.ns))
-        .collect();
+    let by_leaf = by_leaf(&p, SampleKind::Offcpu);
     assert_eq!(by_leaf["kfdff"], 10);
     assert_eq!(by_leaf[OWN_COST_FRAME], 30);
 }
@@ -224,14 +200,10 @@ fn allocations_fold_with_estimates_and_ages() {
     let mut agg = Aggregator::new(meta, vec!["outer".into(), "inner".into()]);
     let mut sym = FakeSymbolizer::default();
     let w = RawWindow {
-        allocs: vec![RawAlloc {
-            pid: 1,
-            phase: 2,
-            phase_mask: 0b110,
+        samples: vec![RawSample {
             user: Some(vec![0x1000]),
-            est_bytes: 1000,
-            samples: 2,
-            sampled_bytes: 500,
+            values: crate::window::alloc_values(1000, 2, 500),
+            ..RawSample::new(SampleKind::Alloc, (1, 0), (2, 0b110))
         }],
         go_allocs: vec![RawGoAlloc {
             pid: 1,
@@ -241,7 +213,6 @@ fn allocations_fold_with_estimates_and_ages() {
             size: 100,
             rate: 1,
         }],
-        ..RawWindow::default()
     };
     agg.add_window(&w, &mut sym);
     assert_eq!(agg.go_phase_allocs()[&1], (100.0, 1.0));
@@ -257,19 +228,15 @@ fn allocations_fold_with_estimates_and_ages() {
     };
     agg.set_live(&[live(100), live(400)], 1000, &mut sym);
     let p = agg.finish();
-    assert_eq!(p.allocs.len(), 1);
-    assert_eq!(p.allocs[0].bytes, 1100);
-    assert_eq!(p.allocs[0].count, 4.0 + 1.0);
-    assert_eq!(p.live.len(), 1);
-    assert_eq!(
-        (
-            p.live[0].bytes,
-            p.live[0].samples,
-            p.live[0].oldest_ns,
-            p.live[0].mean_age_ns
-        ),
-        (20, 2, 900, 750)
-    );
+    let allocs: Vec<&Sample> = p.samples_of(SampleKind::Alloc).collect();
+    assert_eq!(allocs.len(), 1);
+    // 1000 estimated bytes and 4 allocations (2 samples of 500 bytes scaled as their bytes
+    // were), and the Go sample's 100 bytes and 1.
+    assert_eq!(allocs[0].values, vec![1100, 3, 5000]);
+    let live: Vec<&Sample> = p.samples_of(SampleKind::Live).collect();
+    assert_eq!(live.len(), 1);
+    // Bytes, samples, the oldest's age, the ages' sum (mean 750).
+    assert_eq!(live[0].values, vec![20, 2, 900, 1500]);
 }
 
 // Checks stack assembly from a recorded-style window: kernel frames before user frames,
@@ -291,23 +258,25 @@ fn windows_fold_into_one_profile_with_cached_symbols() {
     let mut asked = sym.asked.clone();
     asked.sort();
     assert_eq!(asked, vec![0x1000, 0x2000, 0x3000]);
-    assert_eq!(p.cpu.len(), 1);
-    assert_eq!(p.cpu[0].count, 6);
-    let names: Vec<&str> = p.stacks[p.cpu[0].stack as usize]
+    let cpu: Vec<&Sample> = p.samples_of(SampleKind::Cpu).collect();
+    assert_eq!(cpu.len(), 1);
+    assert_eq!(cpu[0].values, vec![6]);
+    let names: Vec<&str> = p.stacks[cpu[0].stack.unwrap() as usize]
         .frames
         .iter()
         .map(|&f| p.frames[f as usize].function.as_str())
         .collect();
     assert_eq!(names, vec!["kff00", "u1000", "inner", "outer", "u3000"]);
-    let names: Vec<&str> = p.stacks[p.offcpu[0].stack as usize]
+    let offcpu: Vec<&Sample> = p.samples_of(SampleKind::Offcpu).collect();
+    let names: Vec<&str> = p.stacks[offcpu[0].stack.unwrap() as usize]
         .frames
         .iter()
         .map(|&f| p.frames[f as usize].function.as_str())
         .collect();
     assert_eq!(names, vec!["kfdff", "u1000"]);
-    assert_eq!(p.offcpu[0].ns, 100);
-    assert_eq!(p.syscalls[0].count, 4);
-    assert_eq!(p.syscalls[0].total_ns, 40);
+    assert_eq!(offcpu[0].values, vec![100]);
+    let syscalls: Vec<&Sample> = p.samples_of(SampleKind::Syscall).collect();
+    assert_eq!(syscalls[0].values, vec![4, 40]);
 }
 
 // Checks that an address named provisionally (its name had not come) is asked for again at

@@ -1,6 +1,8 @@
 //! Allocation-derived numbers computed once a recording ends: named costs from the frames of
 //! allocation stacks (`clone_bytes`), and the extrapolation of duty-cycled totals.
-use phaseprof_model::{PhaseStats, Profile, ProfileBuilder};
+use phaseprof_model::{
+    PhaseStats, Profile, ProfileBuilder, SampleKind, ALLOC_BYTES, ALLOC_COUNT_MILLI,
+};
 
 use crate::elf::glob_match;
 
@@ -12,15 +14,16 @@ pub fn compute(b: &mut ProfileBuilder, rules: &[(String, Vec<String>)]) {
     for (name, globs) in rules {
         let mut total = 0u64;
         let mut per_phase = vec![0u64; p.phase_stats.len()];
-        for s in &p.allocs {
-            let matches = p.stack_has_frame(s.stack, |f| globs.iter().any(|g| glob_match(g, f)));
-            if !matches {
+        for s in p.samples_of(SampleKind::Alloc) {
+            let matches = |st| p.stack_has_frame(st, |f| globs.iter().any(|g| glob_match(g, f)));
+            if !s.stack.is_some_and(matches) {
                 continue;
             }
-            total += s.bytes;
+            let bytes = s.value(ALLOC_BYTES);
+            total += bytes;
             for (id, v) in per_phase.iter_mut().enumerate() {
                 if id < 64 && s.phase_mask & (1 << id) != 0 {
-                    *v += s.bytes;
+                    *v += bytes;
                 }
             }
         }
@@ -34,14 +37,18 @@ pub fn compute(b: &mut ProfileBuilder, rules: &[(String, Vec<String>)]) {
 /// Scales what duty-cycled probes counted while attached up to the whole recording.
 pub fn extrapolate(p: &mut Profile, phase_stats: &mut [PhaseStats], scale: f64) {
     let up = |v: u64| (v as f64 * scale).round() as u64;
-    for t in &mut p.alloc_totals {
-        t.bytes = up(t.bytes);
-        t.count = up(t.count);
-        t.frees = up(t.frees);
-    }
-    for s in &mut p.allocs {
-        s.bytes = up(s.bytes);
-        s.count *= scale;
+    for s in &mut p.samples {
+        let scaled: &[usize] = match s.kind {
+            SampleKind::AllocTotal => &[0, 1, 2],
+            // Not what was sampled: that stays what it was.
+            SampleKind::Alloc => &[ALLOC_BYTES, ALLOC_COUNT_MILLI],
+            _ => &[],
+        };
+        for &i in scaled {
+            if let Some(v) = s.values.get_mut(i) {
+                *v = up(*v);
+            }
+        }
     }
     for st in phase_stats {
         st.alloc_bytes = up(st.alloc_bytes);
@@ -53,7 +60,7 @@ pub fn extrapolate(p: &mut Profile, phase_stats: &mut [PhaseStats], scale: f64) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use phaseprof_model::{Frame, FrameKind, Meta, PhaseAt};
+    use phaseprof_model::{milli, Frame, FrameKind, Meta, PhaseAt, Sample};
 
     fn frame(b: &mut ProfileBuilder, name: &str) -> u32 {
         b.intern_frame(Frame {
@@ -82,9 +89,17 @@ mod tests {
             phase: 2,
             mask: 0b110,
         };
-        b.add_alloc(1, replay, cloned, 1000, 1.0, 1);
-        b.add_alloc(1, replay, leaked, 500, 1.0, 1);
-        b.add_alloc(1, PhaseAt::NONE, cloned, 7, 1.0, 1);
+        b.add(Sample::new(SampleKind::Alloc, (1, 0), replay, vec![1000, 1, milli(1.0)]).on(cloned));
+        b.add(Sample::new(SampleKind::Alloc, (1, 0), replay, vec![500, 1, milli(1.0)]).on(leaked));
+        b.add(
+            Sample::new(
+                SampleKind::Alloc,
+                (1, 0),
+                PhaseAt::NONE,
+                vec![7, 1, milli(1.0)],
+            )
+            .on(cloned),
+        );
         *b.phase_stats_mut() = vec![PhaseStats::default(); 3];
         compute(
             &mut b,

@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use phaseprof_model::units::parse_duration;
+use phaseprof_model::{SampleKind, CPU_COUNT, OFFCPU_NS, SYSCALL_COUNT};
 
 use super::engine_args::{parse_events, EngineArgs};
 use super::on_interrupt;
@@ -105,9 +106,9 @@ pub fn run_record(args: RecordArgs) -> Result<i32> {
     let interrupted = on_interrupt()?;
     let rec = record(&opts, interrupted)?;
     let p = &rec.profile;
-    let samples: u64 = p.cpu.iter().map(|s| s.count).sum();
-    let syscalls: u64 = p.syscalls.iter().map(|s| s.count).sum();
-    let offcpu: u64 = p.offcpu.iter().map(|s| s.ns).sum();
+    let samples = p.total(SampleKind::Cpu, CPU_COUNT);
+    let syscalls = p.total(SampleKind::Syscall, SYSCALL_COUNT);
+    let offcpu = p.total(SampleKind::Offcpu, OFFCPU_NS);
     let (why, status) = match rec.stop {
         StopReason::Duration => ("duration reached".to_string(), 0),
         StopReason::Interrupted => ("interrupted".to_string(), 0),

@@ -9,10 +9,8 @@ use libbpf_rs::{MapCore, MapFlags};
 use phaseprof_bpf::types;
 
 use super::{pod, Drain, Engine, TargetEvent};
-use crate::window::{
-    RawAlloc, RawAllocTotal, RawCpu, RawGoAlloc, RawLive, RawOffCpu, RawStackSample, RawSyscall,
-    RawWindow,
-};
+use crate::window::{alloc_values, RawGoAlloc, RawLive, RawSample, RawStackSample, RawWindow};
+use phaseprof_model::SampleKind;
 
 /// A stack captured at a return probe starts with the return address: moved back into the call
 /// instruction, its leaf symbolizes to the call (with its inlined callers), not to what follows.
@@ -212,36 +210,28 @@ impl Engine<'_> {
             |k| take(k.window),
             everything,
         )?;
+        let at = |pid, tid, phase, mask| RawSample::new(SampleKind::Cpu, (pid, tid), (phase, mask));
         for (k, v) in alloc_totals {
-            raw.alloc_totals.push(RawAllocTotal {
-                pid: k.tgid,
-                phase: k.phase,
-                phase_mask: k.phase_mask,
-                bytes: v.bytes,
-                count: v.count,
-                frees: v.frees,
+            raw.samples.push(RawSample {
+                kind: SampleKind::AllocTotal,
+                values: vec![v.bytes, v.count, v.frees],
+                ..at(k.tgid, 0, k.phase, k.phase_mask)
             });
         }
         for (k, v) in alloc_stacks {
-            raw.allocs.push(RawAlloc {
-                pid: k.tgid,
-                phase: k.phase,
-                phase_mask: k.phase_mask,
+            raw.samples.push(RawSample {
+                kind: SampleKind::Alloc,
                 user: self.stack(k.user_stack).map(into_call),
-                est_bytes: v.est_bytes,
-                samples: v.samples,
-                sampled_bytes: v.sampled_bytes,
+                values: alloc_values(v.est_bytes, v.samples, v.sampled_bytes),
+                ..at(k.tgid, 0, k.phase, k.phase_mask)
             });
         }
         for (k, count) in faults {
-            raw.page_faults.push(RawCpu {
-                pid: k.tgid,
-                tid: k.tid,
-                phase: k.phase,
-                phase_mask: k.phase_mask,
+            raw.samples.push(RawSample {
+                kind: SampleKind::Pagefault,
                 user: self.stack(k.user_stack),
-                kernel: None,
-                count,
+                values: vec![count],
+                ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
         let _ = self.ring.consume();
@@ -251,40 +241,32 @@ impl Engine<'_> {
             raw.go_allocs.push(g);
         }
         for (k, count) in cpu {
-            raw.cpu.push(RawCpu {
-                pid: k.tgid,
-                tid: k.tid,
-                phase: k.phase,
-                phase_mask: k.phase_mask,
+            raw.samples.push(RawSample {
                 user: self.stack(k.user_stack),
                 kernel: self.stack(k.kernel_stack),
-                count,
+                values: vec![count],
+                ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
         for (k, ns) in offcpu {
-            raw.offcpu.push(RawOffCpu {
-                pid: k.tgid,
-                tid: k.tid,
-                phase: k.phase,
-                phase_mask: k.phase_mask,
+            raw.samples.push(RawSample {
+                kind: SampleKind::Offcpu,
                 user: self.stack(k.user_stack),
                 kernel: self.stack(k.kernel_stack),
-                ns,
+                values: vec![ns],
+                ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
         if let (true, Some(end)) = (everything, self.detached_at_ns) {
-            raw.offcpu.extend(self.offcpu_in_progress(end)?);
+            raw.samples.extend(self.offcpu_in_progress(end)?);
         }
         for (k, v) in syscalls {
-            raw.syscalls.push(RawSyscall {
-                pid: k.tgid,
-                tid: k.tid,
-                phase: k.phase,
-                phase_mask: k.phase_mask,
+            raw.samples.push(RawSample {
+                kind: SampleKind::Syscall,
                 nr: k.nr,
                 user: self.stack(k.user_stack),
-                count: v.count,
-                total_ns: v.total_ns,
+                values: vec![v.count, v.total_ns],
+                ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
         Ok(raw)
@@ -292,20 +274,18 @@ impl Engine<'_> {
 
     /// Threads still off-CPU when recording stopped (at `end`): their time up to the stop, so
     /// off-CPU time covers the whole recording as on-CPU samples do.
-    fn offcpu_in_progress(&mut self, end: u64) -> Result<Vec<RawOffCpu>> {
+    fn offcpu_in_progress(&mut self, end: u64) -> Result<Vec<RawSample>> {
         let mut out = Vec::new();
         let in_progress =
             take_window::<u32, types::offcpu_start>(&self.skel.maps.offcpu_starts, |_| true)?;
         for (tid, start) in in_progress {
             if start.ts < end {
-                out.push(RawOffCpu {
-                    pid: start.tgid,
-                    tid,
-                    phase: start.phase,
-                    phase_mask: start.phase_mask,
+                let (pid, phase, mask) = (start.tgid, start.phase, start.phase_mask);
+                out.push(RawSample {
                     user: self.stack(start.user_stack),
                     kernel: self.stack(start.kernel_stack),
-                    ns: end - start.ts,
+                    values: vec![end - start.ts],
+                    ..RawSample::new(SampleKind::Offcpu, (pid, tid), (phase, mask))
                 });
             }
         }

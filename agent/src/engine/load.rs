@@ -10,7 +10,7 @@ use std::os::fd::AsFd;
 use libbpf_rs::{MapCore, OpenObject, RingBufferBuilder};
 use phaseprof_bpf::{limits, types};
 use phaseprof_bpf::{OpenPhaseprofSkel, PhaseprofSkelBuilder};
-use phaseprof_model::EventKind;
+use phaseprof_model::{EventKind, SampleKind};
 
 use super::drain::Counters;
 use super::features::KernelFeatures;
@@ -358,7 +358,11 @@ impl<'obj> Engine<'obj> {
                 let mut stack = rest[..len].to_vec();
                 restore_return_addresses(&mut stack, h.sp, &h.ret_slots, &h.ret_addrs);
                 let sample = RawStackSample {
-                    page_fault: h.kind == types::stack_sample_kind::STACK_PAGEFAULT.0,
+                    kind: if h.kind == types::stack_sample_kind::STACK_PAGEFAULT.0 {
+                        SampleKind::Pagefault
+                    } else {
+                        SampleKind::Cpu
+                    },
                     pid: h.tgid,
                     tid: h.tid,
                     phase: h.phase,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use phaseprof_model::Profile;
+use phaseprof_model::{Profile, SampleKind, CPU_COUNT, SYSCALL_COUNT};
 
 use super::push::PushMetrics;
 
@@ -76,7 +76,7 @@ fn resident_bytes() -> u64 {
 pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
     // Phase statistics are inclusive: a call of a nested phase counts in its own phase only.
     let calls: u64 = p.phase_stats.iter().map(|s| s.calls).sum();
-    let syscalls: u64 = p.syscalls.iter().map(|s| s.count).sum();
+    let syscalls = p.total(SampleKind::Syscall, SYSCALL_COUNT);
     // Sampled stacks: one syscall in `every` pays for its stack.
     let every = p.meta.syscall_stack_every.max(1) as f64;
     let per_syscall = if p.meta.syscall_stacks {
@@ -90,7 +90,7 @@ pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
     m.syscall_probe_hits
         .fetch_add(2 * syscalls, Ordering::Relaxed);
     m.cpu_samples
-        .fetch_add(p.cpu.iter().map(|s| s.count).sum(), Ordering::Relaxed);
+        .fetch_add(p.total(SampleKind::Cpu, CPU_COUNT), Ordering::Relaxed);
     if let Some(u) = &p.meta.unwind {
         m.unwound_samples
             .fetch_add(u.unwound_samples, Ordering::Relaxed);

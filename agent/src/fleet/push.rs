@@ -436,7 +436,7 @@ mod tests {
                 inlined: false,
             });
             let s = b.intern_stack(vec![f]);
-            b.add_cpu(1, 1, PhaseAt::NONE, s, 1);
+            b.add(Sample::new(SampleKind::Cpu, (1, 1), PhaseAt::NONE, vec![1]).on(s));
         }
         let mut out = Vec::new();
         write_profile(&b.finish(), &mut out).unwrap();

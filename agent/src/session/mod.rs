@@ -16,7 +16,7 @@ use crate::processes::Processes;
 use crate::symbolize::{BlazeSymbolizer, Naming};
 use crate::targets;
 use crate::unwind::StackWalks;
-use crate::window::{fold_identical, RawCpu, RawWindow};
+use crate::window::{fold_identical, RawSample, RawWindow};
 
 /// How long a session turn waits for process events at most: the latency of noticing a stop,
 /// a deadline or a window's end.
@@ -76,8 +76,8 @@ pub struct Session<'obj> {
     /// Per target: frame pointers, unwind tables or stack copies (None: frame pointers for all).
     walks: Option<StackWalks>,
     /// Cpu samples and page faults unwound from stack copies since the last drain.
-    unwound: Vec<RawCpu>,
-    unwound_faults: Vec<RawCpu>,
+    /// Samples unwound from stack copies since the last drain (cpu samples, page faults).
+    unwound: Vec<RawSample>,
     /// The phase probes' estimated cost, printed while recording.
     phase_cost: PhaseProbeOverhead,
     /// Each target's CPU time (ns, its threads' schedstat) when it was added or at the last
@@ -121,7 +121,6 @@ impl<'obj> Session<'obj> {
             hold_execs: false,
             cpu_at_add: Default::default(),
             unwound: Vec::new(),
-            unwound_faults: Vec::new(),
             phase_cost,
             verbose,
         }
@@ -134,11 +133,7 @@ impl<'obj> Session<'obj> {
             return;
         };
         for s in self.engine.take_stack_samples() {
-            let unwound = walks.unwind_copy(&s);
-            match s.page_fault {
-                true => self.unwound_faults.push(unwound),
-                false => self.unwound.push(unwound),
-            }
+            self.unwound.push(walks.unwind_copy(&s));
         }
     }
 
@@ -146,10 +141,8 @@ impl<'obj> Session<'obj> {
     fn drain(&mut self, how: Drain) -> Result<RawWindow> {
         let mut w = self.engine.drain(how)?;
         self.unwind_received();
-        w.cpu
+        w.samples
             .extend(fold_identical(std::mem::take(&mut self.unwound)));
-        w.page_faults
-            .extend(fold_identical(std::mem::take(&mut self.unwound_faults)));
         Ok(w)
     }
 
@@ -493,13 +486,9 @@ impl<'obj> Session<'obj> {
 
     fn fold(&mut self, w: &RawWindow) {
         // Name threads the first time they appear, while they are alive to be asked.
-        let tids = w
-            .cpu
-            .iter()
-            .chain(&w.page_faults)
-            .map(|s| (s.pid, s.tid))
-            .chain(w.offcpu.iter().map(|s| (s.pid, s.tid)))
-            .chain(w.syscalls.iter().map(|s| (s.pid, s.tid)));
+        let tids = (w.samples.iter())
+            .filter(|s| s.kind.spec().per_thread)
+            .map(|s| (s.pid, s.tid));
         // A thread already gone is named by its exit event instead (`TargetEvent::ThreadExit`).
         for (pid, tid) in tids {
             if !self.seen_tids.contains(&tid) {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::process::{ProcessUnwinder, StackCopy};
 use crate::procmaps::Vma;
-use crate::window::{RawCpu, RawStackSample};
+use crate::window::{RawSample, RawStackSample};
 
 struct Tracked {
     /// Built at the first sample after `vmas` were told.
@@ -33,7 +33,7 @@ pub struct SampleUnwinder {
 
 impl SampleUnwinder {
     /// Unwinds one sample into a sample of count 1 (a cpu sample or a page fault).
-    pub fn unwind(&mut self, s: &RawStackSample) -> RawCpu {
+    pub fn unwind(&mut self, s: &RawStackSample) -> RawSample {
         self.stats.samples += 1;
         self.stats.copied_bytes += s.stack.len() as u64;
         let user = match self.unwinder(s.pid) {
@@ -52,14 +52,11 @@ impl SampleUnwinder {
                 vec![s.ip]
             }
         };
-        RawCpu {
-            pid: s.pid,
-            tid: s.tid,
-            phase: s.phase,
-            phase_mask: s.phase_mask,
+        RawSample {
             user: Some(user),
             kernel: s.kernel.clone(),
-            count: 1,
+            values: vec![1],
+            ..RawSample::new(s.kind, (s.pid, s.tid), (s.phase, s.phase_mask))
         }
     }
 
@@ -97,7 +94,7 @@ mod tests {
     fn sample_of(pid: u32) -> RawStackSample {
         let (ip, sp, bp, stack) = crate::unwind::process::tests::capture();
         RawStackSample {
-            page_fault: false,
+            kind: phaseprof_model::SampleKind::Cpu,
             pid,
             tid: pid,
             phase: 2,
@@ -122,7 +119,7 @@ mod tests {
         u.maps_changed(s.pid, &crate::procmaps::read_vmas(s.pid).unwrap());
         let cpu = u.unwind(&s);
         assert_eq!(
-            (cpu.pid, cpu.phase, cpu.phase_mask, cpu.count),
+            (cpu.pid, cpu.phase, cpu.phase_mask, cpu.values[0]),
             (s.pid, 2, 0b101, 1)
         );
         assert_eq!(cpu.kernel, s.kernel);

@@ -12,7 +12,7 @@ use super::samples::{SampleUnwinder, UnwindStats};
 use super::{UnwindPolicy, Walk};
 use crate::engine::{Engine, UNWIND_COUNTERS};
 use crate::procmaps::Vma;
-use crate::window::{RawCpu, RawStackSample};
+use crate::window::{RawSample, RawStackSample};
 
 pub struct StackWalks {
     policy: UnwindPolicy,
@@ -144,7 +144,7 @@ impl StackWalks {
     }
 
     /// Unwinds one stack copy (the `copy` way) into a sample of count 1.
-    pub fn unwind_copy(&mut self, s: &RawStackSample) -> RawCpu {
+    pub fn unwind_copy(&mut self, s: &RawStackSample) -> RawSample {
         self.copies.unwind(s)
     }
 

@@ -55,7 +55,7 @@ fn window(host: &str, samples: u64, start: u64) -> Vec<u8> {
         inlined: false,
     });
     let s = b.intern_stack(vec![f]);
-    b.add_cpu(7, 7, PhaseAt::NONE, s, samples);
+    b.add(Sample::new(SampleKind::Cpu, (7, 7), PhaseAt::NONE, vec![samples]).on(s));
     let mut out = Vec::new();
     write_profile(&b.finish(), &mut out).unwrap();
     out
@@ -234,7 +234,7 @@ async fn bad_uploads_are_refused_and_store_nothing() {
     let (st, body) = call(&s, "POST", "/api/v1/windows", Some(TOKEN_A), truncated).await;
     assert_eq!(st, StatusCode::BAD_REQUEST, "{body}");
     let mut bad_index = read_profile(&good[..]).unwrap();
-    bad_index.cpu[0].stack = 99;
+    bad_index.samples[0].stack = Some(99);
     let mut bytes = Vec::new();
     write_profile(&bad_index, &mut bytes).unwrap();
     let (st, body) = call(&s, "POST", "/api/v1/windows", Some(TOKEN_A), bytes).await;

@@ -15,6 +15,7 @@
 //!
 //! Windows are inserted in batches (`batch`): ClickHouse makes one part per INSERT and
 //! refuses inserts once a partition holds a few hundred unmerged parts.
+mod columns;
 mod http;
 mod read;
 mod rowbinary;

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use phaseprof_model::phase_stats::PhaseStats;
 
+use super::columns::{self, KEY};
 use super::http::Http;
 use super::rowbinary::RowReader;
 use crate::rows::{
@@ -119,15 +120,6 @@ pub fn body(http: &Http, t: &str, id: i64) -> Result<Option<Vec<u8>>, StoreError
     r.bytes().map(Some)
 }
 
-const KEY: &str = "kind, pid, phase, phaseset, stack, nr";
-/// Sums that saturate at 2^64−1 as merges do everywhere (ClickHouse's UInt64 `sum` wraps, and
-/// Debian's ClickHouse has no UInt128 to sum in): a Float64 sum tells when the exact one wrapped.
-const SUMS: &str =
-    "if(sum(toFloat64(value)) >= 18446744073709551615., 18446744073709551615, sum(value)), \
-    if(sum(toFloat64(value2)) >= 18446744073709551615., 18446744073709551615, sum(value2)), \
-    if(sum(toFloat64(value3)) >= 18446744073709551615., 18446744073709551615, sum(value3)), \
-    sum(fvalue)";
-
 fn read_sample(r: &mut RowReader) -> Result<(SampleKey, SampleVals), StoreError> {
     let key = SampleKey {
         kind: r.u8()?,
@@ -137,13 +129,11 @@ fn read_sample(r: &mut RowReader) -> Result<(SampleKey, SampleVals), StoreError>
         stack: r.u64()?,
         nr: r.u32()?,
     };
-    let vals = SampleVals {
-        value: r.u64()?,
-        value2: r.u64()?,
-        value3: r.u64()?,
-        fvalue: r.f64()?,
-    };
-    Ok((key, vals))
+    let mut vals = SampleVals::default();
+    for v in &mut vals.0 {
+        *v = r.u64()?;
+    }
+    Ok((key, vals.with_float_count(key.kind, r.f64()?)))
 }
 
 /// The windows table's part of an aggregate, per window (`by_window`) or for all: counts,
@@ -269,15 +259,16 @@ pub fn merged(http: &Http, t: &str, sel: &Selector) -> Result<Merged, StoreError
     phase_sums(http, t, &whole, false, &mut parts)?;
     let mut agg = parts.remove(&0).unwrap_or_default();
     let p = plan(sel.from_ns, sel.to());
+    let (values, sums) = (columns::list(), columns::saturating_sums());
     let reply = rows(
         http,
         &format!(
-            "SELECT {KEY}, {SUMS} FROM (\
-               SELECT {KEY}, value, value2, value3, fvalue FROM {t}_samples_1h \
+            "SELECT {KEY}, {sums} FROM (\
+               SELECT {KEY}, {values} FROM {t}_samples_1h \
                  WHERE {labels} AND {} \
-               UNION ALL SELECT {KEY}, value, value2, value3, fvalue FROM {t}_samples_1m \
+               UNION ALL SELECT {KEY}, {values} FROM {t}_samples_1m \
                  WHERE {labels} AND {} \
-               UNION ALL SELECT {KEY}, value, value2, value3, fvalue FROM {t}_samples \
+               UNION ALL SELECT {KEY}, {values} FROM {t}_samples \
                  WHERE {labels} AND {}) GROUP BY {KEY}",
             ranges("t", &p.hours),
             ranges("t", &p.minutes),
@@ -310,7 +301,8 @@ pub fn per_window(
     let reply = rows(
         http,
         &format!(
-            "SELECT window, {KEY}, {SUMS} FROM {t}_samples WHERE {filter} GROUP BY window, {KEY}"
+            "SELECT window, {KEY}, {} FROM {t}_samples WHERE {filter} GROUP BY window, {KEY}",
+            columns::saturating_sums()
         ),
     )?;
     let mut r = RowReader(&reply);

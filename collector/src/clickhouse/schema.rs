@@ -1,5 +1,6 @@
 //! The ClickHouse tables: creation (and columns added to tables of the first layout),
 //! retention, and what they hold on disk.
+use super::columns;
 use super::http::{quoted, Http};
 use crate::rows::HOUR_NS;
 use crate::store::{Footprint, StoreError, TableSize};
@@ -11,9 +12,9 @@ fn by_day(column: &str) -> String {
 
 /// Every table's statement; `{t}` is the windows table's name.
 fn statements(t: &str) -> Vec<String> {
-    let samples_cols = "kind UInt8, pid UInt32, phase UInt64, phaseset UInt64, stack UInt64, \
-                        nr UInt32, value UInt64, value2 UInt64, value3 UInt64, fvalue Float64";
-    let key = "kind, pid, phase, phaseset, stack, nr";
+    let samples_cols = columns::typed();
+    let key = columns::KEY;
+    let (values, sums) = (columns::list(), columns::sums_as());
     let mut v = vec![
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (id Int64, agent String, labels String, \
@@ -53,15 +54,14 @@ fn statements(t: &str) -> Vec<String> {
     for (suffix, len) in [("1m", 60_000_000_000u64), ("1h", HOUR_NS)] {
         v.push(format!(
             "CREATE TABLE IF NOT EXISTS {t}_samples_{suffix} (labelset UInt64, t UInt64, \
-             {samples_cols}) ENGINE = SummingMergeTree((value, value2, value3, fvalue)) {} \
+             {samples_cols}) ENGINE = SummingMergeTree(({values})) {} \
              ORDER BY (labelset, t, {key})",
             by_day("t")
         ));
         v.push(format!(
             "CREATE MATERIALIZED VIEW IF NOT EXISTS {t}_samples_{suffix}_mv TO {t}_samples_{suffix} \
              AS SELECT labelset, intDiv(start_ns, {len}) * {len} AS t, {key}, \
-             sum(value) AS value, sum(value2) AS value2, sum(value3) AS value3, \
-             sum(fvalue) AS fvalue FROM {t}_samples GROUP BY labelset, t, {key}"
+             {sums} FROM {t}_samples GROUP BY labelset, t, {key}"
         ));
     }
     for (name, cols) in [

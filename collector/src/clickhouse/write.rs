@@ -326,10 +326,11 @@ fn put_rows(t: &mut Tables, id: i64, r: &rows::WindowRows) {
         put_u64(s, r.start_ns);
         put_i64(s, id);
         put_key(s, k);
-        put_u64(s, v.value);
-        put_u64(s, v.value2);
-        put_u64(s, v.value3);
-        put_u64(s, v.fvalue.to_bits());
+        for &n in &v.0 {
+            put_u64(s, n);
+        }
+        // fvalue: only rows of the first layout have one (see `columns`).
+        put_u64(s, 0f64.to_bits());
     }
     for (phase, s) in &r.agg.phase_stats {
         let o = &mut t.phase_stats;

@@ -133,17 +133,10 @@ pub fn phase_id(name: &str) -> u64 {
     }
 }
 
-/// Sample row kinds: the event kinds, plus the kernel's exact allocation totals (no stack).
-pub const KIND_CPU: u8 = 0;
-pub const KIND_OFFCPU: u8 = 1;
-pub const KIND_SYSCALL: u8 = 2;
-pub const KIND_ALLOC: u8 = 3;
-pub const KIND_PAGEFAULT: u8 = 4;
-pub const KIND_ALLOC_TOTAL: u8 = 5;
-
 /// What a sample row is summed by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SampleKey {
+    /// The sample kind's stored number (`Kind::stored_as` in `phaseprof_model::kinds`).
     pub kind: u8,
     pub pid: u32,
     /// The innermost phase (`phase_id`).
@@ -156,23 +149,48 @@ pub struct SampleKey {
     pub nr: u32,
 }
 
-/// A sample row's values. cpu, page faults: `value` = count; off-CPU: ns; syscalls: count,
-/// `value2` = total ns; allocations: bytes, `value2` = samples, `fvalue` = estimated count;
-/// allocation totals: bytes, `value2` = count, `value3` = frees.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct SampleVals {
-    pub value: u64,
-    pub value2: u64,
-    pub value3: u64,
-    pub fvalue: f64,
-}
+/// A sample row's values, in the order its kind lists them (`phaseprof_model::kinds`; the
+/// rest 0). Stored kinds' values all add (a test of the kinds' table holds them to it), which
+/// is what both stores' SQL sums.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleVals(pub [u64; VALUES]);
+
+/// The stored value columns: as many as the stored kind with the most values has.
+pub const VALUES: usize = phaseprof_model::MAX_STORED_VALUES;
 
 impl SampleVals {
     pub fn absorb(&mut self, o: &SampleVals) {
-        self.value = self.value.saturating_add(o.value);
-        self.value2 = self.value2.saturating_add(o.value2);
-        self.value3 = self.value3.saturating_add(o.value3);
-        self.fvalue += o.fvalue;
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a = a.saturating_add(b);
+        }
+    }
+
+    /// The first `VALUES` of `values`.
+    pub fn of(values: &[u64]) -> Self {
+        let mut v = SampleVals::default();
+        for (a, b) in v.0.iter_mut().zip(values) {
+            *a = *b;
+        }
+        v
+    }
+
+    /// Rows stored before values were integers kept an allocation row's estimated count as a
+    /// float (`fvalue`): folded into its `ALLOC_COUNT_MILLI` value.
+    pub fn with_float_count(mut self, kind: u8, fvalue: f64) -> Self {
+        let alloc = phaseprof_model::SampleKind::Alloc.spec().stored_as;
+        if fvalue != 0.0 && Some(kind) == alloc {
+            let v = &mut self.0[phaseprof_model::ALLOC_COUNT_MILLI];
+            *v = v.saturating_add(phaseprof_model::milli(fvalue));
+        }
+        self
+    }
+}
+
+/// The name of stored value column `i` (`value`, `value2`, …), as both stores call them.
+pub fn value_column(i: usize) -> String {
+    match i {
+        0 => "value".into(),
+        _ => format!("value{}", i + 1),
     }
 }
 

@@ -7,10 +7,12 @@ use std::collections::{BTreeMap, HashMap};
 use phaseprof_model::phase_stats::PhaseStats;
 use serde::{Deserialize, Serialize};
 
-use super::{Aggregate, Head, SampleKey, SampleVals, StackRow, KIND_ALLOC};
+use super::{Aggregate, Head, SampleKey, SampleVals, StackRow};
 use crate::store_error::StoreError;
 
-const VERSION: u8 = 1;
+/// 2: a row's values as a count and that many varints. 1: three varints, and an allocation
+/// row's estimated count as an f64.
+const VERSION: u8 = 2;
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -73,6 +75,10 @@ impl Reader<'_> {
         Ok(u64::from_le_bytes(b.try_into().unwrap_or_default()))
     }
 
+    fn f64(&mut self) -> Result<f64, StoreError> {
+        Ok(f64::from_bits(self.u64()?))
+    }
+
     fn index(&mut self, ids: &[u64]) -> Result<u64, StoreError> {
         let i = self.varint()? as usize;
         ids.get(i)
@@ -112,14 +118,12 @@ pub fn encode(a: &Aggregate) -> Vec<u8> {
             idx(k.phaseset),
             idx(k.stack),
             u64::from(k.nr),
-            v.value,
-            v.value2,
-            v.value3,
+            v.0.len() as u64,
         ] {
             put_varint(&mut records, n);
         }
-        if k.kind == KIND_ALLOC {
-            records.extend_from_slice(&v.fvalue.to_le_bytes());
+        for &n in &v.0 {
+            put_varint(&mut records, n);
         }
     }
     put_varint(&mut out, ids.len() as u64);
@@ -134,7 +138,8 @@ pub fn encode(a: &Aggregate) -> Vec<u8> {
 /// Adds what `bytes` (an `encode`d aggregate) holds to `into`.
 pub fn absorb(into: &mut Aggregate, bytes: &[u8]) -> Result<(), StoreError> {
     let mut r = Reader(bytes);
-    if r.take(1)?[0] != VERSION {
+    let version = r.take(1)?[0];
+    if !(1..=VERSION).contains(&version) {
         return Err(corrupt("an unknown version"));
     }
     let n = r.varint()? as usize;
@@ -174,15 +179,24 @@ pub fn absorb(into: &mut Aggregate, bytes: &[u8]) -> Result<(), StoreError> {
             stack: r.index(&ids)?,
             nr: r.varint()? as u32,
         };
-        let mut v = SampleVals {
-            value: r.varint()?,
-            value2: r.varint()?,
-            value3: r.varint()?,
-            fvalue: 0.0,
+        let v = match version {
+            1 => {
+                let v = SampleVals::of(&[r.varint()?, r.varint()?, r.varint()?]);
+                let alloc = phaseprof_model::SampleKind::Alloc.spec().stored_as;
+                match Some(kind) == alloc {
+                    true => v.with_float_count(kind, r.f64()?),
+                    false => v,
+                }
+            }
+            _ => {
+                let n = r.varint()?;
+                let mut values = Vec::with_capacity(n.min(16) as usize);
+                for _ in 0..n {
+                    values.push(r.varint()?);
+                }
+                SampleVals::of(&values)
+            }
         };
-        if kind == KIND_ALLOC {
-            v.fvalue = f64::from_le_bytes(r.take(8)?.try_into().unwrap_or_default());
-        }
         into.add_sample(key, &v);
     }
     Ok(())
@@ -217,6 +231,50 @@ pub fn decode_stack(bytes: &[u8]) -> Result<StackRow, StoreError> {
 mod tests {
     use super::*;
 
+    fn alloc_key() -> SampleKey {
+        SampleKey {
+            kind: phaseprof_model::SampleKind::Alloc.spec().stored_as.unwrap(),
+            pid: 7,
+            phase: 5,
+            phaseset: 9,
+            stack: u64::MAX,
+            nr: 0,
+        }
+    }
+
+    // Checks that rows stored by the first layout (three values, and an allocation row's
+    // estimated count as a float) read as today's: the count in thousandths.
+    #[test]
+    fn first_layout_reads() {
+        let header = serde_json::to_vec(&Header {
+            windows: 1,
+            start_ns: 0,
+            end_ns: 1,
+            events: 0,
+            head: None,
+            counters: BTreeMap::new(),
+            phase_stats: vec![],
+        })
+        .unwrap();
+        let mut v1 = vec![1u8];
+        put_varint(&mut v1, header.len() as u64);
+        v1.extend_from_slice(&header);
+        let k = alloc_key();
+        put_varint(&mut v1, 3);
+        for id in [k.phase, k.phaseset, k.stack] {
+            v1.extend_from_slice(&id.to_le_bytes());
+        }
+        put_varint(&mut v1, 1);
+        v1.push(k.kind);
+        for n in [7, 0, 1, 2, 0, 4096, 3, 0] {
+            put_varint(&mut v1, n);
+        }
+        v1.extend_from_slice(&2.5f64.to_le_bytes());
+        let mut a = Aggregate::default();
+        absorb(&mut a, &v1).unwrap();
+        assert_eq!(a.samples[&k].0, [4096, 3, 2500]);
+    }
+
     // Checks that an aggregate survives encoding (samples, fractional counts, header), that
     // absorbing twice doubles it, and that truncated bytes are an error, not a panic.
     #[test]
@@ -224,29 +282,15 @@ mod tests {
         let mut a = Aggregate::default();
         a.absorb_window_stats(1, 10, 20, 0b11);
         a.add_counter("lost.events", 3);
-        let k = SampleKey {
-            kind: KIND_ALLOC,
-            pid: 7,
-            phase: 5,
-            phaseset: 9,
-            stack: u64::MAX,
-            nr: 0,
-        };
-        let v = SampleVals {
-            value: 1 << 40,
-            value2: 2,
-            value3: 0,
-            fvalue: 2.5,
-        };
-        a.add_sample(k, &v);
+        let k = alloc_key();
+        a.add_sample(k, &SampleVals::of(&[1 << 40, 2, 2500]));
         let bytes = encode(&a);
         let mut b = Aggregate::default();
         absorb(&mut b, &bytes).unwrap();
         absorb(&mut b, &bytes).unwrap();
         assert_eq!(b.windows, 2);
         assert_eq!(b.counters["lost.events"], 6);
-        assert_eq!(b.samples[&k].value, 1 << 41);
-        assert_eq!(b.samples[&k].fvalue, 5.0);
+        assert_eq!(b.samples[&k].0, [1 << 41, 4, 5000]);
         for cut in 0..bytes.len() {
             assert!(
                 absorb(&mut Aggregate::default(), &bytes[..cut]).is_err(),

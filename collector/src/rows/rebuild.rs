@@ -3,13 +3,11 @@
 //! tid 0, and thread names are the earliest window's.
 use phaseprof_model::phase_stats::PhaseStats;
 use phaseprof_model::{
-    EventKind, Frame, FrameKind, PhaseAt, Profile, ProfileBuilder, PHASE_NONE_NAME,
+    EventKind, Frame, FrameKind, PhaseAt, Profile, ProfileBuilder, Sample, SampleKind,
+    PHASE_NONE_NAME,
 };
 
-use super::{
-    Aggregate, Dictionary, SampleKey, KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU, KIND_OFFCPU,
-    KIND_PAGEFAULT, KIND_SYSCALL,
-};
+use super::{Aggregate, Dictionary, SampleKey};
 
 fn frame_kind(flags: u8) -> FrameKind {
     match flags & 3 {
@@ -107,16 +105,13 @@ fn add_samples(
                 .entry(k.stack)
                 .or_insert_with(|| intern_stack(b, dict, k.stack))
         });
-        let s = stack.unwrap_or(0);
-        match k.kind {
-            KIND_CPU => b.add_cpu(k.pid, 0, at, s, v.value),
-            KIND_OFFCPU => b.add_offcpu(k.pid, 0, at, s, v.value),
-            KIND_SYSCALL => b.add_syscall((k.pid, 0), at, k.nr, stack, v.value, v.value2),
-            KIND_ALLOC => b.add_alloc(k.pid, at, s, v.value, v.fvalue, v.value2),
-            KIND_ALLOC_TOTAL => b.add_alloc_total(k.pid, at, v.value, v.value2, v.value3),
-            KIND_PAGEFAULT => b.add_page_faults(k.pid, 0, at, s, v.value),
-            _ => {}
-        }
+        // A kind this build does not know (stored by a newer collector) is left out.
+        let Some(kind) = SampleKind::from_stored(k.kind) else {
+            continue;
+        };
+        let values = v.0[..kind.spec().values.len().min(v.0.len())].to_vec();
+        let sample = Sample::new(kind, (k.pid, 0), at, values);
+        b.add(sample.on(stack).syscall(k.nr));
     }
 }
 

@@ -3,8 +3,7 @@ use phaseprof_model::{EventKind, FrameKind, Profile};
 
 use super::{
     id_of, id_of_words, phase_id, Aggregate, Dictionary, Head, IdMap, SampleKey, SampleVals,
-    StackRow, Stored, StoredView, Table, WindowRows, KIND_ALLOC, KIND_ALLOC_TOTAL, KIND_CPU,
-    KIND_OFFCPU, KIND_PAGEFAULT, KIND_SYSCALL,
+    StackRow, Stored, StoredView, Table, WindowRows,
 };
 
 /// The flags of a frame in a `StackRow`.
@@ -128,57 +127,22 @@ fn add_samples(
         })
     };
     let mut rows: Vec<(SampleKey, SampleVals)> = Vec::new();
-    let mut push = |kind, pid, (phase, phaseset), stack: Option<u32>, nr, vals| {
-        let stack = stack.and_then(|s| stack_ids.get(s as usize).copied());
+    for s in &p.samples {
+        // A state read once at the end (the live heap) is not stored: windows do not sum it.
+        let Some(kind) = s.kind.spec().stored_as else {
+            continue;
+        };
+        let (phase, phaseset) = at(s.phase, s.phase_mask);
+        let stack = s.stack.and_then(|st| stack_ids.get(st as usize).copied());
         let key = SampleKey {
             kind,
-            pid,
+            pid: s.pid,
             phase,
             phaseset,
             stack: stack.unwrap_or(0),
-            nr,
+            nr: s.nr,
         };
-        rows.push((key, vals));
-    };
-    let v = |value, value2, value3, fvalue| SampleVals {
-        value,
-        value2,
-        value3,
-        fvalue,
-    };
-    for s in &p.cpu {
-        let a = at(s.phase, s.phase_mask);
-        push(KIND_CPU, s.pid, a, Some(s.stack), 0, v(s.count, 0, 0, 0.0));
-    }
-    for s in &p.offcpu {
-        let a = at(s.phase, s.phase_mask);
-        push(KIND_OFFCPU, s.pid, a, Some(s.stack), 0, v(s.ns, 0, 0, 0.0));
-    }
-    for s in &p.syscalls {
-        let a = at(s.phase, s.phase_mask);
-        let vals = v(s.count, s.total_ns, 0, 0.0);
-        push(KIND_SYSCALL, s.pid, a, s.stack, s.nr, vals);
-    }
-    for s in &p.allocs {
-        let a = at(s.phase, s.phase_mask);
-        let vals = v(s.bytes, s.samples, 0, s.count);
-        push(KIND_ALLOC, s.pid, a, Some(s.stack), 0, vals);
-    }
-    for t in &p.alloc_totals {
-        let a = at(t.phase, t.phase_mask);
-        let vals = v(t.bytes, t.count, t.frees, 0.0);
-        push(KIND_ALLOC_TOTAL, t.pid, a, None, 0, vals);
-    }
-    for s in &p.page_faults {
-        let a = at(s.phase, s.phase_mask);
-        push(
-            KIND_PAGEFAULT,
-            s.pid,
-            a,
-            Some(s.stack),
-            0,
-            v(s.count, 0, 0, 0.0),
-        );
+        rows.push((key, SampleVals::of(&s.values)));
     }
     for (k, vals) in rows {
         agg.add_sample(k, &vals);

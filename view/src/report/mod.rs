@@ -10,7 +10,10 @@ use std::io::Write;
 pub use self::tree::TreeView;
 use crate::format::{fmt_bytes, fmt_ns, fmt_value, pct};
 use phaseprof_model::summary::{syscalls_by_name, CountNs};
-use phaseprof_model::{display_name, is_go_sampling_hook, EventKind, Profile};
+use phaseprof_model::{
+    display_name, in_phase, is_go_sampling_hook, EventKind, Profile, Sample, SampleKind,
+    LIVE_AGE_NS, LIVE_BYTES, LIVE_OLDEST_NS, LIVE_SAMPLES, TOTAL_BYTES, TOTAL_COUNT, TOTAL_FREES,
+};
 
 /// Options of `report`, independent of the CLI.
 #[derive(Clone, Debug, Default)]
@@ -110,9 +113,8 @@ fn stack_line(profile: &Profile, stack: u32, max: usize) -> String {
 }
 
 fn write_alloc_header(profile: &Profile, mut out: impl Write) -> std::io::Result<()> {
-    let (bytes, count, frees) = profile.alloc_totals.iter().fold((0, 0, 0), |a, t| {
-        (a.0 + t.bytes, a.1 + t.count, a.2 + t.frees)
-    });
+    let total = |i| profile.total(SampleKind::AllocTotal, i);
+    let (bytes, count, frees) = (total(TOTAL_BYTES), total(TOTAL_COUNT), total(TOTAL_FREES));
     let info = profile.meta.alloc.clone().unwrap_or_default();
     let exact = if info.go_sampled {
         "estimated from Go's heap samples"
@@ -166,7 +168,7 @@ fn write_live(profile: &Profile, top: usize, mut out: impl Write) -> std::io::Re
             "== live heap: not tracked (duty-cycled probes miss frees) =="
         );
     }
-    let total: u64 = phaseprof_model::saturating_sum(profile.live.iter().map(|l| l.bytes));
+    let total = profile.total(SampleKind::Live, LIVE_BYTES);
     writeln!(
         out,
         "== live heap at the end: {} (estimated from sampled allocations) ==",
@@ -177,16 +179,19 @@ fn write_live(profile: &Profile, top: usize, mut out: impl Write) -> std::io::Re
         "{:>12} {:>8} {:>10} {:>10}  {:<12} stack",
         "bytes", "samples", "oldest", "mean age", "phase"
     )?;
-    for l in profile.live.iter().take(top) {
+    let mut live: Vec<&Sample> = profile.samples_of(SampleKind::Live).collect();
+    live.sort_by_key(|l| std::cmp::Reverse(l.value(LIVE_BYTES)));
+    for l in live.into_iter().take(top) {
+        let samples = l.value(LIVE_SAMPLES);
         writeln!(
             out,
             "{:>12} {:>8} {:>10} {:>10}  {:<12} {}",
-            fmt_bytes(l.bytes),
-            l.samples,
-            fmt_ns(l.oldest_ns),
-            fmt_ns(l.mean_age_ns),
+            fmt_bytes(l.value(LIVE_BYTES)),
+            samples,
+            fmt_ns(l.value(LIVE_OLDEST_NS)),
+            fmt_ns(l.value(LIVE_AGE_NS) / samples.max(1)),
             profile.phase_name(l.phase),
-            stack_line(profile, l.stack, 6)
+            stack_line(profile, l.stack.unwrap_or(u32::MAX), 6)
         )?;
     }
     Ok(())
@@ -287,6 +292,7 @@ pub fn write_report(
             },
             EventKind::Alloc => write_alloc_header(profile, &mut out)?,
             EventKind::Pagefault => writeln!(out, "== page faults: {grand} ==")?,
+            _ => writeln!(out, "== {kind}: {} ==", fmt_value(kind, grand))?,
         }
         writeln!(
             out,
@@ -436,8 +442,8 @@ pub fn syscall_rows(profile: &Profile, phase: Option<u32>) -> Vec<(String, Count
         None => syscalls_by_name(profile),
         Some(p) => {
             let mut only = profile.clone();
-            only.syscalls
-                .retain(|s| s.phase == p || (p != 0 && p < 64 && s.phase_mask & (1u64 << p) != 0));
+            only.samples
+                .retain(|s| in_phase(Some(p), s.phase, s.phase_mask));
             syscalls_by_name(&only)
         }
     };
@@ -497,8 +503,8 @@ mod tests {
         let (main, rec, burn) = (f("main"), f("rec"), f("burn"));
         let s1 = b.intern_stack(vec![burn, rec, rec, main]);
         let s2 = b.intern_stack(vec![main]);
-        b.add_cpu(1, 1, PhaseAt::NONE, s1, 9);
-        b.add_cpu(1, 1, PhaseAt::NONE, s2, 1);
+        b.add(Sample::new(SampleKind::Cpu, (1, 1), PhaseAt::NONE, vec![9]).on(s1));
+        b.add(Sample::new(SampleKind::Cpu, (1, 1), PhaseAt::NONE, vec![1]).on(s2));
         let (top, grand) = top_functions(&b.finish(), EventKind::Cpu, None);
         assert_eq!(grand, 10);
         assert_eq!(

@@ -156,7 +156,7 @@ pub fn write_tree(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use phaseprof_model::{Frame, FrameKind, PhaseAt, ProfileBuilder};
+    use phaseprof_model::{Frame, FrameKind, PhaseAt, ProfileBuilder, Sample, SampleKind};
 
     fn profile() -> Profile {
         let meta = phaseprof_model::Meta {
@@ -181,9 +181,9 @@ mod tests {
         let s1 = b.intern_stack(vec![leaf, a, main]);
         let s2 = b.intern_stack(vec![leaf, b_, main]);
         let s3 = b.intern_stack(vec![a, main]);
-        b.add_cpu(1, 1, PhaseAt::NONE, s1, 6);
-        b.add_cpu(1, 1, PhaseAt::NONE, s2, 3);
-        b.add_cpu(1, 1, PhaseAt::NONE, s3, 1);
+        b.add(Sample::new(SampleKind::Cpu, (1, 1), PhaseAt::NONE, vec![6]).on(s1));
+        b.add(Sample::new(SampleKind::Cpu, (1, 1), PhaseAt::NONE, vec![3]).on(s2));
+        b.add(Sample::new(SampleKind::Cpu, (1, 1), PhaseAt::NONE, vec![1]).on(s3));
         b.finish()
     }
 

@@ -470,7 +470,7 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::OK);
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         let merged = read_profile(&bytes[..]).unwrap();
-        assert_eq!(merged.cpu.iter().map(|c| c.count).sum::<u64>(), 200);
+        assert_eq!(merged.total(phaseprof_model::SampleKind::Cpu, 0), 200);
         assert_eq!(merged.phase_stats[2].costs["flush_syscalls"], 1250);
         let (st, _, _) = get(s, "/range/5/9/download.phaseprof", &[]).await;
         assert_eq!(st, StatusCode::NOT_FOUND);

@@ -2,7 +2,7 @@
 //! hour of 10 hosts at 1 s windows (36,000) on both; a day of 20 hosts at 10 s windows
 //! (172,800) on ClickHouse.
 use phaseprof_e2e::{read_until, root};
-use phaseprof_model::{PhaseStats, Profile};
+use phaseprof_model::{PhaseStats, Profile, SampleKind};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
@@ -18,7 +18,8 @@ fn template() -> Profile {
     p.phases = ["(none)", "propose", "verify", "commit"]
         .map(String::from)
         .to_vec();
-    for (i, s) in p.cpu.iter_mut().enumerate() {
+    let cpu = p.samples.iter_mut().filter(|s| s.kind == SampleKind::Cpu);
+    for (i, s) in cpu.enumerate() {
         s.phase = (i % 4) as u32;
         s.phase_mask = 1 << s.phase;
     }

@@ -96,7 +96,7 @@ pub fn synthetic_profile(n: usize) -> phaseprof_model::Profile {
         if seen.insert(stack.clone()) {
             let s = b.intern_stack(stack);
             let v = 1 + (1_000_000 / (1 + next() % 100_000)) % 500;
-            b.add_cpu(1, 1, PhaseAt::NONE, s, v);
+            b.add(Sample::new(SampleKind::Cpu, (1, 1), PhaseAt::NONE, vec![v]).on(s));
         }
     }
     b.finish()
