@@ -70,6 +70,7 @@ enum drop_reason {
 				   * sample is counted without its user stack */
 	DROP_GOROUTINE_FULL,  /* no room in goroutine_phases: a goroutine's phase entry is lost */
 	DROP_PHASE_UNFINISHED, /* a goroutine ended inside a phase (Goexit): its calls never return */
+	DROP_EVENT_KEY,	       /* a counts map of `struct event_key` full (count_event) */
 	DROP_MAX,
 };
 
@@ -86,6 +87,19 @@ struct cpu_key {
 	__u64 user_stack; /* stack hash (key of `stacks`); 0: none */
 	__u64 kernel_stack;
 	__u64 phase_mask; /* every phase on the thread's stack; `phase` is the innermost */
+};
+
+/* The key of the kinds counted by count_event (events.bpf.h): the thread, its phases, what
+ * the kind counts by (`nr`: a signal's number …) and its user stack. */
+struct event_key {
+	__u32 tgid;
+	__u32 tid;
+	__u32 phase;
+	__u32 window;
+	__u64 user_stack; /* stack hash (key of `stacks`); 0: none */
+	__u64 phase_mask;
+	__u32 nr;
+	__u32 pad;
 };
 
 struct offcpu_key {
@@ -341,6 +355,7 @@ enum stack_slot {
 	SLOT_SYSCALL,
 	SLOT_ALLOC,
 	SLOT_FAULT,
+	SLOT_EVENT, /* count_event's kinds */
 	SLOT_MAX,
 };
 

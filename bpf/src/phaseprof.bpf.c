@@ -20,6 +20,7 @@
 #include "phases.bpf.h"
 #include "allocations.bpf.h"
 #include "pagefaults.bpf.h"
+#include "events.bpf.h"
 #include "lifecycle.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -16,6 +16,8 @@ use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
 impl Engine<'_> {
     /// Attaches every loaded program; cpu sampling gets one perf event per online CPU.
     pub fn attach(&mut self, cfg: &EngineConfig) -> Result<()> {
+        let counted = self.attach_count_maps(cfg)?;
+        self.links.extend(counted);
         let progs = &self.skel.progs;
         let has = |k| cfg.events.contains(&k);
         if has(EventKind::Cpu) {
@@ -53,6 +55,7 @@ impl Engine<'_> {
             attach(&progs.raw_tp__sys_enter, "raw_tp/sys_enter")?;
             attach(&progs.raw_tp__sys_exit, "raw_tp/sys_exit")?;
         }
+
         if self.features.atomic_or {
             attach(
                 &progs.raw_tp__sched_process_fork,

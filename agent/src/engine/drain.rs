@@ -82,10 +82,20 @@ impl Counters {
         wanted: impl Fn(&K) -> bool,
         everything: bool,
     ) -> Result<Vec<(K, V)>> {
+        let taken = self.take_raw(map, |k| wanted(&pod(k)), everything)?;
+        Ok((taken.iter()).map(|(k, v)| (pod(k), pod(v))).collect())
+    }
+
+    /// `take` of keys and values as the map holds them.
+    pub(super) fn take_raw(
+        &mut self,
+        map: &dyn MapCore,
+        wanted: impl Fn(&[u8]) -> bool,
+        everything: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut taken = Vec::new();
         for key in map.keys().collect::<Vec<_>>() {
-            let k: K = pod(&key);
-            if !wanted(&k) {
+            if !wanted(&key) {
                 continue;
             }
             let value = if everything {
@@ -108,7 +118,7 @@ impl Counters {
                 self.seen.insert(key.clone(), value);
             }
             if delta.iter().any(|&b| b != 0) {
-                taken.push((k, pod::<V>(&delta)));
+                taken.push((key, delta));
             }
         }
         Ok(taken)
@@ -260,6 +270,7 @@ impl Engine<'_> {
         if let (true, Some(end)) = (everything, self.detached_at_ns) {
             raw.samples.extend(self.offcpu_in_progress(end)?);
         }
+        raw.samples.extend(self.take_count_maps(take, everything)?);
         for (k, v) in syscalls {
             raw.samples.push(RawSample {
                 kind: SampleKind::Syscall,
@@ -311,7 +322,7 @@ impl Engine<'_> {
     }
 
     /// The addresses of stack `id` (its hash), leaf first: odd keys are in `irq_stacks`.
-    fn stack(&mut self, id: u64) -> Option<Vec<u64>> {
+    pub(super) fn stack(&mut self, id: u64) -> Option<Vec<u64>> {
         let maps = &self.skel.maps;
         let map: &dyn MapCore = if id & 1 == 1 {
             &maps.irq_stacks

@@ -151,6 +151,10 @@ fn choose_programs(
     // Without cookies: the programs of each phase id in use, and of each scheduler point.
     for mut prog in open.open_object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
+        if let Some(wanted) = super::count_maps::wanted(cfg, &name) {
+            prog.set_autoload(wanted);
+            continue;
+        }
         let value = |prefix: &str| name.strip_prefix(prefix)?.parse::<u64>().ok();
         let wanted = if let Some(id) =
             value(BY_COOKIE_PHASE_ENTER).or_else(|| value(BY_COOKIE_GO_PHASE_ENTER))
@@ -235,6 +239,7 @@ fn open_skel<'obj>(
     ] {
         map.set_max_entries(cfg.key_entries)?;
     }
+    super::count_maps::size_maps(open.open_object_mut(), cfg.key_entries)?;
     if !features.task_storage {
         retype_thread_maps(&mut open)?;
     }
@@ -408,6 +413,7 @@ impl<'obj> Engine<'obj> {
             alloc_totals: Counters::default(),
             alloc_stacks: Counters::default(),
             pagefault_counts: Counters::default(),
+            count_maps: Default::default(),
             detached_at_ns: None,
             features,
             cpus: 0,

@@ -14,6 +14,7 @@ use crate::window::{RawGoAlloc, RawStackSample};
 use drain::Counters;
 
 mod attach;
+mod count_maps;
 mod drain;
 mod entry_holds;
 pub mod features;
@@ -208,6 +209,8 @@ pub struct Engine<'obj> {
     alloc_totals: Counters,
     alloc_stacks: Counters,
     pagefault_counts: Counters,
+    /// The counts maps of `count_maps::COUNT_MAPS`, by name.
+    count_maps: count_maps::CountMapCounters,
     /// The unwind tables' rows, mapped (None: no tables).
     rows: Option<mapped::MappedArray>,
     /// The targets' blocks of mappings into them, mapped (None: no tables).

@@ -158,6 +158,7 @@ fn lost_of(counts: &[(types::drop_reason, u64)]) -> Lost {
             types::drop_reason::DROP_STACK_COPY => "stack_copy_ringbuf_full",
             types::drop_reason::DROP_GOROUTINE_FULL => "goroutine_phases_full",
             types::drop_reason::DROP_PHASE_UNFINISHED => "phase_unfinished_goroutine_exit",
+            types::drop_reason::DROP_EVENT_KEY => "event_counts_full",
             types::drop_reason::INFO_PHASE_EXIT_UNMATCHED => {
                 lost.phase_exits_before_start = n;
                 continue;
