@@ -49,6 +49,8 @@ pub struct Value {
     pub name: &'static str,
     pub unit: &'static str,
     pub sum: Sum,
+    /// The name of its total per second among a diff's metrics, if it is one.
+    pub metric: Option<&'static str>,
 }
 
 /// Whether samples of a kind carry a stack.
@@ -88,6 +90,15 @@ const fn add(name: &'static str, unit: &'static str) -> Value {
         name,
         unit,
         sum: Sum::Add,
+        metric: None,
+    }
+}
+
+/// A value that adds and that diffs compare as a total per second, under `metric`.
+const fn compared(name: &'static str, unit: &'static str, metric: &'static str) -> Value {
+    Value {
+        metric: Some(metric),
+        ..add(name, unit)
     }
 }
 
@@ -122,7 +133,7 @@ pub const KINDS: &[Kind] = &[
         event: EventKind::Cpu,
         flamegraph: true,
         stored_as: Some(0),
-        values: &[add("count", "samples")],
+        values: &[compared("count", "samples", "cpu_samples")],
         per_thread: true,
         stacks: Stacks::Always,
         interrupted: true,
@@ -134,7 +145,7 @@ pub const KINDS: &[Kind] = &[
         event: EventKind::Offcpu,
         flamegraph: true,
         stored_as: Some(1),
-        values: &[add("ns", "nanoseconds")],
+        values: &[compared("ns", "nanoseconds", "offcpu_ns")],
         per_thread: true,
         stacks: Stacks::Always,
         interrupted: false,
@@ -146,7 +157,10 @@ pub const KINDS: &[Kind] = &[
         event: EventKind::Syscall,
         flamegraph: true,
         stored_as: Some(2),
-        values: &[add("count", "calls"), add("ns", "nanoseconds")],
+        values: &[
+            compared("count", "calls", "syscalls"),
+            add("ns", "nanoseconds"),
+        ],
         per_thread: true,
         stacks: Stacks::Sometimes,
         interrupted: false,
@@ -175,8 +189,8 @@ pub const KINDS: &[Kind] = &[
         flamegraph: false,
         stored_as: Some(5),
         values: &[
-            add("bytes", "bytes"),
-            add("count", "allocations"),
+            compared("bytes", "bytes", "alloc_bytes"),
+            compared("count", "allocations", "allocs"),
             add("frees", "frees"),
         ],
         per_thread: false,
@@ -194,9 +208,8 @@ pub const KINDS: &[Kind] = &[
             add("bytes", "bytes"),
             add("samples", "allocations"),
             Value {
-                name: "oldest_ns",
-                unit: "nanoseconds",
                 sum: Sum::Max,
+                ..add("oldest_ns", "nanoseconds")
             },
             add("age_ns", "nanoseconds"),
         ],
@@ -211,7 +224,7 @@ pub const KINDS: &[Kind] = &[
         event: EventKind::Pagefault,
         flamegraph: true,
         stored_as: Some(4),
-        values: &[add("count", "faults")],
+        values: &[compared("count", "faults", "page_faults")],
         per_thread: true,
         stacks: Stacks::Always,
         interrupted: false,

@@ -152,6 +152,7 @@ impl Summary {
                 serde_json::json!({"count": count, "unwind": m.unwind}),
             );
         }
+        add_totals(profile, &mut events);
         for (name, v) in &profile.costs {
             costs.insert(name.clone(), Some(*v));
         }
@@ -252,6 +253,25 @@ fn with_unmeasured_costs(costs: &BTreeMap<String, u64>) -> BTreeMap<String, Opti
         costs.iter().map(|(k, v)| (k.clone(), Some(*v))).collect();
     all.entry("clone_bytes".into()).or_insert(None);
     all
+}
+
+/// Each recorded event's `totals`: every value of each of its kinds summed, by kind and value
+/// name as the kinds' table lists them (a value added there shows here without more code).
+fn add_totals(profile: &Profile, events: &mut BTreeMap<String, serde_json::Value>) {
+    for (event, v) in events.iter_mut() {
+        let kinds = KINDS.iter().filter(|k| k.event.name() == event);
+        let totals: serde_json::Map<String, serde_json::Value> = kinds
+            .map(|k| {
+                let values = (k.values.iter().enumerate())
+                    .map(|(i, v)| (v.name.to_string(), profile.total(k.kind, i).into()))
+                    .collect::<serde_json::Map<_, _>>();
+                (k.name.to_string(), values.into())
+            })
+            .collect();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("totals".into(), totals.into());
+        }
+    }
 }
 
 /// Syscall count and time by name, over all phases and stacks.

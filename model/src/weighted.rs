@@ -27,7 +27,10 @@ pub struct Weighted {
     pub leaf_label: Option<String>,
     pub phase: u32,
     pub phase_mask: u64,
+    /// The kind's first value (syscalls counted without a stack spread over the sampled ones).
     pub value: u64,
+    /// Its other values, as recorded (exports that carry several values per sample: pprof).
+    pub more: Vec<u64>,
 }
 
 impl Profile {
@@ -66,6 +69,7 @@ impl Profile {
                 phase: s.phase,
                 phase_mask: s.phase_mask,
                 value: n,
+                more: s.values.iter().skip(1).copied().collect(),
             })
             .collect()
     }

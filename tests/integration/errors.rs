@@ -198,6 +198,9 @@ fn future_file_version() {
     std::fs::write(&f, bytes).unwrap();
     fails_with(
         &["report", f.to_str().unwrap()],
-        "format version 99, but this phaseprof reads versions up to 1",
+        &format!(
+            "format version 99, but this phaseprof reads versions up to {}",
+            phaseprof_model::FORMAT_VERSION
+        ),
     );
 }

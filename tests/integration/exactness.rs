@@ -52,16 +52,7 @@ fn command_writes_exact_and_offcpu_matches_sleep() {
     );
     assert_eq!(report["costs"]["flush_syscalls"], truth["write_syscalls"]);
     let offcpu = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
-    let slept = truth["slept_ns"].as_f64().unwrap();
-    let err = rel_diff(offcpu, slept);
-    eprintln!(
-        "off-cpu {offcpu} ns vs slept {slept} ns: {:.3}%",
-        err * 100.0
-    );
-    assert!(
-        err < 0.02,
-        "off-cpu {offcpu} ns is not within 2% of slept {slept} ns"
-    );
+    assert_offcpu_covers_sleep(offcpu, &truth);
     assert_eq!(report["target"]["pids"][0], truth["pid"]);
     assert_nothing_lost(&report);
     for event in ["cpu", "offcpu", "syscall"] {
@@ -142,8 +133,9 @@ fn cpu_samples_land_in_the_burn_function() {
         "{burning}/{total} samples in {burn_fn} ({:.1}%)",
         share * 100.0
     );
-    // 1.6 s of burning at 199 Hz: ~318 samples expected.
-    assert!(total >= 250, "only {total} samples");
+    // ~1.6 s of burning at 199 Hz, fewer when other work holds the CPUs: the samples the
+    // target's own CPU time calls for.
+    assert_cpu_samples_cover_cpu_time(&report_json(&out), total);
     assert!(
         share >= 0.90,
         "only {:.1}% of samples in {burn_fn}",
@@ -318,13 +310,13 @@ fn event_kinds_can_be_recorded_alone() {
             "{kind}: {events:?}"
         );
         match kind {
-            "cpu" => assert!(report["events"]["cpu"]["samples"].as_u64().unwrap() >= 20),
+            "cpu" => {
+                let samples = report["events"]["cpu"]["samples"].as_u64().unwrap();
+                assert_cpu_samples_cover_cpu_time(&report, samples);
+            }
             "offcpu" => {
                 let ns = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
-                assert!(
-                    rel_diff(ns, truth["slept_ns"].as_f64().unwrap()) < 0.02,
-                    "offcpu {ns}"
-                );
+                assert_offcpu_covers_sleep(ns, &truth);
             }
             _ => assert_eq!(
                 write_count(&report),

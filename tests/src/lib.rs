@@ -213,6 +213,51 @@ pub fn strace_counts(summary: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
+/// The calls that failed, by syscall, from an `strace -c` summary (the `errors` column, empty
+/// when none failed).
+pub fn strace_errors(summary: &str) -> std::collections::BTreeMap<String, u64> {
+    summary
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() != 6 || f[0].starts_with('%') || *f.last()? == "total" {
+                return None;
+            }
+            Some((f.last()?.to_string(), f[4].parse().ok()?))
+        })
+        .collect()
+}
+
+/// Checks off-CPU time against the workload's sleeps like with like: at least what it slept
+/// (within 2%), at most that plus the time its threads waited for a CPU (`run_delay_ns`, which
+/// CPU contention adds to off-CPU time, and which a loaded machine makes large).
+pub fn assert_offcpu_covers_sleep(offcpu: f64, truth: &serde_json::Value) {
+    let slept = truth["slept_ns"].as_f64().unwrap();
+    let delayed = truth["run_delay_ns"].as_f64().unwrap_or(0.0);
+    eprintln!("off-cpu {offcpu:.0} ns vs slept {slept:.0} ns + {delayed:.0} ns waiting for a CPU");
+    assert!(
+        offcpu >= 0.98 * slept && offcpu <= 1.02 * (slept + delayed),
+        "off-cpu {offcpu} ns is not between slept {slept} ns and that plus {delayed} ns of \
+         run-queue wait (2% each way)"
+    );
+}
+
+/// Checks a recording's cpu samples against what the targets' own CPU time calls for at the
+/// sampling frequency (`expected_samples`, from the kernel's accounting): some were taken, and
+/// no fewer than 80% of those (sampling loses none; a fixed floor would fail whenever other
+/// work holds the CPUs and the target burns less).
+pub fn assert_cpu_samples_cover_cpu_time(report: &serde_json::Value, samples: u64) {
+    let expected = report["events"]["cpu"]["expected_samples"].as_u64();
+    eprintln!("{samples} cpu samples, {expected:?} expected from the targets' CPU time");
+    assert!(samples > 0, "no cpu samples");
+    if let Some(expected) = expected {
+        assert!(
+            samples as f64 >= 0.8 * expected as f64,
+            "{samples} cpu samples where the targets' CPU time calls for {expected}"
+        );
+    }
+}
+
 /// Relative difference |a-b|/b.
 pub fn rel_diff(a: f64, b: f64) -> f64 {
     (a - b).abs() / b

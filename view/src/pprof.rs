@@ -216,6 +216,12 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
         }
         _ => (None, 0),
     };
+    // Then the kind's other values (a syscall's time …), as the kinds' table names them.
+    let spec = kind.samples().spec();
+    for v in spec.values.iter().skip(1) {
+        let name = format!("{}_{}", spec.name, v.name);
+        sample_type.push(vt(&name, v.unit, &mut strings));
+    }
 
     let mut mappings: HashMap<String, u64> = HashMap::new();
     let mut mapping = Vec::new();
@@ -272,10 +278,14 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
             ids.push(id);
         }
         let v = w.value as i64;
-        let value = match kind {
+        let mut value = match kind {
             EventKind::Cpu => vec![v, v * period_ns],
             _ => vec![v],
         };
+        value.extend(
+            (0..spec.values.len().saturating_sub(1))
+                .map(|i| w.more.get(i).copied().unwrap_or(0) as i64),
+        );
         let label = labels(profile, &w, &mut strings);
         sample.push(Sample {
             location_id: ids,

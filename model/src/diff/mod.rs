@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use crate::kinds::KINDS;
 use crate::profile::{EventKind, Profile};
 use crate::stats::{
     bootstrap, holm_levels, interval, mean_sd, p_value, skewness, verdict, Difference, Estimate,
@@ -153,22 +154,13 @@ pub fn metrics(p: &Profile) -> BTreeMap<(String, String), f64> {
             m.insert((phase.to_string(), metric.to_string()), v / seconds);
         }
     };
-    let num = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_f64());
-    if let Some(v) = s.events.get("cpu").and_then(|e| num(e, "samples")) {
-        put(TOTAL, "cpu_samples", v);
-    }
-    if let Some(v) = s.events.get("offcpu").and_then(|e| num(e, "total_ns")) {
-        put(TOTAL, "offcpu_ns", v);
-    }
-    if let Some(v) = s.events.get("syscall").and_then(|e| num(e, "count")) {
-        put(TOTAL, "syscalls", v);
-    }
-    if let Some(e) = s.events.get("alloc") {
-        put(TOTAL, "alloc_bytes", num(e, "bytes").unwrap_or(0.0));
-        put(TOTAL, "allocs", num(e, "count").unwrap_or(0.0));
-    }
-    if let Some(v) = s.events.get("pagefault").and_then(|e| num(e, "count")) {
-        put(TOTAL, "page_faults", v);
+    // The values the kinds' table names as metrics, for the events recorded.
+    for k in KINDS.iter().filter(|k| p.recorded(k.event)) {
+        for (i, v) in k.values.iter().enumerate() {
+            if let Some(metric) = v.metric {
+                put(TOTAL, metric, p.total(k.kind, i) as f64);
+            }
+        }
     }
     for (cost, v) in &s.costs {
         if let Some(v) = v {

@@ -53,6 +53,18 @@ pub struct Truth {
     pub burn_cpu_ns: AtomicU64,
     pub slept_ns: AtomicU64,
     pub leaked_bytes: AtomicU64,
+    /// Time the worker threads waited for a CPU while runnable (the kernel's schedstat): off-CPU
+    /// time beyond the sleeps, which CPU contention adds.
+    pub run_delay_ns: AtomicU64,
+}
+
+/// This thread's time spent runnable on a run queue, from /proc/thread-self/schedstat (0 when
+/// the kernel keeps no schedstats).
+fn run_delay_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn parse_args() -> Result<Config, String> {
@@ -106,6 +118,7 @@ fn run_thread(config: &Config, truth: &Truth) {
     for block in 0..config.blocks {
         phases::block(config, truth, &source, &mut out, block);
     }
+    truth.run_delay_ns.fetch_add(run_delay_ns(), Ordering::SeqCst);
 }
 
 fn main() {
@@ -154,7 +167,8 @@ fn main() {
             "\"flushes\":{},\"write_syscalls\":{},\"clone_bytes\":{},",
             "\"burn_fn\":\"validator_sim::work::burn_cpu\",\"burn_cpu_ns\":{},",
             "\"sleep_requested_ns\":{},\"slept_ns\":{},\"leaked_bytes\":{},",
-            "\"alloc_bytes\":{},\"allocs\":{},\"frees\":{},\"elapsed_ns\":{}}}\n"
+            "\"alloc_bytes\":{},\"allocs\":{},\"frees\":{},\"elapsed_ns\":{},",
+            "\"run_delay_ns\":{}}}\n"
         ),
         std::process::id(),
         config.blocks,
@@ -174,6 +188,7 @@ fn main() {
         allocs,
         frees,
         elapsed,
+        g(&truth.run_delay_ns),
     );
     // One write(2): the whole line goes out in a single call.
     let mut stdout = std::io::stdout().lock();
