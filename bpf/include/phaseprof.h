@@ -136,6 +136,7 @@ struct syscall_key {
 struct syscall_value {
 	__u64 count;
 	__u64 total_ns;
+	__u64 errors; /* returned -4095..-1 (-errno), as strace -c counts them */
 };
 
 /* Per-thread state from sys_enter to sys_exit. */

@@ -439,7 +439,8 @@ static __always_inline void *lookup_or_init(void *map, const void *key, const vo
 	return v;
 }
 
-static __always_inline void add_syscall(struct syscall_key *key, __u64 count, __u64 ns)
+static __always_inline void add_syscall(struct syscall_key *key, __u64 count, __u64 ns,
+					__u64 errors)
 {
 	struct syscall_value zero = {};
 	struct syscall_value *v = lookup_or_init(&syscall_counts, key, &zero, DROP_SYSCALL_KEY);
@@ -447,6 +448,8 @@ static __always_inline void add_syscall(struct syscall_key *key, __u64 count, __
 		return;
 	atomic_add(&v->count, count);
 	atomic_add(&v->total_ns, ns);
+	if (errors)
+		atomic_add(&v->errors, errors);
 }
 
 /* Whether user space is woken for an event now (`URGENT`: it must act while the process

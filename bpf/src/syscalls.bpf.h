@@ -69,7 +69,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	};
 	/* These never return: count them now, with no latency. */
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
-		add_syscall(&key, 1, 0);
+		add_syscall(&key, 1, 0, 0);
 		if (phases_enabled)
 			phases_add_syscall(mask, nr, 0);
 		return 0;
@@ -121,7 +121,8 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u64 delta = bpf_ktime_get_ns() - start->ts;
 	bool maps_exec = start->maps_exec && (long)ctx->args[1] >= 0;
 	start->ts = 0;
-	add_syscall(&key, 1, delta);
+	long ret = (long)ctx->args[1];
+	add_syscall(&key, 1, delta, ret < 0 && ret >= -4095);
 	if (phases_enabled)
 		phases_add_syscall(key.phase_mask, key.nr, delta);
 	/* A command held until its entry point has its mappings read there: the loader's

@@ -107,6 +107,7 @@ pub const CPU_COUNT: usize = 0;
 pub const OFFCPU_NS: usize = 0;
 pub const SYSCALL_COUNT: usize = 0;
 pub const SYSCALL_NS: usize = 1;
+pub const SYSCALL_ERRORS: usize = 2;
 pub const ALLOC_BYTES: usize = 0;
 pub const ALLOC_SAMPLES: usize = 1;
 pub const ALLOC_COUNT_MILLI: usize = 2;
@@ -160,6 +161,7 @@ pub const KINDS: &[Kind] = &[
         values: &[
             compared("count", "calls", "syscalls"),
             add("ns", "nanoseconds"),
+            compared("errors", "calls", "syscall_errors"),
         ],
         per_thread: true,
         stacks: Stacks::Sometimes,

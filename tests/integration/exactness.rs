@@ -159,7 +159,8 @@ fn fixed_file(path: &std::path::Path) {
 }
 
 // Checks that per-syscall counts of a deterministic program (gzip of a fixed file) equal
-// `strace -f -c`. strace cannot count exit_group (it never returns); phaseprof counts it once.
+// `strace -f -c`, and its failed calls (-errno returns) strace's errors. strace cannot count
+// exit_group (it never returns); phaseprof counts it once.
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn syscall_counts_equal_strace() {
@@ -184,7 +185,13 @@ fn syscall_counts_equal_strace() {
         .status()
         .expect("strace is installed by the setup");
     assert!(status.success());
-    let expected = strace_counts(&std::fs::read_to_string(&st).unwrap());
+    let summary = std::fs::read_to_string(&st).unwrap();
+    let expected = strace_counts(&summary);
+    let errors: u64 = strace_errors(&summary).values().sum();
+    assert!(
+        errors > 0,
+        "gzip's failed calls (ENOENT, ENOTTY …): {summary}"
+    );
     assert!(
         expected.get("read").copied().unwrap_or(0) > 10,
         "strace table parsed: {expected:?}"
@@ -215,6 +222,8 @@ fn syscall_counts_equal_strace() {
         .collect();
     assert_eq!(ours.remove("exit_group"), Some(1));
     assert_eq!(ours, expected);
+    let failed = &report["events"]["syscall"]["totals"]["syscall"]["errors"];
+    assert_eq!(failed.as_u64(), Some(errors), "{summary}");
     assert_nothing_lost(&report);
 }
 

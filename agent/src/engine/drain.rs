@@ -276,7 +276,7 @@ impl Engine<'_> {
                 kind: SampleKind::Syscall,
                 nr: k.nr,
                 user: self.stack(k.user_stack),
-                values: vec![v.count, v.total_ns],
+                values: vec![v.count, v.total_ns, v.errors],
                 ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
