@@ -256,10 +256,12 @@ fn with_unmeasured_costs(costs: &BTreeMap<String, u64>) -> BTreeMap<String, Opti
 }
 
 /// Each recorded event's `totals`: every value of each of its kinds summed, by kind and value
-/// name as the kinds' table lists them (a value added there shows here without more code).
+/// name as the kinds' table lists them (a value or an event added there shows here without
+/// more code).
 fn add_totals(profile: &Profile, events: &mut BTreeMap<String, serde_json::Value>) {
-    for (event, v) in events.iter_mut() {
-        let kinds = KINDS.iter().filter(|k| k.event.name() == event);
+    for event in &profile.meta.events {
+        let v = (events.entry(event.name().to_string())).or_insert_with(|| serde_json::json!({}));
+        let kinds = KINDS.iter().filter(|k| k.event == *event);
         let totals: serde_json::Map<String, serde_json::Value> = kinds
             .map(|k| {
                 let values = (k.values.iter().enumerate())
