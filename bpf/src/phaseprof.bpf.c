@@ -22,6 +22,7 @@
 #include "pagefaults.bpf.h"
 #include "events.bpf.h"
 #include "lifecycle.bpf.h"
+#include "signals.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 

@@ -17,6 +17,7 @@ pub enum EventKind {
     Syscall,
     Alloc,
     Pagefault,
+    Signal,
 }
 
 /// The kinds of samples: each event's, plus the kernel's exact allocation totals (no stack)
@@ -32,6 +33,7 @@ pub enum SampleKind {
     AllocTotal,
     Live,
     Pagefault,
+    Signal,
 }
 
 /// How the values of two samples with the same key combine.
@@ -119,6 +121,7 @@ pub const LIVE_SAMPLES: usize = 1;
 pub const LIVE_OLDEST_NS: usize = 2;
 pub const LIVE_AGE_NS: usize = 3;
 pub const FAULT_COUNT: usize = 0;
+pub const SIGNAL_COUNT: usize = 0;
 
 /// An estimated count in thousandths, as `ALLOC_COUNT_MILLI` holds it (values are integers,
 /// so that sums are exact and stores can sum them).
@@ -232,6 +235,19 @@ pub const KINDS: &[Kind] = &[
         interrupted: false,
         pprof: ("page_faults", "count"),
     },
+    Kind {
+        kind: SampleKind::Signal,
+        name: "signal",
+        event: EventKind::Signal,
+        flamegraph: true,
+        stored_as: Some(6),
+        // By signal number (`nr`), where each stopped the thread.
+        values: &[compared("count", "signals", "signals")],
+        per_thread: true,
+        stacks: Stacks::Always,
+        interrupted: false,
+        pprof: ("signals", "count"),
+    },
 ];
 
 /// The most values any kind has.
@@ -282,12 +298,13 @@ impl SampleKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 5] = [
+    pub const ALL: [EventKind; 6] = [
         EventKind::Cpu,
         EventKind::Offcpu,
         EventKind::Syscall,
         EventKind::Alloc,
         EventKind::Pagefault,
+        EventKind::Signal,
     ];
 
     /// The kind of sample whose stacks are this event's flamegraph.
@@ -333,6 +350,7 @@ mod tests {
             SampleKind::AllocTotal,
             SampleKind::Live,
             SampleKind::Pagefault,
+            SampleKind::Signal,
         ];
         for k in all {
             assert_eq!(KINDS.iter().filter(|r| r.kind == k).count(), 1, "{k:?}");

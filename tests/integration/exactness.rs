@@ -227,6 +227,53 @@ fn syscall_counts_equal_strace() {
     assert_nothing_lost(&report);
 }
 
+// Checks a kind added through the kinds' table, the engine's table of counted maps and its BPF
+// program alone (signals): every SIGUSR1 a shell sends itself is counted once, as its own trap
+// counted them, in the report, the pprof export and the folded stacks, and each kill(2) too.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn signals_equal_the_handlers_count() {
+    require_root!();
+    let _g = bpf_lock();
+    let dir = scratch("signals");
+    let out = dir.join("signals.phaseprof");
+    let script = "n=0; trap 'n=$((n+1))' USR1; i=0; \
+                  while [ $i -lt 300 ]; do kill -USR1 $$; i=$((i+1)); done; echo handled $n";
+    let o = Command::new(phaseprof_bin())
+        .args(["record", "--events", "signal,syscall", "-o"])
+        .arg(&out)
+        .args(["--", "bash", "-c", script])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let handled: u64 = (stdout.lines())
+        .find_map(|l| l.strip_prefix("handled ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in {stdout}"));
+    let report = report_json(&out);
+    let signals = &report["events"]["signal"]["totals"]["signal"]["count"];
+    assert_eq!(signals.as_u64(), Some(handled), "{}", report["events"]);
+    let kills = &report["events"]["syscall"]["by_name"]["kill"]["count"];
+    assert_eq!(kills.as_u64(), Some(handled));
+    let folded = dir.join("signals.folded");
+    phaseprof_ok(&[
+        "export",
+        out.to_str().unwrap(),
+        "--event",
+        "signal",
+        "--format",
+        "folded",
+        "-o",
+        folded.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let total: u64 = (text.lines())
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert_eq!(total, handled, "{text}");
+    assert_nothing_lost(&report);
+}
+
 // Checks `--name`: a process that starts after recording began is found by its command line,
 // its writes are counted exactly, and `--phases` resolves in it once it is found.
 #[test]

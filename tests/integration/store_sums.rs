@@ -37,6 +37,15 @@ impl Rng {
 
 const PHASES: [&str; 4] = ["propose", "verify", "commit", "fan_out"];
 
+/// The stored kinds `window` does not generate by name.
+fn unnamed_kinds() -> impl Iterator<Item = &'static Kind> {
+    use SampleKind::*;
+    let named = [Cpu, Offcpu, Syscall, Alloc, AllocTotal, Pagefault];
+    KINDS
+        .iter()
+        .filter(move |k| k.stored_as.is_some() && !named.contains(&k.kind))
+}
+
 /// A random window of `host` starting at `start` (ns), `version` in its labels.
 fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profile {
     let mut phases = vec![PHASE_NONE_NAME.to_string()];
@@ -56,6 +65,8 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
             events.push(k);
         }
     }
+    events.extend(unnamed_kinds().map(|k| k.event));
+    events.dedup();
     let mut meta = Meta {
         pids: vec![100, 101],
         comm: "node".into(),
@@ -167,6 +178,23 @@ fn window(r: &mut Rng, host: &str, version: &str, start: u64, len: u64) -> Profi
     for _ in 0..r.below(8) {
         let (s, a) = (stacks[r.below(12) as usize], at(r));
         b.add(Sample::new(SampleKind::Pagefault, (101, 101), a, vec![1 + r.below(30)]).on(s));
+    }
+    // Kinds added to the kinds' table since this generator was written: random samples of every
+    // value, so that the stores are held to carry them exactly too.
+    for k in unnamed_kinds() {
+        for _ in 0..r.below(8) {
+            let (s, a) = (stacks[r.below(12) as usize], at(r));
+            let pid = 100 + r.below(2) as u32;
+            let tid = if k.per_thread { pid } else { 0 };
+            let values = k.values.iter().map(|_| r.below(1 << 20)).collect();
+            let stack = (k.stacks != Stacks::Never).then_some(s);
+            let nr = r.below(30) as u32;
+            b.add(
+                Sample::new(k.kind, (pid, tid), a, values)
+                    .on(stack)
+                    .syscall(nr),
+            );
+        }
     }
     *b.phase_stats_mut() = (0..n)
         .map(|_| {

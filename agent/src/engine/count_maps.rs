@@ -24,7 +24,11 @@ pub struct CountMap {
 }
 
 /// Every kind counted by `count_event`.
-pub const COUNT_MAPS: &[CountMap] = &[];
+pub const COUNT_MAPS: &[CountMap] = &[CountMap {
+    kind: SampleKind::Signal,
+    map: "signal_counts",
+    programs: &["raw_tp__signal_deliver"],
+}];
 
 /// Whether program `name` belongs to a kind of `COUNT_MAPS`, and then whether its event is
 /// recorded (it is loaded only then).
