@@ -19,36 +19,15 @@ pub struct RawWindow {
 /// Folds samples with the same key and stacks into one, values summed (samples unwound in
 /// user space arrive one by one; the kernel folds the others in its maps already).
 pub fn fold_identical(samples: Vec<RawSample>) -> Vec<RawSample> {
-    let mut folded: std::collections::HashMap<RawKey, Vec<u64>> = Default::default();
-    for s in samples {
-        let RawSample {
-            kind,
-            pid,
-            tid,
-            phase,
-            phase_mask,
-            nr,
-            user,
-            kernel,
-            values,
-        } = s;
-        let key = (kind, pid, tid, phase, phase_mask, nr, user, kernel);
-        kind.absorb(folded.entry(key).or_default(), &values);
+    // Keyed by the sample without its values.
+    let mut folded: std::collections::HashMap<RawSample, Vec<u64>> = Default::default();
+    for mut s in samples {
+        let values = std::mem::take(&mut s.values);
+        let kind = s.kind;
+        kind.absorb(folded.entry(s).or_default(), &values);
     }
     (folded.into_iter())
-        .map(
-            |((kind, pid, tid, phase, phase_mask, nr, user, kernel), values)| RawSample {
-                kind,
-                pid,
-                tid,
-                phase,
-                phase_mask,
-                nr,
-                user,
-                kernel,
-                values,
-            },
-        )
+        .map(|(s, values)| RawSample { values, ..s })
         .collect()
 }
 
@@ -63,19 +42,8 @@ pub fn alloc_values(est_bytes: u64, samples: u64, sampled_bytes: u64) -> Vec<u64
     vec![est_bytes, samples, phaseprof_model::milli(count)]
 }
 
-type RawKey = (
-    SampleKind,
-    u32,
-    u32,
-    u32,
-    u64,
-    u32,
-    Option<Addrs>,
-    Option<Addrs>,
-);
-
 /// Events of one key as the kernel's maps count them, with their stacks' addresses.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RawSample {
     pub kind: SampleKind,
     pub pid: u32,
