@@ -23,7 +23,7 @@ pub struct AttachArgs {
     /// Phases to attribute costs to.
     #[arg(long, value_name = "PHASES.toml")]
     pub phases: Option<PathBuf>,
-    /// Event kinds, comma separated (alloc and pagefault are opt-in).
+    /// Event kinds, comma separated (alloc, pagefault and signal are opt-in).
     #[arg(long, default_value = "cpu,offcpu,syscall", value_delimiter = ',')]
     pub events: Vec<String>,
     #[command(flatten)]

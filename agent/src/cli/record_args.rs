@@ -30,7 +30,7 @@ pub struct RecordArgs {
     /// runs) and phaseprof exits with its status, as `timeout --preserve-status` does.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Event kinds, comma separated: cpu, offcpu, syscall, alloc, pagefault.
+    /// Event kinds, comma separated: cpu, offcpu, syscall, alloc, pagefault, signal.
     #[arg(long, default_value = "cpu,offcpu,syscall", value_delimiter = ',')]
     pub events: Vec<String>,
     /// Phases to attribute costs to (phases.toml: [[phase]] name + function glob, [[cost]] rules).
