@@ -20,7 +20,8 @@ mkdir -p "$logs"
 # name|test: the checks, by the end-to-end test that makes each one.
 checks=(
   "syscalls exact, off-CPU in sleep = slept|kernels::syscalls_exact_and_offcpu_equals_sleep"
-  "syscalls equal strace -c|exactness::syscall_counts_equal_strace"
+  "syscalls and their failures equal strace -c|exactness::syscall_counts_equal_strace"
+  "signals equal the shell's trap count|exactness::signals_equal_the_handlers_count"
   "cpu samples in the burn function|kernels::cpu_samples_in_the_burn_function"
   "native phases exact|kernels::native_phases_exact"
   "Go goroutine phases exact|phases::go_goroutine_phases_are_exact"
