@@ -102,6 +102,13 @@ struct event_key {
 	__u32 pad;
 };
 
+/* Why a thread was off the CPU: blocked (sleeping, in disk wait), or runnable and waiting for
+ * a CPU (preempted, or woken and not yet running). */
+enum offcpu_reason {
+	OFFCPU_BLOCKED = 0,
+	OFFCPU_CPU_WAIT = 1,
+};
+
 struct offcpu_key {
 	__u32 tgid;
 	__u32 tid;
@@ -110,6 +117,8 @@ struct offcpu_key {
 	__u64 user_stack;
 	__u64 kernel_stack;
 	__u64 phase_mask;
+	enum offcpu_reason reason;
+	__u32 pad;
 };
 
 /* Per-thread state from switch-out to switch-in. */
@@ -120,6 +129,8 @@ struct offcpu_start {
 	__u64 user_stack;
 	__u64 kernel_stack;
 	__u64 phase_mask;
+	/* When it became runnable (switched out preempted, or woken); 0: still blocked. */
+	__u64 runnable_ts;
 };
 
 struct syscall_key {
@@ -231,7 +242,8 @@ struct phase_stats {
 	__u64 wall_max_ns;
 	__u64 cpu_ns;
 	__u64 offcpu_ns;
-	__u64 gowait_ns; /* Go: time its goroutines spent descheduled inside the phase */
+	__u64 cpuwait_ns; /* of offcpu_ns: runnable, waiting for a CPU */
+	__u64 gowait_ns;  /* Go: time its goroutines spent descheduled inside the phase */
 	__u64 syscalls;
 	__u64 syscall_ns;
 	__u64 costs[MAX_SYSCALL_COSTS];

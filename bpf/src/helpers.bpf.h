@@ -167,7 +167,8 @@ enum phase_field {
 	PF_OFFCPU,
 	PF_PAGE_FAULTS,
 	PF_FREES,
-	PF_GOWAIT
+	PF_GOWAIT,
+	PF_CPUWAIT
 };
 
 /* Adds `ns` of on-CPU or off-CPU time (or a count of another field) to every phase in `mask`
@@ -189,6 +190,8 @@ __noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns)
 			st->page_faults += ns;
 		else if (field == PF_GOWAIT)
 			st->gowait_ns += ns;
+		else if (field == PF_CPUWAIT)
+			st->cpuwait_ns += ns;
 		else
 			st->frees += ns;
 	}

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Off-CPU time at sched_switch (tp_btf). Part of phaseprof.bpf.c (one object). */
+/* Off-CPU time at sched_switch and sched_wakeup (tp_btf), split by why the thread was off:
+ * blocked, or runnable and waiting for a CPU. Part of phaseprof.bpf.c (one object). */
 #ifndef PHASEPROF_SCHED_BPF_H
 #define PHASEPROF_SCHED_BPF_H
 
@@ -17,7 +18,8 @@ static __always_inline __u64 task_state(struct task_struct *t)
 	return BPF_CORE_READ((struct task_struct___o *)t, state);
 }
 
-static __always_inline void on_switch(void *ctx, struct task_struct *prev, struct task_struct *next)
+static __always_inline void on_switch(void *ctx, bool preempt, struct task_struct *prev,
+				      struct task_struct *next)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
@@ -44,8 +46,11 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 			}
 		}
 		/* prev is current here, so the stacks are prev's. */
+		/* Preempted (or still TASK_RUNNING: it yielded) it waits for a CPU from now on. */
+		bool runnable = preempt || state == 0;
 		struct offcpu_start start = {
 			.ts = now,
+			.runnable_ts = runnable ? now : 0,
 			.tgid = prev_tgid,
 			.phase = phase,
 			.user_stack = user_stack_id(ctx, SLOT_SWITCH, DROP_USER_STACK),
@@ -79,10 +84,32 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 		.phase_mask = start->phase_mask,
 	};
 	__u64 delta = now - start->ts;
+	__u64 runnable = start->runnable_ts ? now - start->runnable_ts : 0;
+	if (runnable > delta)
+		runnable = delta;
 	bpf_map_delete_elem(&offcpu_starts, &next_tid);
-	add_u64(&offcpu_counts, &key, delta, DROP_OFFCPU_KEY);
-	if (phases_enabled)
+	if (delta > runnable)
+		add_u64(&offcpu_counts, &key, delta - runnable, DROP_OFFCPU_KEY);
+	if (runnable) {
+		key.reason = OFFCPU_CPU_WAIT;
+		add_u64(&offcpu_counts, &key, runnable, DROP_OFFCPU_KEY);
+	}
+	if (phases_enabled) {
 		phases_add_time(key.phase_mask, PF_OFFCPU, delta);
+		if (runnable)
+			phases_add_time(key.phase_mask, PF_CPUWAIT, runnable);
+	}
+}
+
+/* A blocked target thread was woken: from now on it waits for a CPU. */
+static __always_inline void on_wakeup(struct task_struct *p)
+{
+	if (!is_active(BPF_CORE_READ(p, tgid)))
+		return;
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &tid);
+	if (start && !start->runnable_ts)
+		start->runnable_ts = bpf_ktime_get_ns();
 }
 
 /* tp_btf: typed arguments, cheaper than raw_tp; every kernel with the BTF that CO-RE needs
@@ -90,7 +117,14 @@ static __always_inline void on_switch(void *ctx, struct task_struct *prev, struc
 SEC("tp_btf/sched_switch")
 int BPF_PROG(tp_btf__sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	on_switch(ctx, prev, next);
+	on_switch(ctx, preempt, prev, next);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(tp_btf__sched_wakeup, struct task_struct *p)
+{
+	on_wakeup(p);
 	return 0;
 }
 

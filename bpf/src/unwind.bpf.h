@@ -222,6 +222,10 @@ __noinline int unwind_frame(__u32 slot)
 		cfa = w->bp + 16;
 		w->fp_frames++;
 	}
+	/* Each caller's frame lies above its callee's: a frame at or below the one walked is a
+	 * loop or garbage (a frame pointer that points at itself), where the walk ends. */
+	if (cfa <= w->sp)
+		return 1;
 	__u64 ra = 0;
 	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
 		return 1;

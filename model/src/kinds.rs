@@ -107,6 +107,8 @@ const fn compared(name: &'static str, unit: &'static str, metric: &'static str) 
 /// Indices into a sample's values, by kind.
 pub const CPU_COUNT: usize = 0;
 pub const OFFCPU_NS: usize = 0;
+/// Of `OFFCPU_NS`: runnable, waiting for a CPU (preempted, or woken and not yet running).
+pub const OFFCPU_CPU_WAIT_NS: usize = 1;
 pub const SYSCALL_COUNT: usize = 0;
 pub const SYSCALL_NS: usize = 1;
 pub const SYSCALL_ERRORS: usize = 2;
@@ -149,7 +151,10 @@ pub const KINDS: &[Kind] = &[
         event: EventKind::Offcpu,
         flamegraph: true,
         stored_as: Some(1),
-        values: &[compared("ns", "nanoseconds", "offcpu_ns")],
+        values: &[
+            compared("ns", "nanoseconds", "offcpu_ns"),
+            compared("cpu_wait_ns", "nanoseconds", "cpu_wait_ns"),
+        ],
         per_thread: true,
         stacks: Stacks::Always,
         interrupted: false,

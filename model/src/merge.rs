@@ -23,6 +23,7 @@ pub fn phase_stats_since(later: &PhaseStats, earlier: &PhaseStats) -> PhaseStats
         wall_hist: hist.into_iter().filter(|(_, n)| *n > 0).collect(),
         cpu_ns: later.cpu_ns.saturating_sub(earlier.cpu_ns),
         offcpu_ns: later.offcpu_ns.saturating_sub(earlier.offcpu_ns),
+        cpu_wait_ns: later.cpu_wait_ns.saturating_sub(earlier.cpu_wait_ns),
         gowait_ns: later.gowait_ns.saturating_sub(earlier.gowait_ns),
         syscalls: later.syscalls.saturating_sub(earlier.syscalls),
         syscall_ns: later.syscall_ns.saturating_sub(earlier.syscall_ns),

@@ -15,6 +15,10 @@ pub struct PhaseStats {
     pub wall_hist: Vec<(u32, u64)>,
     pub cpu_ns: u64,
     pub offcpu_ns: u64,
+    /// Of `offcpu_ns`: runnable and waiting for a CPU (preempted, or woken and not yet
+    /// running); the rest was blocked.
+    #[serde(default)]
+    pub cpu_wait_ns: u64,
     /// Go: time the phase's goroutines spent descheduled inside it (blocked on a channel, a
     /// lock or the network poller, or waiting for a thread), apart from thread off-CPU time.
     #[serde(default)]
@@ -51,6 +55,7 @@ impl PhaseStats {
         into.wall_max_ns = into.wall_max_ns.max(s.wall_max_ns);
         into.cpu_ns = into.cpu_ns.saturating_add(s.cpu_ns);
         into.offcpu_ns = into.offcpu_ns.saturating_add(s.offcpu_ns);
+        into.cpu_wait_ns = into.cpu_wait_ns.saturating_add(s.cpu_wait_ns);
         into.gowait_ns = into.gowait_ns.saturating_add(s.gowait_ns);
         into.syscalls = into.syscalls.saturating_add(s.syscalls);
         into.syscall_ns = into.syscall_ns.saturating_add(s.syscall_ns);

@@ -14,6 +14,8 @@ use crate::weighted::{in_phase, Weighted};
 pub struct Totals {
     pub cpu_samples: u64,
     pub offcpu_ns: u64,
+    /// Of `offcpu_ns`: runnable, waiting for a CPU.
+    pub cpu_wait_ns: u64,
     pub syscalls: u64,
     pub syscall_ns: u64,
     pub page_faults: u64,
@@ -23,6 +25,7 @@ impl Totals {
     fn absorb(&mut self, t: &Totals) {
         self.cpu_samples = self.cpu_samples.saturating_add(t.cpu_samples);
         self.offcpu_ns = self.offcpu_ns.saturating_add(t.offcpu_ns);
+        self.cpu_wait_ns = self.cpu_wait_ns.saturating_add(t.cpu_wait_ns);
         self.syscalls = self.syscalls.saturating_add(t.syscalls);
         self.syscall_ns = self.syscall_ns.saturating_add(t.syscall_ns);
         self.page_faults = self.page_faults.saturating_add(t.page_faults);
@@ -99,7 +102,10 @@ pub fn threads(p: &Profile, phase: Option<u32>) -> Vec<ThreadRow> {
         let r = &mut entry(&mut by, p, s.pid, s.tid).totals;
         let (into, v) = match s.kind {
             SampleKind::Cpu => (&mut r.cpu_samples, s.value(CPU_COUNT)),
-            SampleKind::Offcpu => (&mut r.offcpu_ns, s.value(OFFCPU_NS)),
+            SampleKind::Offcpu => {
+                r.cpu_wait_ns = r.cpu_wait_ns.saturating_add(s.value(OFFCPU_CPU_WAIT_NS));
+                (&mut r.offcpu_ns, s.value(OFFCPU_NS))
+            }
             SampleKind::Syscall => {
                 r.syscall_ns = r.syscall_ns.saturating_add(s.value(SYSCALL_NS));
                 (&mut r.syscalls, s.value(SYSCALL_COUNT))

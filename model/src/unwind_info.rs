@@ -12,6 +12,10 @@ pub struct UnwindInfo {
     /// Per target pid: `fp`, `dwarf` or `copy`, and why (`dwarf (auto: only 3 of 2140 functions
     /// keep frame pointers)`).
     pub targets: BTreeMap<u32, String>,
+    /// Per module (as mapped) under `auto`: `fp` or `dwarf` and why (`dwarf (12 of 2900
+    /// functions keep frame pointers)`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub modules: BTreeMap<String, String>,
     /// User stack copied per sample for `dwarf` targets.
     pub stack_copy_bytes: u64,
     /// Samples (cpu samples and page faults) unwound from a stack copy, and how many of them
@@ -108,10 +112,21 @@ impl UnwindInfo {
         line
     }
 
+    /// One line per module walked under `auto` (`/usr/lib/…/libc.so.6: dwarf (12 of 2900
+    /// functions keep frame pointers)`), for `report -v`.
+    pub fn describe_modules(&self) -> Vec<String> {
+        self.modules
+            .iter()
+            .map(|(path, how)| format!("{path}: {how}"))
+            .collect()
+    }
+
     /// Adds another recording's (or window's) counts.
     pub fn absorb(&mut self, other: &UnwindInfo) {
         self.targets
             .extend(other.targets.iter().map(|(p, d)| (*p, d.clone())));
+        self.modules
+            .extend(other.modules.iter().map(|(p, d)| (p.clone(), d.clone())));
         self.unwound_samples += other.unwound_samples;
         self.complete += other.complete;
         self.copied_bytes += other.copied_bytes;

@@ -33,6 +33,31 @@ pub struct Weighted {
     pub more: Vec<u64>,
 }
 
+/// The leaf an off-CPU stack's time runnable and waiting for a CPU is shown under.
+pub const CPU_WAIT_LEAF: &str = "[cpu wait]";
+
+/// An off-CPU stack as a tower per reason: its blocked time as recorded, its time waiting for a
+/// CPU under a [`CPU_WAIT_LEAF`] of its own (each with the cpu-wait value it holds, so that
+/// exports summing either value get the recording's totals).
+fn split_cpu_wait(w: Weighted) -> Vec<Weighted> {
+    let wait = w.more.first().copied().unwrap_or(0).min(w.value);
+    let blocked = Weighted {
+        value: w.value - wait,
+        more: vec![0],
+        ..w.clone()
+    };
+    let waiting = Weighted {
+        leaf_label: Some(CPU_WAIT_LEAF.to_string()),
+        value: wait,
+        more: vec![wait],
+        ..w
+    };
+    [blocked, waiting]
+        .into_iter()
+        .filter(|w| w.value > 0)
+        .collect()
+}
+
 impl Profile {
     fn stack_frames(&self, stack: u32) -> Vec<u32> {
         self.stacks
@@ -58,9 +83,12 @@ impl Profile {
         } else {
             samples.iter().map(|s| s.value(0)).collect()
         };
-        (samples.into_iter().zip(values))
-            .filter(|(s, n)| in_phase(phase, s.phase, s.phase_mask) && *n > 0)
-            .map(|(s, n)| Weighted {
+        let mut out = Vec::with_capacity(samples.len());
+        for (s, n) in samples.into_iter().zip(values) {
+            if !in_phase(phase, s.phase, s.phase_mask) || n == 0 {
+                continue;
+            }
+            let w = Weighted {
                 pid: s.pid,
                 tid: s.tid,
                 frames: s.stack.map(|st| self.stack_frames(st)).unwrap_or_default(),
@@ -70,8 +98,14 @@ impl Profile {
                 phase_mask: s.phase_mask,
                 value: n,
                 more: s.values.iter().skip(1).copied().collect(),
-            })
-            .collect()
+            };
+            if kind == SampleKind::Offcpu {
+                out.extend(split_cpu_wait(w));
+            } else {
+                out.push(w);
+            }
+        }
+        out
     }
 
     /// Whether any frame of `stack` (a function name, inlined frames included) matches `pred`.

@@ -51,8 +51,12 @@ fn command_writes_exact_and_offcpu_matches_sleep() {
         truth["write_syscalls"].as_u64().unwrap()
     );
     assert_eq!(report["costs"]["flush_syscalls"], truth["write_syscalls"]);
-    let offcpu = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
-    assert_offcpu_covers_sleep(offcpu, &truth);
+    let (offcpu, cpu_wait) = offcpu_totals(&report);
+    assert_eq!(
+        offcpu,
+        report["events"]["offcpu"]["total_ns"].as_f64().unwrap()
+    );
+    assert_offcpu_covers_sleep(offcpu, cpu_wait, &truth);
     assert_eq!(report["target"]["pids"][0], truth["pid"]);
     assert_nothing_lost(&report);
     for event in ["cpu", "offcpu", "syscall"] {
@@ -371,8 +375,8 @@ fn event_kinds_can_be_recorded_alone() {
                 assert_cpu_samples_cover_cpu_time(&report, samples);
             }
             "offcpu" => {
-                let ns = report["events"]["offcpu"]["total_ns"].as_f64().unwrap();
-                assert_offcpu_covers_sleep(ns, &truth);
+                let (ns, cpu_wait) = offcpu_totals(&report);
+                assert_offcpu_covers_sleep(ns, cpu_wait, &truth);
             }
             _ => assert_eq!(
                 write_count(&report),
@@ -427,4 +431,50 @@ fn offcpu_in_progress_at_stop_is_counted() {
         offcpu > 0.9 * duration && offcpu <= 1.01 * duration,
         "off-cpu {offcpu} of {duration}"
     );
+}
+
+// Checks the off-CPU split on threads that compete for the CPUs: validator-sim runs one burning
+// thread more than there are CPUs, each sleeping 10 ms per block too, so each waits for a CPU
+// when preempted and after its sleeps. Over the worker threads (the main thread only waits for
+// them): the time waiting for a CPU within 5% of the kernel's own run delay (schedstat, which
+// each worker reads at its end), and the time blocked between the sleeps requested and the
+// time measured around them.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn offcpu_splits_blocked_time_from_cpu_wait() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = (cpus + 1).to_string();
+    let args = [
+        "--threads",
+        &threads,
+        "--blocks",
+        "20",
+        "--burn-ms",
+        "20",
+        "--sleep-ms",
+        "10",
+    ];
+    let (out, truth) = record_workload("offcpu-split", &["--events", "offcpu"], &sim, &args);
+    let report = report_json(&out);
+    let pid = truth["pid"].as_u64().unwrap();
+    let workers: Vec<&serde_json::Value> = (report["threads"].as_array().unwrap().iter())
+        .filter(|t| t["tid"].as_u64() != Some(pid))
+        .collect();
+    assert_eq!(workers.len(), cpus + 1, "{}", report["threads"]);
+    let sum = |key: &str| -> f64 { workers.iter().map(|t| t[key].as_f64().unwrap()).sum() };
+    let (offcpu, cpu_wait) = (sum("offcpu_ns"), sum("cpu_wait_ns"));
+    let run_delay = truth["run_delay_ns"].as_f64().unwrap();
+    eprintln!(
+        "workers: cpu wait {cpu_wait:.0} ns vs schedstat run delay {run_delay:.0} ns ({:.2}%)",
+        100.0 * rel_diff(cpu_wait, run_delay)
+    );
+    assert!(run_delay > 0.0, "no run delay: {truth}");
+    assert!(rel_diff(cpu_wait, run_delay) <= 0.05);
+    assert_offcpu_covers_sleep(offcpu, cpu_wait, &truth);
+    // The report's totals carry the split too.
+    let (all, all_wait) = offcpu_totals(&report);
+    assert!(all >= offcpu && all_wait >= cpu_wait, "{all} {all_wait}");
 }

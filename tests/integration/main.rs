@@ -29,6 +29,7 @@ mod store_sums;
 mod symbols;
 mod terminal;
 mod unwind;
+mod unwind_auto;
 
 /// Root tests are `#[ignore = "needs root…"]`: a non-root `cargo test` reports them ignored, and
 /// root runs them with `--include-ignored`. This returns early (skipping, loudly) should one run

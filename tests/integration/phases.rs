@@ -57,10 +57,10 @@ fn phases_match_ground_truth() {
         .get("uretprobe")
         .is_none());
 
-    let offcpu = phase_json(&report, "finalize")["offcpu_ns"]
-        .as_f64()
-        .unwrap();
-    assert_offcpu_covers_sleep(offcpu, &truth);
+    let finalize = phase_json(&report, "finalize");
+    let offcpu = finalize["offcpu_ns"].as_f64().unwrap();
+    let cpu_wait = finalize["cpu_wait_ns"].as_f64().unwrap();
+    assert_offcpu_covers_sleep(offcpu, cpu_wait, &truth);
 
     let cpu = phase_json(&report, "propose")["cpu_ns"].as_f64().unwrap();
     let burned = truth["burn_cpu_ns"].as_f64().unwrap();

@@ -228,18 +228,38 @@ pub fn strace_errors(summary: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-/// Checks off-CPU time against the workload's sleeps like with like: at least what it slept
-/// (within 2%), at most that plus the time its threads waited for a CPU (`run_delay_ns`, which
-/// CPU contention adds to off-CPU time, and which a loaded machine makes large).
-pub fn assert_offcpu_covers_sleep(offcpu: f64, truth: &serde_json::Value) {
+/// Checks off-CPU time against the workload's sleeps like with like: the part blocked (off-CPU
+/// time less the time waiting for a CPU, `cpu_wait`) at least the sleeps requested and at most
+/// the time measured around them (which adds the wait for a CPU after each wake-up; 2% each
+/// way), and the whole at most that plus the time its threads waited for a CPU (`run_delay_ns`,
+/// which CPU contention adds, and which a loaded machine makes large).
+pub fn assert_offcpu_covers_sleep(offcpu: f64, cpu_wait: f64, truth: &serde_json::Value) {
     let slept = truth["slept_ns"].as_f64().unwrap();
+    let requested = truth["sleep_requested_ns"].as_f64().unwrap();
     let delayed = truth["run_delay_ns"].as_f64().unwrap_or(0.0);
-    eprintln!("off-cpu {offcpu:.0} ns vs slept {slept:.0} ns + {delayed:.0} ns waiting for a CPU");
-    assert!(
-        offcpu >= 0.98 * slept && offcpu <= 1.02 * (slept + delayed),
-        "off-cpu {offcpu} ns is not between slept {slept} ns and that plus {delayed} ns of \
-         run-queue wait (2% each way)"
+    let blocked = offcpu - cpu_wait;
+    eprintln!(
+        "off-cpu {offcpu:.0} ns ({blocked:.0} blocked, {cpu_wait:.0} waiting for a CPU) vs \
+         {requested:.0} ns of sleeps requested, {slept:.0} ns measured, {delayed:.0} ns run delay"
     );
+    assert!(
+        blocked >= 0.98 * requested && blocked <= 1.02 * slept,
+        "blocked {blocked} ns is not between the sleeps requested ({requested} ns) and measured \
+         ({slept} ns), 2% each way"
+    );
+    assert!(
+        offcpu <= 1.02 * (slept + delayed),
+        "off-cpu {offcpu} ns is more than slept {slept} ns plus {delayed} ns of run delay"
+    );
+}
+
+/// A recording's off-CPU total and, of it, the time runnable waiting for a CPU (`report --json`).
+pub fn offcpu_totals(report: &serde_json::Value) -> (f64, f64) {
+    let t = &report["events"]["offcpu"]["totals"]["offcpu"];
+    (
+        t["ns"].as_f64().unwrap(),
+        t["cpu_wait_ns"].as_f64().unwrap(),
+    )
 }
 
 /// Checks a recording's cpu samples against what the targets' own CPU time calls for at the

@@ -51,6 +51,11 @@ fn is_probe_frame(f: &Frame) -> bool {
         // The breakpoint trap a uprobe is (a program's own int3 is a debugger's business).
         "asm_exc_int3",
         "exc_int3",
+        // The single step a probe on an instruction it cannot emulate takes out of line (Go's
+        // `ret`: the exit probes of Go phases), and its return to user mode.
+        "asm_exc_debug",
+        "exc_debug",
+        "noist_exc_debug",
     ];
     f.kind == phaseprof_model::FrameKind::Kernel
         && PREFIXES.iter().any(|p| f.function.starts_with(p))
@@ -62,6 +67,9 @@ fn is_probe_user_frame(f: &Frame) -> bool {
     f.kind != phaseprof_model::FrameKind::Kernel
         && (f.module == "[uprobes]" || f.function.starts_with("[uprobes]"))
 }
+
+/// The module the symbolizer names an address in none of the target's mappings by.
+pub const UNMAPPED_MODULE: &str = "[unknown]";
 
 /// The stack every sample taken inside phaseprof's own probes is counted under: the profiler's
 /// cost in the target's threads, as a tower of its own, never inside the target's.
@@ -306,12 +314,7 @@ impl Aggregator {
             ours |= probe;
             frames.extend_from_slice(ids);
         }
-        let user_frames: Vec<u32> = user
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-            .flat_map(|(i, &a)| self.user_frames[&(pid, lookup_addr(i, a))].iter().copied())
-            .collect();
+        let user_frames = self.user_stack(pid, user.unwrap_or_default());
         ours |= user_frames
             .iter()
             .any(|&f| self.builder.frame(f).is_some_and(is_probe_user_frame));
@@ -326,6 +329,27 @@ impl Aggregator {
         }
         frames.extend(user_frames);
         self.builder.intern_stack(frames)
+    }
+
+    /// A user stack's frames, leaf first. The kernel's frame-pointer walk follows a frame that
+    /// points at itself (or a loop of them) to its depth limit: an address in none of the
+    /// target's mappings seen a second time is such a loop, where the stack is cut.
+    fn user_stack(&self, pid: u32, addrs: &[u64]) -> Vec<u32> {
+        let mut frames = Vec::with_capacity(addrs.len());
+        let mut unmapped = HashSet::new();
+        for (i, &a) in addrs.iter().enumerate() {
+            let ids = &self.user_frames[&(pid, lookup_addr(i, a))];
+            let nowhere = ids.iter().any(|&f| {
+                self.builder
+                    .frame(f)
+                    .is_some_and(|f| f.module == UNMAPPED_MODULE)
+            });
+            if nowhere && !unmapped.insert(a) {
+                break;
+            }
+            frames.extend_from_slice(ids);
+        }
+        frames
     }
 
     pub fn snapshot(&self) -> Profile {

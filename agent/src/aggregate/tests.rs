@@ -37,6 +37,15 @@ impl Symbolize for FakeSymbolizer {
                         inlined: false,
                     }];
                 }
+                if *a >= 0xdead_0000 {
+                    // In none of the target's mappings.
+                    return vec![Frame {
+                        function: format!("[unknown]+{a:#x}"),
+                        module: UNMAPPED_MODULE.into(),
+                        kind: FrameKind::User,
+                        inlined: false,
+                    }];
+                }
                 if *a == 0x2000 {
                     // 0x2000 is `inner` inlined into `outer`.
                     vec![
@@ -63,6 +72,7 @@ impl Symbolize for FakeSymbolizer {
                     FrameKind::Kernel,
                     false,
                 )],
+                0xdb00 => vec![frame("exc_debug_user".into(), FrameKind::Kernel, false)],
                 0x76ff => vec![frame(
                     "__traceiter_sched_switch".into(),
                     FrameKind::Kernel,
@@ -137,15 +147,17 @@ fn samples_in_our_probes_are_our_own_line() {
             sample(vec![0xff00, 0x7700], 3),
             sample(vec![0xff00], 5),
             in_trampoline,
+            // In the single-step trap of a Go exit probe.
+            sample(vec![0xff00, 0xdb01], 11),
         ],
         ..RawWindow::default()
     };
     agg.add_window(&w, &mut sym);
     let p = agg.finish();
     let by_leaf = by_leaf(&p, SampleKind::Cpu);
-    assert_eq!(by_leaf[OWN_COST_FRAME], 5 + 7);
+    assert_eq!(by_leaf[OWN_COST_FRAME], 5 + 7 + 11);
     assert_eq!(by_leaf["kff00"], 5);
-    assert_eq!(p.total(SampleKind::Cpu, 0), 17);
+    assert_eq!(p.total(SampleKind::Cpu, 0), 28);
 }
 
 // Checks that an off-CPU stack whose thread waited inside phaseprof's machinery (a uprobe
@@ -296,4 +308,34 @@ fn provisional_names_are_asked_for_again() {
     asked.sort();
     assert_eq!(asked, vec![0x1000, 0x2000, 0x3000, 0x3000]);
     assert_eq!(sym.user_calls, 2);
+}
+
+// Checks that a user stack the kernel's frame-pointer walk took around a loop (a frame pointing
+// at itself: one address in no mapping, repeated to the depth limit) is cut at the repeat, while
+// a recursion (one mapped address repeated) stays whole.
+#[test]
+fn frame_pointer_loops_are_cut() {
+    let meta = Meta {
+        events: vec![EventKind::Cpu],
+        ..Meta::default()
+    };
+    let mut agg = Aggregator::new(meta, vec![]);
+    let mut sym = FakeSymbolizer::default();
+    let mut looping = vec![0x1000, 0x3001, 0xdead_1001];
+    looping.extend(std::iter::repeat_n(0xdead_1001, 120));
+    let recursion = vec![0x1000, 0x4001, 0x4001, 0x4001, 0x5001];
+    let w = RawWindow {
+        samples: vec![
+            raw(SampleKind::Cpu, looping, None, vec![1]),
+            raw(SampleKind::Cpu, recursion, None, vec![1]),
+        ],
+        ..RawWindow::default()
+    };
+    agg.add_window(&w, &mut sym);
+    let p = agg.finish();
+    let depths: Vec<usize> = p
+        .samples_of(SampleKind::Cpu)
+        .map(|s| p.stacks[s.stack.unwrap() as usize].frames.len())
+        .collect();
+    assert_eq!(depths, vec![3, 5]);
 }

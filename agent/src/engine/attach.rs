@@ -50,6 +50,7 @@ impl Engine<'_> {
         };
         if has(EventKind::Offcpu) {
             attach(&progs.tp_btf__sched_switch, "tp_btf/sched_switch")?;
+            attach(&progs.tp_btf__sched_wakeup, "tp_btf/sched_wakeup")?;
         }
         if has(EventKind::Syscall) {
             attach(&progs.raw_tp__sys_enter, "raw_tp/sys_enter")?;

@@ -259,11 +259,18 @@ impl Engine<'_> {
             });
         }
         for (k, ns) in offcpu {
+            // The kernel counts each reason under a key of its own: here one sample of the
+            // stack carries both, its total and the part spent waiting for a CPU.
+            let waited = if k.reason == types::offcpu_reason::OFFCPU_CPU_WAIT {
+                ns
+            } else {
+                0
+            };
             raw.samples.push(RawSample {
                 kind: SampleKind::Offcpu,
                 user: self.stack(k.user_stack),
                 kernel: self.stack(k.kernel_stack),
-                values: vec![ns],
+                values: vec![ns, waited],
                 ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
@@ -295,7 +302,7 @@ impl Engine<'_> {
                 out.push(RawSample {
                     user: self.stack(start.user_stack),
                     kernel: self.stack(start.kernel_stack),
-                    values: vec![end - start.ts],
+                    values: vec![end - start.ts, runnable_since(start.runnable_ts, end)],
                     ..RawSample::new(SampleKind::Offcpu, (pid, tid), (phase, mask))
                 });
             }
@@ -357,6 +364,15 @@ fn entries<K: Copy, V: Copy>(map: &dyn MapCore) -> Vec<(K, V)> {
             Some((pod(&k), pod(&v)))
         })
         .collect()
+}
+
+/// A thread's time waiting for a CPU up to `end`, runnable since `ts` (0: still blocked).
+fn runnable_since(ts: u64, end: u64) -> u64 {
+    if ts == 0 {
+        0
+    } else {
+        end.saturating_sub(ts)
+    }
 }
 
 #[cfg(test)]

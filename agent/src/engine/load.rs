@@ -110,6 +110,9 @@ fn choose_programs(
     progs
         .tp_btf__sched_switch
         .set_autoload(has(EventKind::Offcpu));
+    progs
+        .tp_btf__sched_wakeup
+        .set_autoload(has(EventKind::Offcpu));
     // sys_enter also starts counting for `record -- CMD` at its execve, so it loads whenever
     // syscalls are recorded; sched_process_exec covers the other case.
     progs

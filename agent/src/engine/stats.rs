@@ -61,6 +61,7 @@ impl Engine<'_> {
                 total.wall_max_ns = total.wall_max_ns.max(st.wall_max_ns);
                 total.cpu_ns += st.cpu_ns;
                 total.offcpu_ns += st.offcpu_ns;
+                total.cpu_wait_ns += st.cpuwait_ns;
                 total.gowait_ns += st.gowait_ns;
                 total.syscalls += st.syscalls;
                 total.syscall_ns += st.syscall_ns;

@@ -298,7 +298,7 @@ impl BlazeSymbolizer {
                     }],
                     None => unknown(&vma.path, a - vma.start, FrameKind::User),
                 },
-                None => unknown("[unknown]", a, FrameKind::User),
+                None => unknown(crate::aggregate::UNMAPPED_MODULE, a, FrameKind::User),
             });
         }
         out

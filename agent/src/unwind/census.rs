@@ -17,6 +17,9 @@ use anyhow::{Context, Result};
 pub struct FramePointerCensus {
     pub with: usize,
     pub functions: usize,
+    /// It names a program interpreter (the dynamic loader): it maps libraries, each built with
+    /// flags of its own, so its own census does not decide for them.
+    pub loads_libraries: bool,
 }
 
 impl FramePointerCensus {
@@ -34,9 +37,13 @@ pub fn frame_pointer_census(path: &Path) -> Result<FramePointerCensus> {
         .with_context(|| format!("reading {}", path.display()))?;
     let symbols = crate::elf::function_symbols(path)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let loads_libraries = object::File::parse(&reader)
+        .ok()
+        .is_some_and(|o| object::Object::section_by_name(&o, ".interp").is_some());
     let mut census = FramePointerCensus {
         with: 0,
         functions: 0,
+        loads_libraries,
     };
     let own: Vec<_> = symbols
         .iter()
@@ -202,6 +209,7 @@ mod tests {
             "{nofp:?}"
         );
         assert_eq!(nofp.with, 0, "{nofp:?}");
+        assert!(fp.loads_libraries, "clang links libc dynamically: {fp:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -62,6 +62,20 @@ pub struct Table {
     pub segments: Vec<(u64, u64)>,
 }
 
+impl Table {
+    /// Frame pointers for every frame of a file that keeps them (`--unwind auto` per module),
+    /// but the outermost frames (`_start`, `clone3`), where a walk ends complete: a few rows.
+    pub fn frame_pointers_only(&mut self) {
+        for r in &mut self.rows {
+            if r.kind != Kind::End {
+                (r.kind, r.cfa_off, r.rbp_off) = (Kind::Fp, 0, 0);
+            }
+        }
+        self.rows.dedup_by(|later, first| first.same_rule(later));
+        self.unsupported = 0;
+    }
+}
+
 /// One row's rule: (kind, cfa offset, rbp offset in 8-byte units).
 type Rule = (Kind, i16, i8);
 
@@ -220,7 +234,7 @@ mod tests {
     #[test]
     fn compiles_libc() {
         let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
-        let t = compile(libc).unwrap();
+        let mut t = compile(libc).unwrap();
         assert!(t.rows.len() > 5000, "{} rows", t.rows.len());
         assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
         assert!(t.rows.windows(2).all(|w| !w[0].same_rule(&w[1])));
@@ -230,6 +244,12 @@ mod tests {
         assert!(plt >= 1, "no PLT rule in libc");
         let unsupported = t.unsupported * 100 / t.rows.len();
         assert!(unsupported < 2, "{}% unsupported rows", unsupported);
+        // Per module, for a file with frame pointers: its ends, frame pointers between them.
+        t.frame_pointers_only();
+        let kinds: Vec<Kind> = t.rows.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds.iter().filter(|&&k| k == Kind::End).count(), ends);
+        assert!(kinds.iter().all(|&k| k == Kind::End || k == Kind::Fp));
+        assert!(kinds.windows(2).all(|w| w[0] != w[1]), "{kinds:?}");
     }
 
     // Checks the assembled table against gimli's own rows, FDE by FDE, at every row's start and

@@ -53,6 +53,11 @@ pub struct KernelTables {
     rebuilding: bool,
     /// Files loaded since the last rebuild: without any, a rebuild would free nothing.
     loaded_since_rebuild: u64,
+    /// `--unwind auto`: a file that keeps frame pointers gets no rows (its frames are walked by
+    /// them, in the same walk), one without them gets its rows.
+    pub per_module: bool,
+    /// Per file (as mapped), how its frames are walked and why, for `report -v`.
+    pub modules: std::collections::BTreeMap<String, String>,
     pub stats: TableStats,
 }
 
@@ -188,8 +193,8 @@ impl KernelTables {
                     };
                     let key = (meta.dev(), meta.ino());
                     if !self.files.contains_key(&key) {
-                        let mut rows =
-                            self.load_file(engine, &crate::target_files::fd_path(&file))?;
+                        let path = crate::target_files::fd_path(&file);
+                        let mut rows = self.load_file(engine, &path, &vma.path)?;
                         if let Some(f) = &mut rows {
                             f.path = vma.path.clone();
                             let _ = engine.publish_file_rows(&FileRowsInfo {
@@ -226,15 +231,36 @@ impl KernelTables {
         Ok((out, full))
     }
 
-    /// Compiles `path` and writes its rows; None when they do not fit.
+    /// Compiles `path` (mapped as `shown`) and writes its rows; None when they do not fit.
+    /// Per module, a file that keeps frame pointers gets only its outermost frames' rows (its
+    /// other frames are walked by frame pointers).
     fn load_file(
         &mut self,
         engine: &mut Engine,
         path: &std::path::Path,
+        shown: &str,
     ) -> Result<Option<FileRows>> {
         let started = Instant::now();
         // A file we cannot parse has no rows: its frames are walked by frame pointers.
-        let t = eh_frame_rows::compile(path).unwrap_or_default();
+        let mut t = eh_frame_rows::compile(path).unwrap_or_default();
+        if self.per_module {
+            let (fp, why) = match super::frame_pointer_census(path) {
+                Ok(c) => (
+                    c.has_frame_pointers(),
+                    format!(
+                        "{} of {} functions keep frame pointers",
+                        c.with, c.functions
+                    ),
+                ),
+                Err(e) => (false, format!("not inspected ({e:#})")),
+            };
+            if fp {
+                t.frame_pointers_only();
+            }
+            let walk = if fp { "fp" } else { "dwarf" };
+            self.modules
+                .insert(shown.to_string(), format!("{walk} ({why})"));
+        }
         self.stats.build_ms += started.elapsed().as_millis() as u64;
         let n = t.rows.len() as u32;
         if (self.next_row as u64 + n as u64) > engine.unwind_rows_capacity() as u64 {

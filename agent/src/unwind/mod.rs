@@ -31,7 +31,8 @@ pub use walks::StackWalks;
 /// How user stacks are walked (`--unwind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum UnwindMode {
-    /// Per target: frame pointers when its executable keeps them, else `Dwarf`.
+    /// Per module: frame pointers where a module keeps them, unwind tables where it does not,
+    /// in one walk (a static program with frame pointers: the kernel's frame-pointer walk).
     #[default]
     Auto,
     /// The kernel's frame-pointer walk (cheap; flat stacks for code without frame pointers).
@@ -143,17 +144,28 @@ impl UnwindPolicy {
                     .entry(key)
                     .or_insert_with(|| frame_pointer_census(exe).map_err(|e| format!("{e:#}")));
                 match census {
-                    Ok(c) if c.has_frame_pointers() => Decision {
+                    Ok(c) if c.has_frame_pointers() && !c.loads_libraries => Decision {
                         walk: Walk::Fp,
                         why: format!(
                             "auto: {} of {} functions keep frame pointers",
                             c.with, c.functions
                         ),
                     },
+                    // Its libraries are built with flags of their own (Debian's libc without
+                    // frame pointers under a program with them): one walk, each module's
+                    // frames by frame pointers or from tables as its own census says.
+                    Ok(c) if c.has_frame_pointers() => Decision {
+                        walk: Walk::Tables,
+                        why: format!(
+                            "auto: per module; the program keeps frame pointers ({} of {} \
+                             functions), its libraries are walked from tables where they lack them",
+                            c.with, c.functions
+                        ),
+                    },
                     Ok(c) => Decision {
                         walk: Walk::Tables,
                         why: format!(
-                            "auto: only {} of {} functions keep frame pointers",
+                            "auto: per module; only {} of {} functions keep frame pointers",
                             c.with, c.functions
                         ),
                     },

@@ -28,10 +28,12 @@ pub struct StackWalks {
 
 impl StackWalks {
     pub fn new(policy: UnwindPolicy) -> Self {
+        let mut tables = KernelTables::default();
+        tables.per_module = policy.mode == super::UnwindMode::Auto;
         StackWalks {
             policy,
             copies: SampleUnwinder::default(),
-            tables: KernelTables::default(),
+            tables,
             tables_later: Default::default(),
             copies_at_window: UnwindStats::default(),
             walks_at_window: [0; UNWIND_COUNTERS],
@@ -166,6 +168,12 @@ impl StackWalks {
             fp_frames: d(c::UNW_FP_FRAMES.0 as usize),
             truncated: d(c::UNW_TRUNCATED.0 as usize),
         };
+        u.modules.extend(
+            self.tables
+                .modules
+                .iter()
+                .map(|(path, how)| (path.clone(), how.clone())),
+        );
         let t = &self.tables.stats;
         u.tables = phaseprof_model::TableInfo {
             files: t.files,

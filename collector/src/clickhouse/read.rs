@@ -204,7 +204,7 @@ fn phase_sums(
             "SELECT {w} AS w, phase, sum(calls), sum(wall_ns), max(wall_max_ns), \
              sumMap(hist_idx, hist_n), sum(cpu_ns), sum(offcpu_ns), sum(gowait_ns), \
              sum(syscalls), sum(syscall_ns), sum(alloc_bytes), sum(allocs), sum(frees), \
-             sum(page_faults) FROM {t}_phase_stats WHERE {filter} GROUP BY w, phase"
+             sum(page_faults), sum(cpu_wait_ns) FROM {t}_phase_stats WHERE {filter} GROUP BY w, phase"
         ),
     )?;
     let mut r = RowReader(&reply);
@@ -227,6 +227,7 @@ fn phase_sums(
             allocs: r.u64()?,
             frees: r.u64()?,
             page_faults: r.u64()?,
+            cpu_wait_ns: r.u64()?,
         };
         out.entry(w).or_default().add_phase_stats(phase, &s);
     }

@@ -93,6 +93,30 @@ const WINDOW_COLUMNS: &[(&str, &str)] = &[
     ("rows", "UInt64 DEFAULT 0"),
 ];
 
+/// Columns the phase totals table gained after its first layout (appended: rows are written in
+/// the table's column order).
+const PHASE_STATS_COLUMNS: &[(&str, &str)] = &[("cpu_wait_ns", "UInt64 DEFAULT 0")];
+
+/// Adds to `table` (made by an older collector) the columns of `columns` it lacks.
+fn add_missing_columns(
+    http: &Http,
+    table: &str,
+    columns: &[(&str, &str)],
+) -> Result<(), StoreError> {
+    for (name, ty) in columns {
+        let has = http.number(&format!(
+            "SELECT count() FROM system.columns WHERE database = currentDatabase() \
+             AND table = {} AND name = {}",
+            quoted(table),
+            quoted(name)
+        ))?;
+        if has == 0 {
+            http.run(&format!("ALTER TABLE {table} ADD COLUMN {name} {ty}"), None)?;
+        }
+    }
+    Ok(())
+}
+
 pub fn create(http: &Http, t: &str) -> Result<(), StoreError> {
     // Tables of a layout before staging: every window listed has its samples in T_samples.
     let had_promoted = http.number(&format!(
@@ -103,20 +127,11 @@ pub fn create(http: &Http, t: &str) -> Result<(), StoreError> {
     if let Some(windows) = made.next() {
         http.run(&windows, None)?;
     }
-    for (name, ty) in WINDOW_COLUMNS {
-        let has = http.number(&format!(
-            "SELECT count() FROM system.columns WHERE database = currentDatabase() \
-             AND table = {} AND name = {}",
-            quoted(t),
-            quoted(name)
-        ))?;
-        if has == 0 {
-            http.run(&format!("ALTER TABLE {t} ADD COLUMN {name} {ty}"), None)?;
-        }
-    }
+    add_missing_columns(http, t, WINDOW_COLUMNS)?;
     for s in made {
         http.run(&s, None)?;
     }
+    add_missing_columns(http, &format!("{t}_phase_stats"), PHASE_STATS_COLUMNS)?;
     if !had_promoted {
         http.run(
             &format!("INSERT INTO {t}_promoted SELECT id, start_ns FROM {t}"),

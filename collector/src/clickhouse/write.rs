@@ -354,7 +354,13 @@ fn put_rows(t: &mut Tables, id: i64, r: &rows::WindowRows) {
             put_string(o, k.as_bytes());
         }
         put_u64s(o, &s.costs.values().copied().collect::<Vec<_>>());
-        for v in [s.alloc_bytes, s.allocs, s.frees, s.page_faults] {
+        for v in [
+            s.alloc_bytes,
+            s.allocs,
+            s.frees,
+            s.page_faults,
+            s.cpu_wait_ns,
+        ] {
             put_u64(o, v);
         }
     }

@@ -250,6 +250,9 @@ pub fn write_report(
     }
     if let (Some(u), true) = (&m.unwind, opts.verbose) {
         writeln!(out, "stacks: {}", u.describe())?;
+        for m in u.describe_modules() {
+            writeln!(out, "stacks: module {m}")?;
+        }
     }
     if let Some(p) = opts.phase {
         writeln!(
@@ -317,8 +320,8 @@ pub fn write_report(
     Ok(())
 }
 
-/// The columns every phase table shows: calls, wall p50/p95/p99/max, cpu, off-cpu, goroutine
-/// wait (Go), syscalls.
+/// The columns every phase table shows: calls, wall p50/p95/p99/max, cpu, off-cpu, of it the
+/// time runnable waiting for a CPU, goroutine wait (Go), syscalls.
 pub fn phase_cells(st: &phaseprof_model::PhaseStats) -> Vec<String> {
     vec![
         st.calls.to_string(),
@@ -328,6 +331,7 @@ pub fn phase_cells(st: &phaseprof_model::PhaseStats) -> Vec<String> {
         fmt_ns(st.wall_max_ns),
         fmt_ns(st.cpu_ns),
         fmt_ns(st.offcpu_ns),
+        fmt_ns(st.cpu_wait_ns),
         fmt_ns(st.gowait_ns),
         st.syscalls.to_string(),
     ]
@@ -357,8 +361,18 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
     )?;
     write!(
         out,
-        "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>12} {:>9}",
-        "phase", "calls", "wall p50", "p95", "p99", "max", "cpu", "off-cpu", "go wait", "syscalls"
+        "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>12} {:>12} {:>9}",
+        "phase",
+        "calls",
+        "wall p50",
+        "p95",
+        "p99",
+        "max",
+        "cpu",
+        "off-cpu",
+        "cpu wait",
+        "go wait",
+        "syscalls"
     )?;
     if allocs {
         write!(out, " {:>12} {:>9} {:>9}", "alloc", "allocs", "frees")?;
@@ -374,7 +388,7 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
         write!(out, "{:<16}", profile.phase_name(*i))?;
         for (cell, width) in phase_cells(st)
             .iter()
-            .zip([8, 11, 11, 11, 11, 12, 12, 12, 9])
+            .zip([8, 11, 11, 11, 11, 12, 12, 12, 12, 9])
         {
             write!(out, " {cell:>width$}")?;
         }
@@ -400,11 +414,13 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
         let per = |v: u64| v / st.calls;
         write!(
             out,
-            "{:<16} wall {:>11}  cpu {:>11}  off-cpu {:>11}  go wait {:>11}  syscalls {:>8.2}",
+            "{:<16} wall {:>11}  cpu {:>11}  off-cpu {:>11}  cpu wait {:>11}  go wait {:>11}  \
+             syscalls {:>8.2}",
             profile.phase_name(*i),
             fmt_ns(per(st.wall_ns)),
             fmt_ns(per(st.cpu_ns)),
             fmt_ns(per(st.offcpu_ns)),
+            fmt_ns(per(st.cpu_wait_ns)),
             fmt_ns(per(st.gowait_ns)),
             st.syscalls as f64 / st.calls as f64
         )?;

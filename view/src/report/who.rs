@@ -9,9 +9,10 @@ use crate::format::fmt_ns;
 fn row(out: &mut dyn Write, label: &str, t: &Totals) -> std::io::Result<()> {
     writeln!(
         out,
-        "{label:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
+        "{label:<34} {:>10} {:>12} {:>12} {:>10} {:>12} {:>8}",
         t.cpu_samples,
         fmt_ns(t.offcpu_ns),
+        fmt_ns(t.cpu_wait_ns),
         t.syscalls,
         fmt_ns(t.syscall_ns),
         t.page_faults
@@ -21,13 +22,13 @@ fn row(out: &mut dyn Write, label: &str, t: &Totals) -> std::io::Result<()> {
 fn header(out: &mut dyn Write, what: &str) -> std::io::Result<()> {
     writeln!(
         out,
-        "{what:<34} {:>10} {:>12} {:>10} {:>12} {:>8}",
-        "cpu", "off-cpu", "syscalls", "syscall time", "faults"
+        "{what:<34} {:>10} {:>12} {:>12} {:>10} {:>12} {:>8}",
+        "cpu", "off-cpu", "cpu wait", "syscalls", "syscall time", "faults"
     )
 }
 
 /// Who did the work: processes (when there are several) and the busiest threads, with cpu,
-/// off-cpu, syscalls and page faults each.
+/// off-cpu (and of it the time runnable, waiting for a CPU), syscalls and page faults each.
 pub(super) fn write_who_table(
     profile: &Profile,
     phase: Option<u32>,
