@@ -132,6 +132,32 @@ int uretprobe__phase_exit(struct pt_regs *ctx)
 	return 0;
 }
 
+/* Whether `phase` is the innermost phase of `ps`. */
+static __always_inline bool phase_on_top(struct phase_stack *ps, __u32 phase)
+{
+	__u32 d = ps->depth;
+	if (d == 0 || d > MAX_PHASE_DEPTH)
+		return false;
+	return ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].phase == phase;
+}
+
+/* The first instruction after an inlined copy of a phase function (native code), where its
+ * caller goes on: the copy's end. The caller also gets there on paths that skipped the copy,
+ * with nothing to end (needs attach cookies: the phase must be known). */
+SEC("uprobe")
+int uprobe__phase_leave(struct pt_regs *ctx)
+{
+	struct thread_phase *tp = stopped ? NULL : thread_phase_current(false);
+	__u32 phase = probe_phase(ctx);
+	if (!tp || !phase_on_top(&tp->own, phase))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	charge_cpu(tp, now);
+	phase_pop(&tp->own, phase, now);
+	thread_view(tp, &tp->own);
+	return 0;
+}
+
 /* Go's register ABI keeps the running goroutine's g in R14. */
 static __always_inline __u64 go_current_g(struct pt_regs *ctx)
 {
@@ -175,14 +201,15 @@ static __noinline int go_phase_enter_id(struct pt_regs *ctx, __u32 phase)
 
 PROBES_FOR_PHASE_IDS(uprobe__go_phase_enter_, go_phase_enter_id)
 
-/* A return instruction of a Go phase function (never a uretprobe, which would corrupt moving
- * goroutine stacks). */
-SEC("uprobe")
-int uprobe__go_phase_return(struct pt_regs *ctx)
+/* The end of a call of a Go phase function: `leave`, the first instruction after an inlined
+ * copy (reached on paths that skipped the copy too, with nothing to end), else a return. */
+static __always_inline int go_phase_end(struct pt_regs *ctx, bool leave)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct goroutine_key key = {.tgid = tgid, .g = go_current_g(ctx)};
 	struct goroutine_phase *gp = bpf_map_lookup_elem(&goroutine_phases, &key);
+	if (leave && (!gp || !phase_on_top(&gp->stack, probe_phase(ctx))))
+		return 0;
 	if (!gp || gp->stack.depth == 0) {
 		if (is_active(tgid))
 			count_drop(INFO_PHASE_EXIT_UNMATCHED);
@@ -201,6 +228,21 @@ int uprobe__go_phase_return(struct pt_regs *ctx)
 	if (gp->stack.depth == 0)
 		bpf_map_delete_elem(&goroutine_phases, &key);
 	return 0;
+}
+
+/* A return instruction of a Go phase function (never a uretprobe, which would corrupt moving
+ * goroutine stacks). */
+SEC("uprobe")
+int uprobe__go_phase_return(struct pt_regs *ctx)
+{
+	return go_phase_end(ctx, false);
+}
+
+/* The first instruction after an inlined copy of a Go phase function (needs attach cookies). */
+SEC("uprobe")
+int uprobe__go_phase_leave(struct pt_regs *ctx)
+{
+	return go_phase_end(ctx, true);
 }
 
 /*

@@ -33,7 +33,7 @@ pub use format::{
 };
 pub use frames::{display_name, folded_frame_name, is_allocator_frame, is_go_sampling_hook};
 pub use kinds::*;
-pub use lost::Lost;
+pub use lost::{Lost, INLINED_UNPROBED};
 pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use profile::*;
 pub use summary::Summary;

@@ -45,7 +45,15 @@ const PHASE_DROPS: &[(&str, &str)] = &[
         "phase_unfinished_goroutine_exit",
         "goroutines that ended inside a phase (runtime.Goexit)",
     ),
+    (
+        INLINED_UNPROBED,
+        "inlined copies of phase functions that could not be probed (no single end, or a \
+         kernel without attach cookies): their calls are not counted",
+    ),
 ];
+
+/// The phase issue of inlined copies of phase functions that were not probed.
+pub const INLINED_UNPROBED: &str = "phase_inlined_copies_unprobed";
 
 impl Lost {
     /// Adds `other`'s drops to these (saturating: a merged count never wraps).

@@ -20,6 +20,7 @@ mod fleet_soak;
 mod hostile;
 mod hostile_bodies;
 mod hostile_local;
+mod inlined;
 mod kernels;
 mod phases;
 mod real_servers;

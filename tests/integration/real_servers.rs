@@ -13,14 +13,14 @@ use crate::require_root;
 
 /// A uprobe event registered through tracefs (removed on drop): the kernel counts its hits in
 /// `uprobe_profile`.
-struct KernelUprobe {
+pub(crate) struct KernelUprobe {
     name: String,
 }
 
 const TRACING: &str = "/sys/kernel/tracing";
 
 impl KernelUprobe {
-    fn new(name: &str, bin: &Path, file_offset: u64) -> KernelUprobe {
+    pub(crate) fn new(name: &str, bin: &Path, file_offset: u64) -> KernelUprobe {
         if !Path::new(TRACING).join("uprobe_events").exists() {
             // tracefs is not mounted at boot on our machines.
             let status = Command::new("mount")
@@ -42,7 +42,7 @@ impl KernelUprobe {
     }
 
     /// Hits so far, from `uprobe_profile` ("file event hits" per line).
-    fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         let text = std::fs::read_to_string(Path::new(TRACING).join("uprobe_profile")).unwrap();
         text.lines()
             .find_map(|l| {

@@ -110,7 +110,7 @@ fn regex_escape(s: &str) -> String {
 }
 
 /// The file offset of virtual address `vaddr` in ELF executable `bin` (from its program headers).
-fn elf_file_offset(bin: &Path, vaddr: u64) -> u64 {
+pub fn elf_file_offset(bin: &Path, vaddr: u64) -> u64 {
     let o = Command::new("readelf")
         .args(["-lW"])
         .arg(bin)

@@ -143,8 +143,10 @@ impl Engine<'_> {
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
     }
 
-    /// Attaches phase probes (and the Go scheduler's), for every process mapping their files.
-    pub fn attach_phases(&mut self, probes: &[ProbeSpec]) -> Result<()> {
+    /// Attaches phase probes (and the Go scheduler's), for every process mapping their files;
+    /// `inlined_unprobed` inlined copies of phase functions could not be probed.
+    pub fn attach_phases(&mut self, probes: &[ProbeSpec], inlined_unprobed: u64) -> Result<()> {
+        self.inlined_unprobed += inlined_unprobed;
         let cookies = self.features.attach_cookie;
         for p in probes {
             let progs = &self.skel.progs;
@@ -156,6 +158,8 @@ impl Engine<'_> {
                     Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
                     Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
                     Uprobe::GoPhaseReturn => &progs.uprobe__go_phase_return,
+                    Uprobe::PhaseLeave => &progs.uprobe__phase_leave,
+                    Uprobe::GoPhaseLeave => &progs.uprobe__go_phase_leave,
                     Uprobe::GoSched => &progs.uprobe__go_sched,
                     other => bail!("{other:?} is not a phase probe ({})", p.what),
                 },

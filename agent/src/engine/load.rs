@@ -150,6 +150,9 @@ fn choose_programs(
     progs.uprobe__go_phase_return.set_autoload(phases);
     progs.uprobe__phase_enter.set_autoload(phases && cookies);
     progs.uprobe__go_phase_enter.set_autoload(phases && cookies);
+    // Inlined copies' ends must know their phase: probed only with cookies.
+    progs.uprobe__phase_leave.set_autoload(phases && cookies);
+    progs.uprobe__go_phase_leave.set_autoload(phases && cookies);
     progs.uprobe__go_sched.set_autoload(phases && cookies);
     // Without cookies: the programs of each phase id in use, and of each scheduler point.
     for mut prog in open.open_object_mut().progs_mut() {
@@ -397,6 +400,7 @@ impl<'obj> Engine<'obj> {
             limits::TARGET_BIT_WORDS as usize * 8,
         )?;
         Ok(Engine {
+            inlined_unprobed: 0,
             rows,
             unwind_mappings,
             target_bits,

@@ -219,6 +219,8 @@ pub struct Engine<'obj> {
     target_bits: mapped::MappedArray,
     /// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) when the probes were detached.
     detached_at_ns: Option<u64>,
+    /// Inlined copies of phase functions that could not be probed (their calls go unseen).
+    inlined_unprobed: u64,
     /// What this kernel's BPF can do, and so which programs were loaded.
     pub features: features::KernelFeatures,
     pub cpus: usize,
@@ -255,9 +257,13 @@ pub enum Uprobe {
     /// A phase function's entry, and its exit (a uretprobe).
     PhaseEnter,
     PhaseExit,
-    /// A Go phase function's entry, and each of its return instructions (per goroutine).
+    /// The first instruction after an inlined copy of a phase function (its caller's next).
+    PhaseLeave,
+    /// A Go phase function's entry, and each of its return instructions (per goroutine), and
+    /// the first instruction after an inlined copy.
     GoPhaseEnter,
     GoPhaseReturn,
+    GoPhaseLeave,
     /// A switch point of Go's scheduler (the cookie says which).
     GoSched,
     /// An allocator's entry and its exit (a uretprobe), `free`, Go's allocation sampler.

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use libbpf_rs::{MapCore, MapFlags};
 use phaseprof_bpf::types;
-use phaseprof_model::{Lost, PhaseStats};
+use phaseprof_model::{Lost, PhaseStats, INLINED_UNPROBED};
 
 use super::{pod, Engine, MAX_SYSCALL_COSTS, WALL_BUCKETS};
 
@@ -105,6 +105,9 @@ impl Engine<'_> {
             counts.push((types::drop_reason(i), n));
         }
         let mut lost = lost_of(&counts);
+        // Not a drop of the kernel's, but calls the phases do not see all the same.
+        lost.by_reason
+            .insert(INLINED_UNPROBED.into(), self.inlined_unprobed);
         if self.stacks.expired > 0 {
             lost.stacks += self.stacks.expired;
             lost.by_reason

@@ -3,6 +3,7 @@
 //! ELF objects.
 
 pub mod config;
+pub mod inlined;
 pub mod plan;
 pub mod probe_overhead;
 pub mod symbols;

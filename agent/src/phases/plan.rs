@@ -7,8 +7,9 @@ use anyhow::{bail, Context, Result};
 use phaseprof_bpf::types::{go_sched_flag, go_sched_point};
 
 use super::config::{CostEvent, PhaseConfig};
+use super::inlined::{inlined_copies, InlinedCopy};
 use super::symbols::{resolve, ProbeSite};
-use crate::elf::{function_symbols, FunctionSymbol};
+use crate::elf::{function_symbols, glob_match, FunctionSymbol};
 use crate::engine::{ProbeSpec, Uprobe, MAX_SYSCALL_COSTS};
 use crate::x86::{emulated_at, go_entry_offset, native_entry, return_offsets};
 
@@ -18,10 +19,28 @@ pub struct PhaseProbe {
     /// Phase id (index into the profile's phases; 0 is `(none)`).
     pub phase: u32,
     pub site: ProbeSite,
-    /// Go code: file offsets of the function's return instructions. None: use a uretprobe.
-    pub returns: Option<Vec<u64>>,
+    pub exit: Exit,
     /// Whether the kernel emulates the entry's instruction (else it is single-stepped).
     pub entry_emulated: bool,
+}
+
+/// How the end of a phase function's call is seen.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Exit {
+    /// A uretprobe (native code).
+    Uretprobe,
+    /// Go code: probes on the file offsets of the function's return instructions.
+    GoReturns(Vec<u64>),
+    /// An inlined copy (`site` is its first instruction): a probe on the first instruction
+    /// after it, where its caller goes on.
+    Leave { offset: u64, go: bool },
+}
+
+impl PhaseProbe {
+    /// Go code: its phases are kept per goroutine.
+    pub fn is_go(&self) -> bool {
+        matches!(self.exit, Exit::GoReturns(_) | Exit::Leave { go: true, .. })
+    }
 }
 
 /// Where in the Go scheduler a goroutine starts or stops running on an OS thread: phases of
@@ -64,13 +83,16 @@ pub struct PhasePlan {
     pub syscall_costs: Vec<(String, Vec<u32>)>,
     /// Allocation cost rules computed from allocation stacks: (name, frame globs).
     pub alloc_costs: Vec<(String, Vec<String>)>,
+    /// Inlined copies of phase functions with no end to probe.
+    pub inlined_unprobed: u64,
 }
 
 impl PhasePlan {
     /// The engine's probes for the plan, phase `p` of the plan counted as phase `id_of(p)`:
     /// each function's entry and its exit (a uretprobe, or for Go code uprobes on each return
     /// instruction, keeping the phases per goroutine), and the Go scheduler's switch points.
-    pub fn probe_specs(&self, id_of: impl Fn(u32) -> u32) -> Vec<ProbeSpec> {
+    /// Without attach `cookies`, inlined copies are left out (see `inlined_unprobed`).
+    pub fn probe_specs(&self, id_of: impl Fn(u32) -> u32, cookies: bool) -> Vec<ProbeSpec> {
         let spec = |program, site: &ProbeSite, offset, cookie, kind: &str| ProbeSpec {
             program,
             path: site.path.clone(),
@@ -82,8 +104,18 @@ impl PhasePlan {
         for probe in &self.probes {
             let cookie = id_of(probe.phase) as u64;
             let site = &probe.site;
-            match &probe.returns {
-                None => {
+            match &probe.exit {
+                Exit::Leave { .. } if !cookies => {}
+                Exit::Leave { offset, go } => {
+                    let (enter, leave) = if *go {
+                        (Uprobe::GoPhaseEnter, Uprobe::GoPhaseLeave)
+                    } else {
+                        (Uprobe::PhaseEnter, Uprobe::PhaseLeave)
+                    };
+                    out.push(spec(enter, site, site.file_offset, cookie, "inlined entry"));
+                    out.push(spec(leave, site, *offset, cookie, "inlined end"));
+                }
+                Exit::Uretprobe => {
                     out.push(spec(
                         Uprobe::PhaseEnter,
                         site,
@@ -99,7 +131,7 @@ impl PhasePlan {
                         "return",
                     ));
                 }
-                Some(offsets) => {
+                Exit::GoReturns(offsets) => {
                     out.push(spec(
                         Uprobe::GoPhaseEnter,
                         site,
@@ -129,6 +161,92 @@ impl PhasePlan {
             ));
         }
         out
+    }
+}
+
+/// Every inlined copy, in each of `symbols`' objects, of a function some phase of `cfg` names
+/// (none where an object has no DWARF or cannot be read: its copies go unseen, as before).
+fn phase_copies(
+    cfg: &PhaseConfig,
+    symbols: &[(PathBuf, Vec<FunctionSymbol>)],
+) -> Vec<(PathBuf, InlinedCopy)> {
+    let wanted = |name: &str| cfg.phases.iter().any(|s| glob_match(&s.function, name));
+    let mut out = Vec::new();
+    for (path, syms) in symbols {
+        if let Ok(copies) = inlined_copies(path, syms, wanted) {
+            out.extend(copies.into_iter().map(|c| (path.clone(), c)));
+        }
+    }
+    out
+}
+
+impl PhasePlan {
+    /// Plans probes on phase `phase`'s inlined copies `copies`: at each copy's entry and at
+    /// the first instruction after it; a copy without one is counted in `inlined_unprobed`.
+    fn add_inlined(
+        &mut self,
+        phase: u32,
+        name: &str,
+        copies: &[&(PathBuf, InlinedCopy)],
+        symbols: &[(PathBuf, Vec<FunctionSymbol>)],
+    ) {
+        let mut callers = Vec::new();
+        for (path, copy) in copies {
+            let syms = symbols.iter().find(|(p, _)| p == path).map(|(_, s)| s);
+            let Some(end) = copy.exit else {
+                self.inlined_unprobed += 1;
+                continue;
+            };
+            let caller = (syms.into_iter().flatten())
+                .find(|f| copy.entry >= f.file_offset && copy.entry < f.file_offset + f.size)
+                .map(|f| f.name.clone())
+                .unwrap_or_else(|| format!("{:#x}", copy.entry));
+            callers.push(caller);
+            self.probes.push(PhaseProbe {
+                phase,
+                site: ProbeSite {
+                    path: path.clone(),
+                    symbol: copy.name.clone(),
+                    file_offset: copy.entry,
+                    size: 0,
+                },
+                exit: Exit::Leave {
+                    offset: end,
+                    go: syms.is_some_and(|s| is_go(s)),
+                },
+                entry_emulated: emulated_at(path, copy.entry),
+            });
+        }
+        let missed = copies.len() - callers.len();
+        if !copies.is_empty() {
+            eprintln!(
+                "phaseprof: phase `{name}`: {} inlined {} probed{}{}",
+                callers.len(),
+                if callers.len() == 1 { "copy" } else { "copies" },
+                if callers.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (in {})", callers.join(", "))
+                },
+                if missed > 0 {
+                    format!(
+                        "; {missed} cannot be (no single end): their calls are not counted, the \
+                         phase table says INCOMPLETE"
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+
+    /// Inlined copies that cannot be probed, those planned ones included where the kernel
+    /// lacks attach cookies (their ends must know their phase).
+    pub fn inlined_unprobed(&self, cookies: bool) -> u64 {
+        let planned = (self.probes.iter())
+            .filter(|p| matches!(p.exit, Exit::Leave { .. }))
+            .count() as u64;
+        self.inlined_unprobed + if cookies { 0 } else { planned }
     }
 }
 
@@ -218,9 +336,18 @@ impl PhasePlan {
         for path in objects {
             symbols.push((path.clone(), function_symbols(path)?));
         }
+        let copies = phase_copies(cfg, &symbols);
         for (i, spec) in cfg.phases.iter().enumerate() {
             let phase = i as u32 + 1;
-            let sites = resolve(spec, file, &symbols)?;
+            let mine: Vec<&(PathBuf, InlinedCopy)> = (copies.iter())
+                .filter(|(_, c)| glob_match(&spec.function, &c.name))
+                .collect();
+            let sites = match resolve(spec, file, &symbols) {
+                // Only inlined: its copies are its calls, if any can be probed.
+                Err(_) if mine.iter().any(|(_, c)| c.exit.is_some()) => Vec::new(),
+                sites => sites?,
+            };
+            self.add_inlined(phase, &spec.name, &mine, &symbols);
             if sites.len() > 1 {
                 eprintln!(
                     "phaseprof: phase `{}`: `{}` matches {} functions (all probed)",
@@ -240,16 +367,17 @@ impl PhasePlan {
                         spec.name, site.symbol
                     )
                 };
-                let (entry, returns, entry_emulated) = if go {
+                let (entry, exit, entry_emulated) = if go {
                     let entry =
                         go_entry_offset(&site.path, func_start, site.size).with_context(cannot)?;
                     let returns =
                         return_offsets(&site.path, func_start, site.size).with_context(cannot)?;
-                    (entry, Some(returns), emulated_at(&site.path, entry))
+                    let emulated = emulated_at(&site.path, entry);
+                    (entry, Exit::GoReturns(returns), emulated)
                 } else {
                     let (entry, emulated) =
                         native_entry(&site.path, func_start, site.size).with_context(cannot)?;
-                    (entry, None, emulated)
+                    (entry, Exit::Uretprobe, emulated)
                 };
                 if entry != func_start && !go {
                     eprintln!(
@@ -268,7 +396,7 @@ impl PhasePlan {
                 self.probes.push(PhaseProbe {
                     phase,
                     site,
-                    returns,
+                    exit,
                     entry_emulated,
                 });
             }
@@ -277,7 +405,7 @@ impl PhasePlan {
             let has_go_phase = self
                 .probes
                 .iter()
-                .any(|p| p.returns.is_some() && p.site.path == *path);
+                .any(|p| p.is_go() && p.site.path == *path);
             if has_go_phase && !self.go_switches.iter().any(|g| g.site.path == *path) {
                 self.go_switches.extend(go_switch_probes(path, syms)?);
             }

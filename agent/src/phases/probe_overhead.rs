@@ -48,7 +48,7 @@ impl PhaseProbeOverhead {
     /// most expensive function's probes cost.
     pub fn note(&mut self, plan: &PhasePlan, id_of: impl Fn(u32) -> u32) {
         for probe in &plan.probes {
-            let mut ns = if probe.returns.is_some() {
+            let mut ns = if probe.is_go() {
                 GO_PHASE_CALL_NS
             } else {
                 NATIVE_PHASE_CALL_NS

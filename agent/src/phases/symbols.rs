@@ -20,8 +20,8 @@ pub enum ResolveError {
     #[error(
         "{file}:{line}: phase `{phase}`: function `{function}` matches no function in {objects}{}{}{}",
         inlined.as_ref().map(|name| format!(
-            "; `{name}` appears in the binary but in no symbol, so it likely exists only inlined (or was optimized away): \
-             inlined copies cannot be probed, mark it #[inline(never)] / __attribute__((noinline))"
+            "; `{name}` appears in the binary but in no symbol, so it likely exists only inlined (or was optimized away), \
+             in no copy whose end can be probed: mark it #[inline(never)] / __attribute__((noinline))"
         )).unwrap_or_default(),
         if near.is_empty() { String::new() } else { format!("; closest names: {}", near.join(", ")) },
         if stripped.is_empty() { String::new() } else { format!(

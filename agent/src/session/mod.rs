@@ -200,8 +200,11 @@ impl<'obj> Session<'obj> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &self.code_objects(pid)?)?;
         self.phase_cost.note(&plan, |p| ids[p as usize - 1]);
-        self.engine
-            .attach_phases(&plan.probe_specs(|p| ids[p as usize - 1]))
+        let cookies = self.engine.features.attach_cookie;
+        self.engine.attach_phases(
+            &plan.probe_specs(|p| ids[p as usize - 1], cookies),
+            plan.inlined_unprobed(cookies),
+        )
     }
 
     pub fn engine(&self) -> &Engine<'obj> {
@@ -240,7 +243,11 @@ impl<'obj> Session<'obj> {
             // Probes first, so the target's phases are seen from its first moment as a target.
             let mut plan = PhasePlan::default();
             plan.resolve(&cfg, &file, &self.code_objects(pid)?)?;
-            self.engine.attach_phases(&plan.probe_specs(|p| p))?;
+            let cookies = self.engine.features.attach_cookie;
+            self.engine.attach_phases(
+                &plan.probe_specs(|p| p, cookies),
+                plan.inlined_unprobed(cookies),
+            )?;
             self.phase_cost.note(&plan, |p| p);
         }
         if self.alloc.is_some() {
