@@ -102,13 +102,6 @@ struct event_key {
 	__u32 pad;
 };
 
-/* Why a thread was off the CPU: blocked (sleeping, in disk wait), or runnable and waiting for
- * a CPU (preempted, or woken and not yet running). */
-enum offcpu_reason {
-	OFFCPU_BLOCKED = 0,
-	OFFCPU_CPU_WAIT = 1,
-};
-
 struct offcpu_key {
 	__u32 tgid;
 	__u32 tid;
@@ -117,8 +110,13 @@ struct offcpu_key {
 	__u64 user_stack;
 	__u64 kernel_stack;
 	__u64 phase_mask;
-	enum offcpu_reason reason;
-	__u32 pad;
+};
+
+/* Off-CPU time of one key, and of it the time runnable and waiting for a CPU (preempted, or
+ * woken and not yet running); the rest was blocked (sleeping, in disk wait). */
+struct offcpu_value {
+	__u64 ns;
+	__u64 cpu_wait_ns;
 };
 
 /* Per-thread state from switch-out to switch-in. */

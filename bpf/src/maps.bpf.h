@@ -137,7 +137,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct offcpu_key);
-	__type(value, __u64); /* ns */
+	__type(value, struct offcpu_value);
 } offcpu_counts SEC(".maps");
 
 struct {

@@ -46,7 +46,10 @@ static __always_inline void on_switch(void *ctx, bool preempt, struct task_struc
 			}
 		}
 		/* prev is current here, so the stacks are prev's. */
-		/* Preempted (or still TASK_RUNNING: it yielded) it waits for a CPU from now on. */
+		/* Preempted (or still TASK_RUNNING: it yielded) it waits for a CPU from now on. A
+		 * thread preempted after arming a timer and before blocking may find it expired
+		 * when it runs again and never block: its sleep was a wait for a CPU (as the
+		 * kernel's run delay counts it too). */
 		bool runnable = preempt || state == 0;
 		struct offcpu_start start = {
 			.ts = now,
@@ -88,11 +91,12 @@ static __always_inline void on_switch(void *ctx, bool preempt, struct task_struc
 	if (runnable > delta)
 		runnable = delta;
 	bpf_map_delete_elem(&offcpu_starts, &next_tid);
-	if (delta > runnable)
-		add_u64(&offcpu_counts, &key, delta - runnable, DROP_OFFCPU_KEY);
-	if (runnable) {
-		key.reason = OFFCPU_CPU_WAIT;
-		add_u64(&offcpu_counts, &key, runnable, DROP_OFFCPU_KEY);
+	struct offcpu_value zero = {};
+	struct offcpu_value *v = lookup_or_init(&offcpu_counts, &key, &zero, DROP_OFFCPU_KEY);
+	if (v) {
+		atomic_add(&v->ns, delta);
+		if (runnable)
+			atomic_add(&v->cpu_wait_ns, runnable);
 	}
 	if (phases_enabled) {
 		phases_add_time(key.phase_mask, PF_OFFCPU, delta);

@@ -228,11 +228,14 @@ pub fn strace_errors(summary: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-/// Checks off-CPU time against the workload's sleeps like with like: the part blocked (off-CPU
-/// time less the time waiting for a CPU, `cpu_wait`) at least the sleeps requested and at most
-/// the time measured around them (which adds the wait for a CPU after each wake-up; 2% each
-/// way), and the whole at most that plus the time its threads waited for a CPU (`run_delay_ns`,
-/// which CPU contention adds, and which a loaded machine makes large).
+/// Checks off-CPU time against the workload's sleeps like with like (2% each way): the whole at
+/// least the sleeps requested, and at most the time measured around them plus the time its
+/// threads waited for a CPU (`run_delay_ns`, which CPU contention adds, and which a loaded
+/// machine makes large); the part blocked (off-CPU time less the time waiting for a CPU,
+/// `cpu_wait`) at most the time measured around the sleeps. Blocked time may fall short of the
+/// sleeps requested on a loaded machine: a thread preempted after arming its timer and before
+/// blocking may find the timer expired when it runs again, and never block; its sleep was spent
+/// waiting for a CPU, as the kernel's run delay counts it too.
 pub fn assert_offcpu_covers_sleep(offcpu: f64, cpu_wait: f64, truth: &serde_json::Value) {
     let slept = truth["slept_ns"].as_f64().unwrap();
     let requested = truth["sleep_requested_ns"].as_f64().unwrap();
@@ -243,13 +246,13 @@ pub fn assert_offcpu_covers_sleep(offcpu: f64, cpu_wait: f64, truth: &serde_json
          {requested:.0} ns of sleeps requested, {slept:.0} ns measured, {delayed:.0} ns run delay"
     );
     assert!(
-        blocked >= 0.98 * requested && blocked <= 1.02 * slept,
-        "blocked {blocked} ns is not between the sleeps requested ({requested} ns) and measured \
-         ({slept} ns), 2% each way"
+        offcpu >= 0.98 * requested && offcpu <= 1.02 * (slept + delayed),
+        "off-cpu {offcpu} ns is not between the sleeps requested ({requested} ns) and the time \
+         measured around them ({slept} ns) plus {delayed} ns of run delay"
     );
     assert!(
-        offcpu <= 1.02 * (slept + delayed),
-        "off-cpu {offcpu} ns is more than slept {slept} ns plus {delayed} ns of run delay"
+        blocked <= 1.02 * slept,
+        "blocked {blocked} ns is more than the sleeps measured ({slept} ns)"
     );
 }
 

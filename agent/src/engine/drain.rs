@@ -189,11 +189,13 @@ impl Engine<'_> {
             |k| take(k.window),
             everything,
         )?;
-        let offcpu = self.offcpu_counts.take::<types::offcpu_key, u64>(
-            &maps.offcpu_counts,
-            |k| take(k.window),
-            everything,
-        )?;
+        let offcpu = self
+            .offcpu_counts
+            .take::<types::offcpu_key, types::offcpu_value>(
+                &maps.offcpu_counts,
+                |k| take(k.window),
+                everything,
+            )?;
         let syscalls = self
             .syscall_counts
             .take::<types::syscall_key, types::syscall_value>(
@@ -258,19 +260,12 @@ impl Engine<'_> {
                 ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
-        for (k, ns) in offcpu {
-            // The kernel counts each reason under a key of its own: here one sample of the
-            // stack carries both, its total and the part spent waiting for a CPU.
-            let waited = if k.reason == types::offcpu_reason::OFFCPU_CPU_WAIT {
-                ns
-            } else {
-                0
-            };
+        for (k, v) in offcpu {
             raw.samples.push(RawSample {
                 kind: SampleKind::Offcpu,
                 user: self.stack(k.user_stack),
                 kernel: self.stack(k.kernel_stack),
-                values: vec![ns, waited],
+                values: vec![v.ns, v.cpu_wait_ns],
                 ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
