@@ -16,7 +16,7 @@ use crate::command::{CommandChild, HeldChild, HoldWatchdog, STOP_GRACE};
 use crate::engine::SyscallStacks;
 use crate::engine::{Engine, EngineConfig};
 use crate::phases::{PhaseConfig, PhasePlan};
-use crate::session::{Session, Turn};
+use crate::session::{DeferredPhases, Session, Turn};
 use crate::targets::{self, TargetSpec};
 use crate::unwind::UnwindMode;
 
@@ -93,10 +93,21 @@ pub fn record(opts: &RecordOptions, interrupted: Arc<AtomicBool>) -> Result<Reco
                     let vmas = crate::processes::read_once(pids[0])?;
                     plan.resolve(&cfg, &file, &targets::code_objects(pids[0], &vmas)?)?
                 }
-                (TargetSpec::Command(_), Some(path)) => {
-                    plan.resolve(&cfg, &file, std::slice::from_ref(path))?
+                (TargetSpec::Command(argv), Some(path)) => {
+                    // A wrapper (`env`, `timeout`, `nice`, `sh -c`) runs the program later:
+                    // the phases then resolve in the first program the command execs that
+                    // defines them. Without another program in its arguments the error is
+                    // the command's own (a typo fails before anything runs).
+                    let mut tried = plan.clone();
+                    match tried.resolve(&cfg, &file, std::slice::from_ref(path)) {
+                        Ok(()) => plan = tried,
+                        Err(e) if names_another_program(&argv[1..]) => {
+                            deferred = Some(DeferredPhases::at_exec(cfg, file, path, e))
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
-                _ => deferred = Some((cfg, file)),
+                _ => deferred = Some(DeferredPhases::FirstTarget(cfg, file)),
             }
             plan
         }
@@ -156,13 +167,23 @@ fn keep_as_old(output: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether a command's arguments name another program it may run (a word of an argument, as
+/// `sh -c` takes them, that is an executable file or in PATH): `env FOO=1 ./server`,
+/// `timeout 60 server`, `sh -c 'exec server --port 1'`.
+fn names_another_program(args: &[String]) -> bool {
+    (args.iter())
+        .flat_map(|a| a.split_whitespace())
+        .filter(|w| !w.starts_with('-') && !w.contains('='))
+        .any(|w| targets::resolve_command(w).is_ok())
+}
+
 /// Loads and attaches the engine for `opts` and `plan` (phase probes included) and wraps it in
 /// a session with no targets yet; `storage` holds the BPF object. Shared by
 /// `record` and `attach`.
 pub fn open_session<'obj>(
     opts: &RecordOptions,
     mut plan: PhasePlan,
-    deferred: Option<(PhaseConfig, String)>,
+    deferred: Option<DeferredPhases>,
     storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
 ) -> Result<(Session<'obj>, EngineConfig)> {
     if opts.phases.is_none() {
@@ -215,7 +236,7 @@ pub fn open_session<'obj>(
     meta.notes
         .insert("phaseprof_version".into(), env!("CARGO_PKG_VERSION").into());
     let mut session = Session::new(engine, meta, &plan, opts.verbose);
-    session.resolve_phases_on_first_target(deferred);
+    session.resolve_phases_later(deferred);
     session.unwind_stacks(
         opts.unwind,
         engine_cfg.stack_copy_bytes,
@@ -235,7 +256,7 @@ fn record_into(
     opts: &RecordOptions,
     command_path: Option<PathBuf>,
     plan: PhasePlan,
-    deferred: Option<(PhaseConfig, String)>,
+    deferred: Option<DeferredPhases>,
     interrupted: Arc<AtomicBool>,
 ) -> Result<Recorded> {
     let t0 = Instant::now();
@@ -329,6 +350,9 @@ fn record_into(
             None
         })
     })?;
+    if let Some(why) = session.unresolved_phases() {
+        eprintln!("phaseprof: warning: {why}; the phases counted nothing");
+    }
     let profile = session.finish(start, SystemTime::now())?;
     if let Some(w) = watchdog {
         w.stand_down();

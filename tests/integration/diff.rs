@@ -6,10 +6,12 @@ use phaseprof_e2e::*;
 
 use crate::require_root;
 
+/// One run: long enough (~0.3 s of work) that the recording's fixed start (tables going in at
+/// the program's exec and entry) does not dominate its per-second rates on a loaded machine.
 fn run(name: &str, flushes: &str) -> PathBuf {
     record_sim_with_phases(
         name,
-        &["--blocks", "20", "--burn-ms", "2", "--flushes", flushes],
+        &["--blocks", "60", "--burn-ms", "5", "--flushes", flushes],
     )
 }
 

@@ -23,6 +23,7 @@ mod hostile_local;
 mod inlined;
 mod kernels;
 mod phases;
+mod phases_exec;
 mod real_servers;
 mod soak;
 mod store_faults;

@@ -171,7 +171,7 @@ fn unknown_phase_function_suggests_near_names() {
         "{err}"
     );
     assert!(
-        err.contains("closest names: validator_sim::phases::propose"),
+        err.contains("matches no function; closest: validator_sim::phases::propose"),
         "{err}"
     );
     assert!(!dir.join("x.phaseprof").exists());

@@ -18,12 +18,12 @@ pub struct ProbeSite {
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error(
-        "{file}:{line}: phase `{phase}`: function `{function}` matches no function in {objects}{}{}{}",
+        "{file}:{line}: phase `{phase}`: function `{function}` matches no function{} in {objects}{}{}",
+        if near.is_empty() { String::new() } else { format!("; closest: {}", near.join(", ")) },
         inlined.as_ref().map(|name| format!(
             "; `{name}` appears in the binary but in no symbol, so it likely exists only inlined (or was optimized away), \
              in no copy whose end can be probed: mark it #[inline(never)] / __attribute__((noinline))"
         )).unwrap_or_default(),
-        if near.is_empty() { String::new() } else { format!("; closest names: {}", near.join(", ")) },
         if stripped.is_empty() { String::new() } else { format!(
             "; {} stripped (no symbol table: only exported functions have names), so phases need \
              a build that keeps its symbols (stacks can still be named from a separate debug file)",
@@ -38,7 +38,8 @@ pub enum ResolveError {
         /// The name's last segment, when an object mentions it although no symbol has it.
         inlined: Option<String>,
         near: Vec<String>,
-        /// Objects without a symbol table (stripped), whose functions mostly have no name.
+        /// Objects without a symbol table (stripped), whose functions mostly have no name; left
+        /// out when a name close to the one asked for exists (a typo, not a stripped build).
         stripped: Vec<String>,
     },
     #[error(transparent)]
@@ -58,6 +59,23 @@ fn levenshtein(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+/// The last `::` segment of a name.
+fn tail(name: &str) -> &str {
+    name.rsplit("::").next().unwrap_or(name)
+}
+
+/// The objects searched, short: the program and how many libraries (`/usr/bin/redis-server and
+/// 17 libraries`).
+fn describe_objects(objects: &[(PathBuf, Vec<FunctionSymbol>)]) -> String {
+    let mut names = objects.iter().map(|(p, _)| p.display().to_string());
+    let first = names.next().unwrap_or_default();
+    match objects.len() {
+        0 | 1 => first,
+        2 => format!("{first} and 1 library"),
+        n => format!("{first} and {} libraries", n - 1),
+    }
 }
 
 /// Up to `n` names closest to `pattern` (its literal parts), for "did you mean" messages.
@@ -160,21 +178,20 @@ pub fn resolve(
         let names = objects
             .iter()
             .flat_map(|(_, syms)| syms.iter().map(|s| s.name.as_str()));
+        let near = near_matches(&spec.function, names, 3);
+        let typo = near
+            .first()
+            .is_some_and(|n| levenshtein(tail(&spec.function), tail(n)) <= 2);
         return Err(ResolveError::NoMatch {
             file: file.to_string(),
             line: spec.line,
             phase: spec.name.clone(),
             function: spec.function.clone(),
-            objects: objects
-                .iter()
-                .map(|(p, _)| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
+            objects: describe_objects(objects),
             inlined: mentioned_without_symbol(&spec.function, objects),
-            near: near_matches(&spec.function, names, 5),
-            stripped: objects
-                .iter()
-                .filter(|(p, _)| crate::elf::is_stripped(p))
+            near,
+            stripped: (objects.iter())
+                .filter(|(p, _)| !typo && crate::elf::is_stripped(p))
                 .map(|(p, _)| p.display().to_string())
                 .collect(),
         });
@@ -223,7 +240,7 @@ mod tests {
         assert!(err.starts_with("phases.toml:3: phase `p`"), "{err}");
         assert!(
             err.contains(
-                "closest names: phaseprof::phases::symbols::tests::a_phase_function_for_tests"
+                "matches no function; closest: phaseprof::phases::symbols::tests::a_phase_function_for_tests"
             ),
             "{err}"
         );

@@ -20,8 +20,11 @@ use crate::window::{fold_identical, RawSample, RawWindow};
 
 /// How long a session turn waits for process events at most: the latency of noticing a stop,
 /// a deadline or a window's end.
+mod deferred_phases;
 mod stacks;
 mod windows;
+
+pub use deferred_phases::DeferredPhases;
 
 use stacks::Choice;
 
@@ -61,7 +64,7 @@ pub struct Session<'obj> {
     phase_names: Vec<String>,
     cost_names: Vec<String>,
     /// A phases config to resolve in the first target's objects (`--name`: unknown at start).
-    deferred_phases: Option<(PhaseConfig, String)>,
+    deferred_phases: Option<DeferredPhases>,
     /// Allocation probes, when `alloc` events are recorded.
     alloc: Option<AllocRecorder>,
     /// Allocation cost rules: (name, frame globs), computed from allocation stacks.
@@ -182,7 +185,7 @@ impl<'obj> Session<'obj> {
     }
 
     /// Resolves and attaches `phases` (config, file name) when the first target is added.
-    pub fn resolve_phases_on_first_target(&mut self, phases: Option<(PhaseConfig, String)>) {
+    pub fn resolve_phases_later(&mut self, phases: Option<DeferredPhases>) {
         self.deferred_phases = phases;
     }
 
@@ -239,16 +242,11 @@ impl<'obj> Session<'obj> {
     /// `add_target`, for a target found running or a target's child the kernel made a target at
     /// its birth (its CPU time counts from 0, not from a mark read now).
     fn add(&mut self, pid: u32, joined: Joined) -> Result<()> {
-        if let Some((cfg, file)) = self.deferred_phases.take() {
+        if let Some(DeferredPhases::FirstTarget(cfg, file)) = &self.deferred_phases {
             // Probes first, so the target's phases are seen from its first moment as a target.
-            let mut plan = PhasePlan::default();
-            plan.resolve(&cfg, &file, &self.code_objects(pid)?)?;
-            let cookies = self.engine.features.attach_cookie;
-            self.engine.attach_phases(
-                &plan.probe_specs(|p| p, cookies),
-                plan.inlined_unprobed(cookies),
-            )?;
-            self.phase_cost.note(&plan, |p| p);
+            let (cfg, file) = (cfg.clone(), file.clone());
+            self.deferred_phases = None;
+            self.attach_phases_in(pid, &cfg, &file)?;
         }
         if self.alloc.is_some() {
             let objects = self.code_objects(pid)?;

@@ -87,6 +87,8 @@ impl Session<'_> {
             Choice::Exec
         };
         let walk = self.choose_unwind(pid, &exe, how);
+        // While it is stopped at the exec, if it is: its first call is seen.
+        self.phases_at_exec(pid);
         if !self.hold_execs {
             return walk.map(|_| ());
         }
