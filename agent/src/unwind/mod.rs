@@ -1,9 +1,9 @@
 //! User stacks of code built without frame pointers. The kernel's frame-pointer walk gives the
-//! leaf and garbage there, so for such targets (`--unwind dwarf`, the default where a binary has
-//! no frame pointers) user space compiles each module's call-frame information (`.eh_frame`)
-//! into compact tables shared in BPF maps, and the BPF programs walk every event's stack (cpu,
-//! off-CPU, syscalls, allocations, page faults) from them, falling back to frame pointers per
-//! frame where a module has no rule. The older way is kept as `--unwind copy` (and as a check in
+//! leaf and garbage there, so for such targets (`--unwind dwarf`; by default per module, for
+//! every module without frame pointers) user space compiles each module's call-frame
+//! information (`.eh_frame`) into compact tables shared in BPF maps, and the BPF programs walk
+//! every event's stack (cpu, off-CPU, syscalls, allocations, page faults) from them, by frame
+//! pointers per frame where a module has no rule or keeps frame pointers (`auto`). The older way is kept as `--unwind copy` (and as a check in
 //! tests): a cpu sample or page fault carries a copy of the stack, unwound here with framehop.
 //!
 //! - [`census`]: does a binary keep frame pointers (decides `--unwind auto`)?
