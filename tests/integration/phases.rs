@@ -70,14 +70,22 @@ fn phases_match_ground_truth() {
     );
     assert!(rel_diff(cpu, burned) < 0.05);
 
-    let p50 = phase_json(&report, "propose")["wall_ns"]["p50"]
-        .as_f64()
-        .unwrap();
+    // Wall time against like things: a call burns 20 ms of CPU, so its median wall time is at
+    // least that (more when other work holds the CPUs), and a phase's wall time is its on-CPU
+    // plus its off-CPU time (one thread; the sched_switch accounting is independent of the
+    // entry and return probes that time the calls).
+    let propose = phase_json(&report, "propose");
+    let num = |k: &str| propose[k].as_f64().unwrap();
+    let p50 = propose["wall_ns"]["p50"].as_f64().unwrap();
+    let wall = propose["wall_ns"]["total"].as_f64().unwrap();
+    let (on, off) = (num("cpu_ns"), num("offcpu_ns"));
     eprintln!(
-        "propose wall p50 {p50} vs 20 ms: {:.2}%",
-        100.0 * rel_diff(p50, 20e6)
+        "propose wall p50 {p50} vs 20 ms burned; wall {wall} vs cpu + off-cpu {}: {:.2}%",
+        on + off,
+        100.0 * rel_diff(wall, on + off)
     );
-    assert!(rel_diff(p50, 20e6) < 0.05);
+    assert!(p50 >= 0.95 * 20e6, "{p50}");
+    assert!(rel_diff(wall, on + off) < 0.05);
     assert_eq!(report["lost"]["events"], 0, "{}", report["lost"]);
 }
 
