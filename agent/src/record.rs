@@ -213,11 +213,7 @@ pub fn open_session<'obj>(
         eprintln!("phaseprof: kernel {}: {why}", engine.features.release);
     }
     engine.attach(&engine_cfg)?;
-    let cookies = engine.features.attach_cookie;
-    engine.attach_phases(
-        &plan.probe_specs(|p| p, cookies),
-        plan.inlined_unprobed(cookies),
-    )?;
+    plan.attach(&mut engine, |p| p)?;
     let mut meta = Meta {
         host: read_trimmed("/proc/sys/kernel/hostname"),
         kernel: read_trimmed("/proc/sys/kernel/osrelease"),

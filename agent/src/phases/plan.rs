@@ -240,6 +240,20 @@ impl PhasePlan {
         }
     }
 
+    /// Attaches the plan's probes (phase `p` counted as `id_of(p)`), its inlined copies only
+    /// where the kernel has attach cookies.
+    pub fn attach(
+        &self,
+        engine: &mut crate::engine::Engine<'_>,
+        id_of: impl Fn(u32) -> u32,
+    ) -> Result<()> {
+        let cookies = engine.features.attach_cookie;
+        engine.attach_phases(
+            &self.probe_specs(id_of, cookies),
+            self.inlined_unprobed(cookies),
+        )
+    }
+
     /// Inlined copies that cannot be probed, those planned ones included where the kernel
     /// lacks attach cookies (their ends must know their phase).
     pub fn inlined_unprobed(&self, cookies: bool) -> u64 {

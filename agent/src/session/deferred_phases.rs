@@ -47,11 +47,7 @@ impl Session<'_> {
     ) -> Result<()> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &self.code_objects(pid)?)?;
-        let cookies = self.engine.features.attach_cookie;
-        self.engine.attach_phases(
-            &plan.probe_specs(|p| p, cookies),
-            plan.inlined_unprobed(cookies),
-        )?;
+        plan.attach(&mut self.engine, |p| p)?;
         self.phase_cost.note(&plan, |p| p);
         Ok(())
     }

@@ -203,11 +203,7 @@ impl<'obj> Session<'obj> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &self.code_objects(pid)?)?;
         self.phase_cost.note(&plan, |p| ids[p as usize - 1]);
-        let cookies = self.engine.features.attach_cookie;
-        self.engine.attach_phases(
-            &plan.probe_specs(|p| ids[p as usize - 1], cookies),
-            plan.inlined_unprobed(cookies),
-        )
+        plan.attach(&mut self.engine, |p| ids[p as usize - 1])
     }
 
     pub fn engine(&self) -> &Engine<'obj> {
