@@ -129,6 +129,9 @@ struct offcpu_start {
 	__u64 phase_mask;
 	/* When it became runnable (switched out preempted, or woken); 0: still blocked. */
 	__u64 runnable_ts;
+	/* Its CPU time (se.sum_exec_runtime) at the switch-out: what it ran since tells a switch-in
+	 * the tracepoint never reported (see sched.bpf.h). */
+	__u64 runtime;
 };
 
 struct syscall_key {

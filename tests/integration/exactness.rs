@@ -57,6 +57,7 @@ fn command_writes_exact_and_offcpu_matches_sleep() {
         report["events"]["offcpu"]["total_ns"].as_f64().unwrap()
     );
     assert_offcpu_covers_sleep(offcpu, cpu_wait, &truth);
+    assert_offcpu_misses_nothing(offcpu, &truth);
     assert_eq!(report["target"]["pids"][0], truth["pid"]);
     assert_nothing_lost(&report);
     for event in ["cpu", "offcpu", "syscall"] {
@@ -377,6 +378,7 @@ fn event_kinds_can_be_recorded_alone() {
             "offcpu" => {
                 let (ns, cpu_wait) = offcpu_totals(&report);
                 assert_offcpu_covers_sleep(ns, cpu_wait, &truth);
+                assert_offcpu_misses_nothing(ns, &truth);
             }
             _ => assert_eq!(
                 write_count(&report),
@@ -474,6 +476,7 @@ fn offcpu_splits_blocked_time_from_cpu_wait() {
     assert!(run_delay > 0.0, "no run delay: {truth}");
     assert!(rel_diff(cpu_wait, run_delay) <= 0.05);
     assert_offcpu_covers_sleep(offcpu, cpu_wait, &truth);
+    assert_offcpu_misses_nothing(offcpu, &truth);
     // The report's totals carry the split too.
     let (all, all_wait) = offcpu_totals(&report);
     assert!(all >= offcpu && all_wait >= cpu_wait, "{all} {all_wait}");

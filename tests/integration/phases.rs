@@ -61,6 +61,7 @@ fn phases_match_ground_truth() {
     let offcpu = finalize["offcpu_ns"].as_f64().unwrap();
     let cpu_wait = finalize["cpu_wait_ns"].as_f64().unwrap();
     assert_offcpu_covers_sleep(offcpu, cpu_wait, &truth);
+    assert_offcpu_misses_nothing(offcpu_totals(&report).0, &truth);
 
     let cpu = phase_json(&report, "propose")["cpu_ns"].as_f64().unwrap();
     let burned = truth["burn_cpu_ns"].as_f64().unwrap();

@@ -56,14 +56,17 @@ pub struct Truth {
     /// Time the worker threads waited for a CPU while runnable (the kernel's schedstat): off-CPU
     /// time beyond the sleeps, which CPU contention adds.
     pub run_delay_ns: AtomicU64,
+    /// Time the block loops' threads were off the CPU, by the kernel's accounting: their wall
+    /// time less their CPU time (schedstat), blocked and waiting alike.
+    pub off_cpu_ns: AtomicU64,
 }
 
-/// This thread's time spent runnable on a run queue, from /proc/thread-self/schedstat (0 when
-/// the kernel keeps no schedstats).
-fn run_delay_ns() -> u64 {
+/// Field `n` of /proc/thread-self/schedstat: 0 this thread's CPU time, 1 its time spent
+/// runnable on a run queue (0 when the kernel keeps no schedstats).
+fn schedstat(n: usize) -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .and_then(|s| s.split_whitespace().nth(n)?.parse().ok())
         .unwrap_or(0)
 }
 
@@ -115,10 +118,17 @@ fn run_thread(config: &Config, truth: &Truth) {
         .unwrap_or_else(|e| panic!("open {}: {e}", config.flush_to));
     let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
     let source = vec![7u8; config.clone_bytes as usize];
+    let (start, ran_before) = (std::time::Instant::now(), schedstat(0));
     for block in 0..config.blocks {
         phases::block(config, truth, &source, &mut out, block);
     }
-    truth.run_delay_ns.fetch_add(run_delay_ns(), Ordering::SeqCst);
+    // Without schedstats (a running thread's CPU time is never 0) there is no truth to give.
+    if ran_before > 0 {
+        let ran = schedstat(0) - ran_before;
+        let wall = start.elapsed().as_nanos() as u64;
+        truth.off_cpu_ns.fetch_add(wall.saturating_sub(ran), Ordering::SeqCst);
+    }
+    truth.run_delay_ns.fetch_add(schedstat(1), Ordering::SeqCst);
 }
 
 fn main() {
@@ -168,7 +178,7 @@ fn main() {
             "\"burn_fn\":\"validator_sim::work::burn_cpu\",\"burn_cpu_ns\":{},",
             "\"sleep_requested_ns\":{},\"slept_ns\":{},\"leaked_bytes\":{},",
             "\"alloc_bytes\":{},\"allocs\":{},\"frees\":{},\"elapsed_ns\":{},",
-            "\"run_delay_ns\":{}}}\n"
+            "\"run_delay_ns\":{},\"off_cpu_ns\":{}}}\n"
         ),
         std::process::id(),
         config.blocks,
@@ -189,6 +199,7 @@ fn main() {
         frees,
         elapsed,
         g(&truth.run_delay_ns),
+        g(&truth.off_cpu_ns),
     );
     // One write(2): the whole line goes out in a single call.
     let mut stdout = std::io::stdout().lock();
