@@ -102,7 +102,9 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		 * counted); anything else began before we attached. */
 		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
 		long nr = BPF_CORE_READ(regs, orig_ax);
-		if (nr == NR_URETPROBE || nr == NR_UPROBE)
+		/* The probes' own syscalls (sys_enter skipped them) leave with orig_ax set to -1
+		 * (the uretprobe syscall does so, 6.11+): not the target's, and never in flight. */
+		if (nr < 0 || nr == NR_URETPROBE || nr == NR_UPROBE)
 			return 0;
 		if (!((nr == NR_CLONE || nr == NR_CLONE3 || nr == NR_FORK || nr == NR_VFORK) &&
 		      ctx->args[1] == 0))

@@ -56,6 +56,8 @@ fn phases_match_ground_truth() {
     assert!(report["events"]["syscall"]["by_name"]
         .get("uretprobe")
         .is_none());
+    // Nor counted as in flight when recording began (a uretprobe syscall leaves as number -1).
+    assert_eq!(report["lost"]["syscalls_in_flight_at_start"], 0);
 
     let finalize = phase_json(&report, "finalize");
     let offcpu = finalize["offcpu_ns"].as_f64().unwrap();

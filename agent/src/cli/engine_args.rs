@@ -20,8 +20,10 @@ pub struct EngineArgs {
     pub syscall_stacks: SyscallStacks,
     /// How user stacks are walked: `fp` (frame pointers, cheap), `dwarf` (walked in the kernel
     /// from tables compiled from the binaries' call-frame information, for code built without
-    /// frame pointers, every event kind), `auto` (per target: fp when its executable keeps frame
-    /// pointers, else dwarf), or `copy` (cpu samples and page faults only: a copy of the stack
+    /// frame pointers, every event kind), `auto` (per module: frame pointers through the files
+    /// that keep them, tables through those that do not, in one walk; a static program that keeps
+    /// them, Go's, is walked by the kernel's frame-pointer walker; `report -v` says which each
+    /// module got and why), or `copy` (cpu samples and page faults only: a copy of the stack
     /// unwound in user space).
     #[arg(long, default_value = "auto", value_name = "auto|fp|dwarf|copy")]
     pub unwind: UnwindMode,
