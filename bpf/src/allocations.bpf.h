@@ -51,7 +51,7 @@ static __always_inline void record_alloc(void *ctx, struct alloc_thread *at, __u
 	__u32 phase = thread_phase_of(&mask);
 	add_alloc_totals(tgid, phase, mask, size, 1, 0);
 	if (phases_enabled)
-		phases_add_alloc(mask, size);
+		phases_add_alloc(mask, size, window);
 	__u64 k = sample_points(at, size);
 	if (!k)
 		return;
@@ -96,7 +96,7 @@ static __always_inline void record_free(__u64 ptr)
 	__u32 phase = thread_phase_of(&mask);
 	add_alloc_totals(tgid, phase, mask, 0, 0, 1);
 	if (phases_enabled)
-		phases_add_time(mask, PF_FREES, 1);
+		phases_add_time(mask, PF_FREES, 1, window);
 	if (alloc_live) {
 		struct live_key lk = {.ptr = ptr, .tgid = tgid};
 		bpf_map_delete_elem(&live_allocs, &lk);

@@ -171,15 +171,24 @@ enum phase_field {
 	PF_CPUWAIT
 };
 
+/* Phase `id`'s totals in window `win`'s half of phase_stats: user space takes one half while
+ * the other fills, as the counter maps' keys carry the window, so that a window's phase table
+ * and its samples hold the same events. Callers with a counter key pass the key's window. */
+static __always_inline struct phase_stats *phase_stats_of(__u32 id, __u32 win)
+{
+	__u32 key = (id & (MAX_PHASES - 1)) + (win & 1) * MAX_PHASES;
+	return bpf_map_lookup_elem(&phase_stats, &key);
+}
+
 /* Adds `ns` of on-CPU or off-CPU time (or a count of another field) to every phase in `mask`
- * (inclusive attribution). Global functions like this one are verified once, not once per
- * caller and path. */
-__noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns)
+ * (inclusive attribution), in window `win`. Global functions like this one are verified once,
+ * not once per caller and path. */
+__noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns, __u32 win)
 {
 	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
 		__u32 id = lowest_bit(mask);
 		mask &= mask - 1;
-		struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &id);
+		struct phase_stats *st = phase_stats_of(id, win);
 		if (!st)
 			continue;
 		if (field == PF_CPU)
@@ -199,12 +208,12 @@ __noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns)
 }
 
 /* Counts one allocation of `bytes` in every phase of `mask`. */
-__noinline int phases_add_alloc(__u64 mask, __u64 bytes)
+__noinline int phases_add_alloc(__u64 mask, __u64 bytes, __u32 win)
 {
 	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
 		__u32 id = lowest_bit(mask);
 		mask &= mask - 1;
-		struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &id);
+		struct phase_stats *st = phase_stats_of(id, win);
 		if (!st)
 			continue;
 		st->alloc_bytes += bytes;
@@ -214,7 +223,7 @@ __noinline int phases_add_alloc(__u64 mask, __u64 bytes)
 }
 
 /* Counts a syscall of `nr` taking `ns` in every phase of `mask`, with its cost rules. */
-__noinline int phases_add_syscall(__u64 mask, __u32 nr, __u64 ns)
+__noinline int phases_add_syscall(__u64 mask, __u32 nr, __u64 ns, __u32 win)
 {
 	__u8 costs = syscall_cost_bits[nr & (MAX_SYSCALL_NR - 1)];
 	if (nr >= MAX_SYSCALL_NR)
@@ -222,7 +231,7 @@ __noinline int phases_add_syscall(__u64 mask, __u32 nr, __u64 ns)
 	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
 		__u32 id = lowest_bit(mask);
 		mask &= mask - 1;
-		struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &id);
+		struct phase_stats *st = phase_stats_of(id, win);
 		if (!st)
 			continue;
 		st->syscalls += 1;
@@ -294,12 +303,13 @@ static __always_inline void end_slice(struct thread_phase *tp, __u64 now, __u64 
 	if (tp->slice_start && now > tp->slice_start && runtime_now >= tp->runtime_in)
 		scale = ((runtime_now - tp->runtime_in) << 16) / (now - tp->slice_start);
 	__u64 mask = tp->pending_mask;
+	__u32 win = window;
 	for (int i = 0; i < MAX_PHASES && mask; i++) {
 		__u32 id = lowest_bit(mask) & (MAX_PHASES - 1);
 		mask &= mask - 1;
 		__u64 ns = (tp->pending[id] * scale) >> 16;
 		tp->pending[id] = 0;
-		struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &id);
+		struct phase_stats *st = phase_stats_of(id, win);
 		if (st)
 			st->cpu_ns += ns;
 	}

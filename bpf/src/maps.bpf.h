@@ -211,8 +211,8 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MAX_PHASES);
-	__type(key, __u32); /* phase id */
+	__uint(max_entries, 2 * MAX_PHASES);
+	__type(key, __u32); /* phase id + MAX_PHASES * window parity (phase_stats_of) */
 	__type(value, struct phase_stats);
 } phase_stats SEC(".maps");
 

@@ -31,7 +31,7 @@ int perf_event__pagefault(struct bpf_perf_event_data *ctx)
 		add_u64(&pagefault_counts, &key, 1, DROP_PAGEFAULT_KEY);
 	}
 	if (phases_enabled)
-		phases_add_time(mask, PF_PAGE_FAULTS, 1);
+		phases_add_time(mask, PF_PAGE_FAULTS, 1, key.window);
 	return 0;
 }
 

@@ -39,7 +39,7 @@ static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u6
 /* Counts a completed call of `phase` that took `wall` ns. */
 static __always_inline void phase_call_done(__u32 phase, __u64 wall)
 {
-	struct phase_stats *st = bpf_map_lookup_elem(&phase_stats, &phase);
+	struct phase_stats *st = phase_stats_of(phase, window);
 	if (!st)
 		return;
 	st->calls += 1;
@@ -284,7 +284,7 @@ static __always_inline int go_sched(struct pt_regs *ctx, __u64 cookie)
 		return 0;
 	if (point == GO_EXECUTE) {
 		if (gp->parked_since && now > gp->parked_since)
-			phases_add_time(gp->stack.mask, PF_GOWAIT, now - gp->parked_since);
+			phases_add_time(gp->stack.mask, PF_GOWAIT, now - gp->parked_since, window);
 		gp->parked_since = 0;
 	} else if (point == GO_STOP) {
 		/* The first of the stop points a switch passes (mcall, then the function it calls). */

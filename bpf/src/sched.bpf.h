@@ -79,9 +79,9 @@ static __always_inline void credit_offcpu(struct offcpu_start *start, __u32 tid,
 			atomic_add(&v->cpu_wait_ns, runnable);
 	}
 	if (phases_enabled) {
-		phases_add_time(key.phase_mask, PF_OFFCPU, off);
+		phases_add_time(key.phase_mask, PF_OFFCPU, off, key.window);
 		if (runnable)
-			phases_add_time(key.phase_mask, PF_CPUWAIT, runnable);
+			phases_add_time(key.phase_mask, PF_CPUWAIT, runnable, key.window);
 	}
 }
 

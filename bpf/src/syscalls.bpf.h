@@ -71,7 +71,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
 		add_syscall(&key, 1, 0, 0);
 		if (phases_enabled)
-			phases_add_syscall(mask, nr, 0);
+			phases_add_syscall(mask, nr, 0, key.window);
 		return 0;
 	}
 	start->nr = nr;
@@ -126,7 +126,7 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	long ret = (long)ctx->args[1];
 	add_syscall(&key, 1, delta, ret < 0 && ret >= -4095);
 	if (phases_enabled)
-		phases_add_syscall(key.phase_mask, key.nr, delta);
+		phases_add_syscall(key.phase_mask, key.nr, delta, key.window);
 	/* A command held until its entry point has its mappings read there: the loader's
 	 * mappings before it would only wake user space for nothing. */
 	if (maps_exec && !bpf_map_lookup_elem(&entry_wanted, &tgid))

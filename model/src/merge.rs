@@ -4,46 +4,6 @@ use crate::build::{PhaseAt, ProfileBuilder};
 use crate::phase_stats::PhaseStats;
 use crate::profile::*;
 
-/// `later` minus `earlier` for cumulative phase totals (the kernel's never reset): what happened
-/// in between. The maximum wall time cannot be split and stays the cumulative one.
-pub fn phase_stats_since(later: &PhaseStats, earlier: &PhaseStats) -> PhaseStats {
-    let mut hist = std::collections::BTreeMap::new();
-    for &(i, n) in &later.wall_hist {
-        let e = hist.entry(i).or_insert(0u64);
-        *e = e.saturating_add(n);
-    }
-    for &(i, n) in &earlier.wall_hist {
-        let e = hist.entry(i).or_insert(0u64);
-        *e = e.saturating_sub(n);
-    }
-    PhaseStats {
-        calls: later.calls.saturating_sub(earlier.calls),
-        wall_ns: later.wall_ns.saturating_sub(earlier.wall_ns),
-        wall_max_ns: later.wall_max_ns,
-        wall_hist: hist.into_iter().filter(|(_, n)| *n > 0).collect(),
-        cpu_ns: later.cpu_ns.saturating_sub(earlier.cpu_ns),
-        offcpu_ns: later.offcpu_ns.saturating_sub(earlier.offcpu_ns),
-        cpu_wait_ns: later.cpu_wait_ns.saturating_sub(earlier.cpu_wait_ns),
-        gowait_ns: later.gowait_ns.saturating_sub(earlier.gowait_ns),
-        syscalls: later.syscalls.saturating_sub(earlier.syscalls),
-        syscall_ns: later.syscall_ns.saturating_sub(earlier.syscall_ns),
-        costs: later
-            .costs
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    v.saturating_sub(earlier.costs.get(k).copied().unwrap_or(0)),
-                )
-            })
-            .collect(),
-        alloc_bytes: later.alloc_bytes.saturating_sub(earlier.alloc_bytes),
-        allocs: later.allocs.saturating_sub(earlier.allocs),
-        frees: later.frees.saturating_sub(earlier.frees),
-        page_faults: later.page_faults.saturating_sub(earlier.page_faults),
-    }
-}
-
 /// One profile holding everything of `profiles` (which should share their phases; phases are
 /// matched by name). Metadata comes from the first, its time range spans all.
 pub fn merge(profiles: &[&Profile]) -> Profile {
@@ -310,10 +270,6 @@ mod tests {
         assert_eq!(m.phase_stats[1].costs["flush_syscalls"], 14);
         assert_eq!(m.phase_stats[1].wall_hist, vec![(5, 14)]);
         assert_eq!((m.meta.start_unix_ns, m.meta.end_unix_ns), (3, 15));
-        let d = phase_stats_since(&m.phase_stats[1], &a.phase_stats[1]);
-        assert_eq!(d.calls, 4);
-        assert_eq!(d.wall_hist, vec![(5, 4)]);
-        assert_eq!(d.costs["flush_syscalls"], 4);
     }
 
     // Checks that merged counters saturate instead of wrapping: two windows near u64::MAX

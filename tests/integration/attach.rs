@@ -116,3 +116,92 @@ fn attach_serves_windows_and_detaches() {
     );
     assert!(saved >= merged && saved <= truth["calls"]["propose"].as_u64().unwrap());
 }
+
+// Checks that every live route of every window tells the same story as the window itself: the
+// summary route equals `report --json` of the window downloaded, and within a window the phase
+// table's exact totals equal its samples filtered to the phase (syscalls by name, off-CPU time),
+// as they do in a recording served from a file. Phase totals used to be read at another moment
+// than the samples, so a window's `finalize` syscalls disagreed with its syscall route.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn attach_routes_agree_with_their_window() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let cfg = root().join("tests/workloads/validator-sim/phases.toml");
+    let args = ["--blocks", "400", "--burn-ms", "2", "--flushes", "20"];
+    let target = Killed(
+        Command::new(&sim)
+            .args(args)
+            .args(["--sleep-ms", "5"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = target.0.id().to_string();
+    let mut agent = Killed(
+        Command::new(phaseprof_bin())
+            .args(["attach", "--pid", &pid, "--phases", cfg.to_str().unwrap()])
+            .args(["--window", "500ms", "--listen", "127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr = std::io::BufReader::new(agent.0.stderr.take().unwrap());
+    let url = served_url(&mut stderr);
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    let json = |path: &str| -> serde_json::Value {
+        let (status, body) = http_get(&format!("{url}{path}"));
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let windows = json("/api/profiles");
+    let ids: Vec<&str> = (windows.as_array().unwrap().iter())
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.len() >= 3, "windows: {windows}");
+    let dir = scratch("attach-routes");
+    for id in &ids {
+        let summary = json(&format!("/api/profiles/{id}"));
+        let file = dir.join(format!("{id}.phaseprof"));
+        let status = Command::new("curl")
+            .args(["-sf", "-o", file.to_str().unwrap()])
+            .arg(format!("{url}/profile/{id}/download.phaseprof"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let report = report_json(&file);
+        for part in ["phases", "events", "lost", "duration_ns"] {
+            assert_eq!(summary[part], report[part], "window {id}: {part}");
+        }
+        assert_eq!(
+            json(&format!("/api/profiles/{id}/phases")),
+            report["phases"]
+        );
+        for phase in ["propose", "finalize"] {
+            let row = phase_json(&report, phase);
+            let rows = json(&format!("/api/profiles/{id}/syscalls?phase={phase}"));
+            let counted: u64 = (rows.as_array().unwrap().iter())
+                .map(|r| r["count"].as_u64().unwrap())
+                .sum();
+            let offcpu = json(&format!(
+                "/api/profiles/{id}/top?event=offcpu&phase={phase}"
+            ));
+            eprintln!(
+                "window {id} {phase}: {} calls, syscalls {} (route {counted}), off-cpu {} ns \
+                 (route {})",
+                row["calls"], row["syscalls"], row["offcpu_ns"], offcpu["total"]
+            );
+            assert_eq!(
+                row["syscalls"].as_u64(),
+                Some(counted),
+                "window {id} {phase}"
+            );
+            assert_eq!(row["offcpu_ns"], offcpu["total"], "window {id} {phase}");
+        }
+    }
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGINT) };
+    assert!(agent.0.wait().unwrap().success());
+    drop(target);
+}

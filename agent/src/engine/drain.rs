@@ -182,6 +182,10 @@ impl Engine<'_> {
         let old = self.end_window(how);
         let take = |w: u32| everything || w == old;
         let mut raw = RawWindow::default();
+        if self.phases {
+            let half = (!everything).then_some(old);
+            self.phase_totals.take(&self.skel.maps.phase_stats, half)?;
+        }
 
         let maps = &self.skel.maps;
         let cpu = self.cpu_counts.take::<types::cpu_key, u64>(

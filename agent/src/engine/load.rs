@@ -401,6 +401,8 @@ impl<'obj> Engine<'obj> {
         )?;
         Ok(Engine {
             inlined_unprobed: 0,
+            phases: cfg.phase_ids > 0,
+            phase_totals: Default::default(),
             rows,
             unwind_mappings,
             target_bits,

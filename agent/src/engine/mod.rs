@@ -20,6 +20,7 @@ mod entry_holds;
 pub mod features;
 mod load;
 mod mapped;
+mod phase_totals;
 mod stacks;
 mod stats;
 mod unwind_maps;
@@ -221,6 +222,10 @@ pub struct Engine<'obj> {
     detached_at_ns: Option<u64>,
     /// Inlined copies of phase functions that could not be probed (their calls go unseen).
     inlined_unprobed: u64,
+    /// Phases recorded: the drains take the kernel's per-phase totals.
+    phases: bool,
+    /// The per-phase totals the drains took, per window and in all.
+    phase_totals: phase_totals::PhaseTotals,
     /// What this kernel's BPF can do, and so which programs were loaded.
     pub features: features::KernelFeatures,
     pub cpus: usize,

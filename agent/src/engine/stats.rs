@@ -5,7 +5,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use phaseprof_bpf::types;
 use phaseprof_model::{Lost, PhaseStats, INLINED_UNPROBED};
 
-use super::{pod, Engine, MAX_SYSCALL_COSTS, WALL_BUCKETS};
+use super::{pod, Engine};
 
 impl Engine<'_> {
     /// Allocator probe hits so far, summed over CPUs: (entries + returns + frees + Go samples).
@@ -41,51 +41,16 @@ impl Engine<'_> {
             .sum())
     }
 
-    /// Exact per-phase totals so far, by phase id (0 = `(none)`), summed over CPUs; syscall cost
-    /// rule i is reported under `cost_names[i]`.
+    /// Exact per-phase totals so far, by phase id (0 = `(none)`), summed over CPUs and windows;
+    /// syscall cost rule i is reported under `cost_names[i]`.
     pub fn phase_stats(&self, phases: usize, cost_names: &[String]) -> Result<Vec<PhaseStats>> {
-        let mut out = Vec::with_capacity(phases);
-        for id in 0..phases as u32 {
-            let per_cpu = self
-                .skel
-                .maps
-                .phase_stats
-                .lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY)?;
-            let mut total = PhaseStats::default();
-            let mut costs = [0u64; MAX_SYSCALL_COSTS];
-            let mut hist = vec![0u64; WALL_BUCKETS];
-            for bytes in per_cpu.unwrap_or_default() {
-                let st: types::phase_stats = pod(&bytes);
-                total.calls += st.calls;
-                total.wall_ns += st.wall_ns;
-                total.wall_max_ns = total.wall_max_ns.max(st.wall_max_ns);
-                total.cpu_ns += st.cpu_ns;
-                total.offcpu_ns += st.offcpu_ns;
-                total.cpu_wait_ns += st.cpuwait_ns;
-                total.gowait_ns += st.gowait_ns;
-                total.syscalls += st.syscalls;
-                total.syscall_ns += st.syscall_ns;
-                total.alloc_bytes += st.alloc_bytes;
-                total.allocs += st.allocs;
-                total.frees += st.frees;
-                total.page_faults += st.page_faults;
-                for (t, c) in costs.iter_mut().zip(st.costs) {
-                    *t += c;
-                }
-                for (h, c) in hist.iter_mut().zip(st.wall_hist) {
-                    *h += c;
-                }
-            }
-            total.wall_hist = hist
-                .into_iter()
-                .enumerate()
-                .filter(|(_, c)| *c > 0)
-                .map(|(i, c)| (i as u32, c))
-                .collect();
-            total.costs = cost_names.iter().cloned().zip(costs).collect();
-            out.push(total);
-        }
-        Ok(out)
+        (self.phase_totals).so_far(&self.skel.maps.phase_stats, phases, cost_names)
+    }
+
+    /// The per-phase totals of the window the last `drain` took, as `phase_stats`: the same
+    /// events as its samples.
+    pub fn window_phase_stats(&self, phases: usize, cost_names: &[String]) -> Vec<PhaseStats> {
+        self.phase_totals.last_window(phases, cost_names)
     }
 
     /// Everything the kernel side dropped so far, summed over CPUs.

@@ -71,8 +71,8 @@ pub struct Session<'obj> {
     alloc_costs: Vec<(String, Vec<String>)>,
     /// When the targets' mappings were last re-read (see `handle_events`).
     maps_read: std::time::Instant,
-    /// Cumulative phase totals and drops at the last `take_window`.
-    window_stats: Vec<phaseprof_model::PhaseStats>,
+    /// Whether the session was cut in windows (`take_window`); the drops at the last one.
+    took_windows: bool,
     window_lost: phaseprof_model::Lost,
     /// The engine stops targets at their exec (see `exec_seen`).
     hold_execs: bool,
@@ -118,7 +118,7 @@ impl<'obj> Session<'obj> {
             alloc: None,
             alloc_costs: plan.alloc_costs.clone(),
             maps_read: std::time::Instant::now(),
-            window_stats: Vec::new(),
+            took_windows: false,
             window_lost: phaseprof_model::Lost::default(),
             walks: None,
             hold_execs: false,
@@ -538,13 +538,11 @@ impl<'obj> Session<'obj> {
         self.fold(&w);
         let lost = self.engine.lost()?;
         let lost = self.lost_since_last_window(lost);
-        let mut phase_stats = if self.phase_names.is_empty() {
-            vec![]
+        // A session cut in windows ends with its last window's; `record`, with the whole.
+        let mut phase_stats = if self.took_windows || self.phase_names.is_empty() {
+            self.phase_stats_of_window()
         } else {
-            let now = self
-                .engine
-                .phase_stats(self.phase_names.len() + 1, &self.cost_names)?;
-            self.since_last_window(now)
+            (self.engine).phase_stats(self.phase_names.len() + 1, &self.cost_names)?
         };
         if let Some((info, scale)) = alloc {
             if info.budget.is_none() {

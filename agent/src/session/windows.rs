@@ -56,12 +56,8 @@ impl Session<'_> {
         p.meta.targets_cpu_ns = self.targets_cpu_since_mark();
         self.unwind_since_last_window(&mut p.meta);
         p.meta.names_late = self.sym.take_late();
-        if !self.phase_names.is_empty() {
-            let now = self
-                .engine
-                .phase_stats(self.phase_names.len() + 1, &self.cost_names)?;
-            p.phase_stats = self.since_last_window(now);
-        }
+        self.took_windows = true;
+        p.phase_stats = self.phase_stats_of_window();
         p.lost = self.lost_since_last_window(self.engine.lost()?);
         if let Some(alloc) = &mut self.alloc {
             let (info, scale) = alloc.window_info(&self.engine)?;
@@ -95,24 +91,16 @@ impl Session<'_> {
         }
     }
 
-    /// Cumulative kernel phase totals as the growth since the last `take_window` (unchanged
-    /// when none was taken, as for `record`).
-    pub(super) fn since_last_window(
-        &mut self,
-        now: Vec<phaseprof_model::PhaseStats>,
-    ) -> Vec<phaseprof_model::PhaseStats> {
-        let delta = now
-            .iter()
-            .enumerate()
-            .map(|(i, st)| match self.window_stats.get(i) {
-                Some(before) => phaseprof_model::merge::phase_stats_since(st, before),
-                None => st.clone(),
-            })
-            .collect();
-        self.window_stats = now;
-        delta
+    /// The per-phase totals of the window the last drain took: the kernel keeps them per window,
+    /// as it does the samples, so the two hold the same events.
+    pub(super) fn phase_stats_of_window(&self) -> Vec<phaseprof_model::PhaseStats> {
+        if self.phase_names.is_empty() {
+            return vec![];
+        }
+        (self.engine).window_phase_stats(self.phase_names.len() + 1, &self.cost_names)
     }
 
+    /// The drop counters as their growth since the last `take_window`.
     /// The same for the drop counters.
     pub(super) fn lost_since_last_window(
         &mut self,
