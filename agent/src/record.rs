@@ -201,10 +201,11 @@ pub fn open_session<'obj>(
         .iter()
         .map(|(_, nrs)| nrs.clone())
         .collect();
-    engine_cfg.follow_children = matches!(opts.target, TargetSpec::Command(_));
     engine_cfg.notify_exec = matches!(opts.target, TargetSpec::Name(_));
     // Only for our own command (and its children): a stop is visible to a process's parent.
-    engine_cfg.hold_execs = engine_cfg.follow_children && engine_cfg.unwind_rows > 0;
+    engine_cfg.hold_execs = matches!(opts.target, TargetSpec::Command(_))
+        && engine_cfg.follow_children
+        && engine_cfg.unwind_rows > 0;
 
     let mut engine = Engine::load(&engine_cfg, storage)?;
     let phases = engine_cfg.phase_ids > 0;

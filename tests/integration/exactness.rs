@@ -150,7 +150,7 @@ fn cpu_samples_land_in_the_burn_function() {
 }
 
 /// A fixed, compressible file whose content depends on nothing but this function.
-fn fixed_file(path: &std::path::Path) {
+pub(crate) fn fixed_file(path: &std::path::Path) {
     let mut x: u64 = 0x9e3779b97f4a7c15;
     let mut text = String::with_capacity(4 << 20);
     while text.len() < 4 << 20 {

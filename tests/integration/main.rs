@@ -17,6 +17,7 @@ mod exactness;
 mod exports;
 mod fleet;
 mod fleet_soak;
+mod follow_children;
 mod hostile;
 mod hostile_bodies;
 mod hostile_local;

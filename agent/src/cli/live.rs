@@ -47,6 +47,10 @@ pub struct AttachArgs {
     /// Print attach time, target changes and how each target's stacks are walked.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Record only the process named, not the children it forks while attached (recorded by
+    /// default, as `strace -f` does).
+    #[arg(long)]
+    pub no_follow: bool,
 }
 
 #[derive(Args, Debug)]
@@ -123,11 +127,13 @@ pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
     if args.window < Duration::from_millis(100) {
         bail!("--window must be at least 100ms");
     }
+    let mut engine = args.engine.config(events)?;
+    engine.follow_children = !args.no_follow;
     let opts = crate::live_server::AttachOptions {
         record: RecordOptions {
             target: TargetSpec::Pids(vec![args.pid]),
             duration: None,
-            engine: args.engine.config(events)?,
+            engine,
             unwind: args.engine.unwind,
             output: PathBuf::new(),
             phases: args.phases,

@@ -25,6 +25,10 @@ pub struct RecordArgs {
     /// With --name: match the whole command line instead (as `pgrep -f`).
     #[arg(long, requires = "name")]
     pub name_full: bool,
+    /// Record only the processes named: not the children they fork while recorded, which
+    /// `--pid` and `-- CMD` record too, as `strace -f` does (--name picks by name alone).
+    #[arg(long)]
+    pub no_follow: bool,
     /// Stop after this long (e.g. 30s, 500ms, 1m30s). Default: until the command exits or
     /// Ctrl-C. With `-- CMD`, the command is sent SIGTERM then (SIGKILL 5 s later if it still
     /// runs) and phaseprof exits with its status, as `timeout --preserve-status` does.
@@ -85,10 +89,12 @@ impl RecordArgs {
             TargetSpec::Command(self.command)
         };
         let events = parse_events(&self.events)?;
+        let mut engine = self.engine.config(events)?;
+        engine.follow_children = !self.no_follow && !matches!(target, TargetSpec::Name(_));
         Ok(RecordOptions {
             target,
             duration: self.duration,
-            engine: self.engine.config(events)?,
+            engine,
             unwind: self.engine.unwind,
             alloc_budget: self.engine.alloc_budget,
             alloc_at_entry: self.alloc_placement == "entry",
