@@ -31,6 +31,9 @@ pub struct Summary {
     pub events: BTreeMap<String, serde_json::Value>,
     pub costs: BTreeMap<String, Option<u64>>,
     pub phases: Vec<serde_json::Value>,
+    /// What the phase probes cost the targets (absent without phases).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_probes: Option<serde_json::Value>,
     pub lost: LostSummary,
 }
 
@@ -174,6 +177,20 @@ impl Summary {
             events,
             costs,
             phases,
+            phase_probes: m.phase_probes.as_ref().map(|c| {
+                let (own, all) = profile.own_cost_samples();
+                let measured = c.measured((own, all));
+                serde_json::json!({
+                    "calls": c.calls,
+                    "switch_hits": c.switch_hits,
+                    "target_cpu_ns": c.target_cpu_ns,
+                    "model_ns": c.probe_ns,
+                    "measured_ns": measured.map(|m| m.0 as u64),
+                    "measured_stderr_ns": measured.map(|m| m.1 as u64),
+                    "cpu_samples_in_probes": own,
+                    "cpu_samples": all,
+                })
+            }),
             lost: LostSummary {
                 events: profile.lost.events,
                 stacks: profile.lost.stacks,

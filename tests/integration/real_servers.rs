@@ -102,17 +102,6 @@ fn wait_quiet(http: u16, probe: &KernelUprobe) {
     }
 }
 
-/// Waits until something accepts connections on `port`.
-fn wait_listening(port: u16) {
-    for _ in 0..100 {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("nothing listens on port {port}");
-}
-
 // Checks goroutine phases on NATS (nats-server v2.15.2 from the Go module proxy, a server with
 // two goroutines per connection) driven by NATS's own Go client (8 publishing and 2 subscribing
 // connections, 16,000 messages): phaseprof attaches to the running server by pid. Calls of
@@ -233,4 +222,16 @@ fn nats_server_phases_match_its_counters() {
         "{}",
         report["lost"]
     );
+    // The probes' cost: every cpu sample taken in their traps (the int3, the single step of a
+    // Go `ret`) is under [phaseprof probes], none in the server's own stacks.
+    let (samples, in_probe_frames) = tracer_frames_in(&out, "cpu");
+    let probes = &report["phase_probes"];
+    eprintln!(
+        "cpu samples {samples}, with probe frames outside the tower {in_probe_frames}; {probes}"
+    );
+    assert!(
+        probes["cpu_samples_in_probes"].as_u64().unwrap() > 0,
+        "{probes}"
+    );
+    assert_eq!(in_probe_frames, 0);
 }

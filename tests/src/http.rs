@@ -127,6 +127,17 @@ pub fn http_post(url: &str, token: &str, body: &[u8]) -> (u16, String) {
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released: good enough for a test's own servers).
+/// Waits until something accepts connections on 127.0.0.1:`port` (10 s at most).
+pub fn wait_listening(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("nothing listens on port {port}");
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

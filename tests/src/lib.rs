@@ -15,7 +15,7 @@ pub use fault_proxy::{Fault, FaultProxy};
 pub use go::{elf_file_offset, go_binary, go_body_offset, go_third_party, go_workload};
 pub use http::{
     connect_from, free_port, http_get, http_post, https_get, served_url, tls_files,
-    try_http_request, try_http_request_from,
+    try_http_request, try_http_request_from, wait_listening,
 };
 pub use pty::{default_signals, Pty};
 
@@ -322,7 +322,8 @@ pub fn folded_cpu_share(file: &Path, pick: impl Fn(&str) -> bool) -> (u64, u64) 
 }
 
 /// Kernel frames of a tracer's own machinery (BPF programs and helpers, tracepoint iterators,
-/// perf callchain walks, uprobe handling): none may appear in a profile of the target.
+/// perf callchain walks, uprobe handling, the breakpoint trap a uprobe is and the single step
+/// of an instruction it cannot emulate, Go's `ret`): none may appear in a profile of the target.
 pub fn is_tracer_frame(frame: &str) -> bool {
     let Some(name) = frame.strip_suffix("_[k]") else {
         return false;
@@ -337,6 +338,11 @@ pub fn is_tracer_frame(frame: &str) -> bool {
         "__uprobe_",
         "uretprobe_",
         "handle_swbp",
+        "asm_exc_int3",
+        "exc_int3",
+        "asm_exc_debug",
+        "exc_debug",
+        "noist_exc_debug",
     ]
     .iter()
     .any(|p| name.starts_with(p))

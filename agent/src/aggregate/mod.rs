@@ -71,9 +71,7 @@ fn is_probe_user_frame(f: &Frame) -> bool {
 /// The module the symbolizer names an address in none of the target's mappings by.
 pub const UNMAPPED_MODULE: &str = "[unknown]";
 
-/// The stack every sample taken inside phaseprof's own probes is counted under: the profiler's
-/// cost in the target's threads, as a tower of its own, never inside the target's.
-pub const OWN_COST_FRAME: &str = "[phaseprof probes]";
+pub use phaseprof_model::OWN_COST_FRAME;
 
 /// Who took a kernel stack: our program (its leaf frames are ours, left out), or a sample that
 /// interrupted the thread wherever it was (a probe frame anywhere means it was in a probe).

@@ -239,7 +239,8 @@ pub fn write_report(
         writeln!(out, "phases: {}", profile.describe_phases())?;
     }
     if let Some(cost) = &m.phase_probes {
-        writeln!(out, "phase probes: {}", cost.describe(None))?;
+        let sampled = profile.own_cost_samples();
+        writeln!(out, "phase probes: {}", cost.describe_measured(sampled))?;
     }
     if m.names_late > 0 {
         writeln!(
