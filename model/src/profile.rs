@@ -457,7 +457,9 @@ mod tests {
         assert!(line.contains("took 964.2 ± 29.9 ms, 90.65%"), "{line}");
         assert!(line.contains("would say 1729.5 ms"), "{line}");
         assert_eq!(cost.measured((9, 107)), None);
-        assert!(cost.describe_measured((9, 107)).contains("estimated probe time"));
+        assert!(cost
+            .describe_measured((9, 107))
+            .contains("estimated probe time"));
     }
 
     // Checks the cap on phases at validation: a window of 100,000 phases (a hostile upload that

@@ -177,20 +177,7 @@ impl Summary {
             events,
             costs,
             phases,
-            phase_probes: m.phase_probes.as_ref().map(|c| {
-                let (own, all) = profile.own_cost_samples();
-                let measured = c.measured((own, all));
-                serde_json::json!({
-                    "calls": c.calls,
-                    "switch_hits": c.switch_hits,
-                    "target_cpu_ns": c.target_cpu_ns,
-                    "model_ns": c.probe_ns,
-                    "measured_ns": measured.map(|m| m.0 as u64),
-                    "measured_stderr_ns": measured.map(|m| m.1 as u64),
-                    "cpu_samples_in_probes": own,
-                    "cpu_samples": all,
-                })
-            }),
+            phase_probes: (m.phase_probes.as_ref()).map(|c| phase_probes_json(profile, c)),
             lost: LostSummary {
                 events: profile.lost.events,
                 stacks: profile.lost.stacks,
@@ -207,6 +194,23 @@ impl Summary {
             },
         }
     }
+}
+
+/// What the phase probes cost: the model's figure, and the one measured from the cpu samples in
+/// the probes' tower (null with too few), with the samples it comes from.
+fn phase_probes_json(profile: &Profile, c: &crate::PhaseProbeCost) -> serde_json::Value {
+    let (own, all) = profile.own_cost_samples();
+    let measured = c.measured((own, all));
+    serde_json::json!({
+        "calls": c.calls,
+        "switch_hits": c.switch_hits,
+        "target_cpu_ns": c.target_cpu_ns,
+        "model_ns": c.probe_ns,
+        "measured_ns": measured.map(|m| m.0 as u64),
+        "measured_stderr_ns": measured.map(|m| m.1 as u64),
+        "cpu_samples_in_probes": own,
+        "cpu_samples": all,
+    })
 }
 
 /// One `phases` member per phase with exact kernel totals: named phases in config order, then
