@@ -209,3 +209,65 @@ fn a_perf_map_names_jit_code() {
         "{f:?}"
     );
 }
+
+// Checks that phases resolve in a stripped program from its separate debug file, as stacks
+// do: by its .gnu_debuglink beside it, then by build ID under /usr/lib/debug/.build-id/ (removed
+// again after); the calls equal the program's own loop counts (one outer call per round, 40
+// leaf calls in each), and without a debug file the error says where one was looked for.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn phases_resolve_from_separate_debug_files() {
+    require_root!();
+    let _g = bpf_lock();
+    let dir = scratch("phases-debug");
+    let cfg = dir.join("phases.toml");
+    std::fs::write(
+        &cfg,
+        "[[phase]]\nname = \"outer\"\nfunction = \"stripped_spin_outer\"\n\n\
+         [[phase]]\nname = \"leaf\"\nfunction = \"stripped_spin_leaf\"\n",
+    )
+    .unwrap();
+    let record = |name: &str, bin: &Path| {
+        let out = scratch(&format!("phases-debug-{name}")).join("out.phaseprof");
+        let o = Command::new(phaseprof_bin())
+            .args(["record", "--events", "cpu", "--phases"])
+            .arg(&cfg)
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(bin)
+            .arg("2")
+            .output()
+            .unwrap();
+        (o, out)
+    };
+    let calls = |out: &Path| {
+        let report = report_json(out);
+        let n = |p: &str| phase_json(&report, p)["calls"].as_u64().unwrap();
+        (n("outer"), n("leaf"))
+    };
+
+    let (bin, debug, id) = stripped(&scratch("phases-linked"), true);
+    let (o, out) = record("linked", &bin);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("gnu_debuglink"), "{err}");
+    assert_eq!(calls(&out), (2, 80), "{err}");
+
+    let (bin, _, _) = stripped(&dir, false);
+    let (o, _) = record("none", &bin);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("no separate debug file was found"), "{err}");
+
+    let by_id = Path::new("/usr/lib/debug/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&by_id).unwrap();
+    let installed = by_id.join(format!("{}.debug", &id[2..]));
+    std::fs::copy(&debug, &installed).unwrap();
+    let (o, out) = record("build-id", &bin);
+    std::fs::remove_file(&installed).unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains(installed.to_str().unwrap()), "{err}");
+    assert_eq!(calls(&out), (2, 80), "{err}");
+}

@@ -11,6 +11,7 @@ use super::inlined::{inlined_copies, InlinedCopy};
 use super::symbols::{resolve, ProbeSite};
 use crate::elf::{function_symbols, glob_match, FunctionSymbol};
 use crate::engine::{ProbeSpec, Uprobe, MAX_SYSCALL_COSTS};
+use crate::symbolize::{debug_files::DebugFiles, debug_symbols};
 use crate::x86::{emulated_at, go_entry_offset, native_entry, return_offsets};
 
 /// One probe point of one phase.
@@ -347,8 +348,23 @@ impl PhasePlan {
     /// functions a glob matched when it matched more than one.
     pub fn resolve(&mut self, cfg: &PhaseConfig, file: &str, objects: &[PathBuf]) -> Result<()> {
         let mut symbols = Vec::new();
+        let mut debug_files = DebugFiles::default();
         for path in objects {
-            symbols.push((path.clone(), function_symbols(path)?));
+            let mut syms = function_symbols(path)?;
+            // A stripped object's static functions are named in its separate debug file only.
+            if crate::elf::is_stripped(path) {
+                if let Some((debug, all)) = debug_symbols::of_stripped(path, &mut debug_files) {
+                    if all.len() > syms.len() {
+                        eprintln!(
+                            "phaseprof: phases: {} is stripped: its functions are named from {}",
+                            path.display(),
+                            debug.display()
+                        );
+                        syms = all;
+                    }
+                }
+            }
+            symbols.push((path.clone(), syms));
         }
         let copies = phase_copies(cfg, &symbols);
         for (i, spec) in cfg.phases.iter().enumerate() {

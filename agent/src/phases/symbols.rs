@@ -25,8 +25,10 @@ pub enum ResolveError {
              in no copy whose end can be probed: mark it #[inline(never)] / __attribute__((noinline))"
         )).unwrap_or_default(),
         if stripped.is_empty() { String::new() } else { format!(
-            "; {} stripped (no symbol table: only exported functions have names), so phases need \
-             a build that keeps its symbols (stacks can still be named from a separate debug file)",
+            "; {} stripped (no symbol table: only exported functions have names) and no separate \
+             debug file was found (by build ID under /usr/lib/debug/.build-id/, by its \
+             .gnu_debuglink, or from DEBUGINFOD_URLS), so phases need one or a build that keeps \
+             its symbols",
             stripped.join(", ") + if stripped.len() == 1 { " is" } else { " are" }) }
     )]
     NoMatch {

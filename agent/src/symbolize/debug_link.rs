@@ -32,9 +32,14 @@ fn candidates(dir: &Path, name: &str) -> Vec<PathBuf> {
     ]
 }
 
-/// The debug file `file` (mapped from `mapped_path` in `pid`'s root) links to, if one is there
-/// and passes the checks.
-pub fn find(pid: u32, file: &File, mapped_path: &str, build_id: Option<&str>) -> Option<File> {
+/// The debug file `file` (mapped from `mapped_path` in `pid`'s root, the host's when None) links
+/// to, if one is there and passes the checks.
+pub fn find(
+    pid: Option<u32>,
+    file: &File,
+    mapped_path: &str,
+    build_id: Option<&str>,
+) -> Option<File> {
     let name = linked_name(file)?;
     let owner = file.metadata().ok()?.uid();
     let dir = Path::new(mapped_path.trim_end_matches(" (deleted)")).parent()?;
@@ -43,7 +48,7 @@ pub fn find(pid: u32, file: &File, mapped_path: &str, build_id: Option<&str>) ->
         ..Expect::default()
     };
     for path in candidates(dir, &name) {
-        let found = match target_files::open_in_root(Some(pid), &path, false, &expect) {
+        let found = match target_files::open_in_root(pid, &path, false, &expect) {
             Ok(f) => f,
             Err(e) => {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {

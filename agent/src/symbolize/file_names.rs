@@ -219,7 +219,9 @@ impl Separate {
         let id = crate::targets::build_id_hex(&crate::target_files::fd_path(file));
         let debug = match id.as_deref().and_then(|id| files.for_build_id(id)) {
             Some(path) => Some(DebugFile::Host(path)),
-            None => debug_link::find(pid, file, mapped_path, id.as_deref()).map(DebugFile::Opened),
+            None => {
+                debug_link::find(Some(pid), file, mapped_path, id.as_deref()).map(DebugFile::Opened)
+            }
         }?;
         let reader = crate::target_files::elf_reader(file.try_clone().ok()?);
         let elf = object::File::parse(&reader).ok()?;

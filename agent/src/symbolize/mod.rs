@@ -5,6 +5,7 @@
 mod cfi_functions;
 pub mod debug_files;
 mod debug_link;
+pub mod debug_symbols;
 mod file_names;
 mod perf_map;
 
