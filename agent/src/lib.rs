@@ -17,6 +17,7 @@ pub mod probe_costs;
 pub mod processes;
 pub mod procmaps;
 pub mod record;
+pub mod run_name;
 pub mod session;
 pub mod signals;
 pub mod soak;

@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io::BufWriter;
 use std::mem::MaybeUninit;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -372,12 +372,19 @@ fn start_command(
     let held = HeldChild::spawn(path, argv)?;
     let watchdog = HoldWatchdog::start(held.pid)?;
     session.add_held_child(held.pid, path)?;
+    // Named as run: the command's path, when it is a symlink to the program (see `run_name`).
+    let canonical = std::fs::canonicalize(path).unwrap_or(path.to_path_buf());
+    let canonical = canonical.to_string_lossy().into_owned();
+    let exe = if crate::run_name::links_to(path, Path::new(&canonical)) {
+        let run = path.to_string_lossy().into_owned();
+        session.name_as_run(&canonical, &run);
+        run
+    } else {
+        canonical
+    };
     let meta = session.meta_mut();
     meta.command = argv.to_vec();
-    meta.exe = std::fs::canonicalize(path)
-        .unwrap_or(path.to_path_buf())
-        .to_string_lossy()
-        .into_owned();
+    meta.exe = exe;
     meta.comm = path
         .file_name()
         .map(|n| n.to_string_lossy().chars().take(15).collect())

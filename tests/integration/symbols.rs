@@ -30,3 +30,77 @@ fn go_frames_have_go_names() {
         "{hot}/{main_path}"
     );
 }
+
+// Checks that a program run by a symlink is named as it was run, as Debian's redis-server (a
+// link to redis-check-rdb) is: Debian's gzip run by a link `my-gzip`, with `-- CMD` and with
+// `-p`, is `my-gzip` in the report's header, its frames and the pprof mapping, not `gzip`.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn a_program_is_named_as_it_was_run() {
+    require_root!();
+    let _g = bpf_lock();
+    let dir = scratch("run-name");
+    let link = dir.join("my-gzip");
+    std::os::unix::fs::symlink("/usr/bin/gzip", &link).unwrap();
+    let input = dir.join("input.bin");
+    std::fs::write(&input, vec![7u8; 64 << 20]).unwrap();
+    let named_as_run = |out: &std::path::Path| {
+        let report = report_json(out);
+        assert_eq!(report["target"]["exe"], link.to_str().unwrap());
+        let path = out.to_str().unwrap();
+        let args = [
+            "export", path, "--format", "folded", "--event", "syscall", "-o", "-",
+        ];
+        let folded = String::from_utf8(phaseprof_ok(&args).stdout).unwrap();
+        assert!(folded.contains("my-gzip"), "{folded}");
+        assert!(
+            !folded.contains(";gzip+") && !folded.starts_with("gzip+"),
+            "{folded}"
+        );
+    };
+
+    let out = dir.join("cmd.phaseprof");
+    let o = std::process::Command::new(phaseprof_bin())
+        .args([
+            "record",
+            "--events",
+            "syscall",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+        ])
+        .arg(&link)
+        .args(["-c", input.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    named_as_run(&out);
+
+    // By pid: gzip reading a pipe we feed after attaching.
+    let mut gz = Killed(
+        std::process::Command::new(&link)
+            .arg("-c")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = dir.join("pid.phaseprof");
+    let pid = gz.0.id().to_string();
+    let (rec, _err) = record_until_attached(&[
+        "--pid".as_ref(),
+        pid.as_ref(),
+        "--events".as_ref(),
+        "syscall".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    let mut rec = Killed(rec);
+    let mut stdin = gz.0.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, &vec![7u8; 8 << 20]).unwrap();
+    drop(stdin);
+    assert!(gz.0.wait().unwrap().success());
+    assert!(rec.0.wait().unwrap().success());
+    named_as_run(&out);
+}

@@ -214,6 +214,11 @@ impl<'obj> Session<'obj> {
         self.agg.builder_mut().meta_mut()
     }
 
+    /// Shows the file mapped at `mapped` as `run`, the symlink the user ran it by.
+    pub fn name_as_run(&mut self, mapped: &str, run: &str) {
+        self.sym.name_as_run(mapped, run);
+    }
+
     /// Target processes still running.
     /// The stack maps' use (see `Engine::stack_usage`).
     pub fn stack_usage(&self) -> crate::engine::StackUsage {
@@ -267,8 +272,14 @@ impl<'obj> Session<'obj> {
             // The first target names the profile (unless it is already gone again).
             if let Ok(info) = targets::describe(pid) {
                 meta.comm = info.comm;
-                meta.exe = info.exe;
                 meta.build_id = info.build_id;
+                meta.exe = info.exe;
+                if let Some(run) = crate::run_name::of_process(pid, std::path::Path::new(&meta.exe))
+                {
+                    let run = run.to_string_lossy().into_owned();
+                    self.sym.name_as_run(&meta.exe, &run);
+                    meta.exe = run;
+                }
             }
         }
         if !meta.pids.contains(&pid) {

@@ -38,6 +38,8 @@ pub struct BlazeSymbolizer {
     perf_maps: perf_map::PerfMaps,
     /// The mapped files, opened the guarded way (`target_files`).
     files: crate::target_files::MappedFiles,
+    /// Mapped paths the user knows by another name (see `run_name`): the path run.
+    run_names: HashMap<String, String>,
 }
 
 /// Bound of the names of addresses held by a symbolizer that runs for weeks (the fleet agent):
@@ -100,6 +102,7 @@ impl Default for BlazeSymbolizer {
             modules: Default::default(),
             perf_maps: perf_map::PerfMaps::default(),
             files: Default::default(),
+            run_names: HashMap::new(),
         }
     }
 }
@@ -143,6 +146,18 @@ fn frames_of(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
 }
 
 impl BlazeSymbolizer {
+    /// Names the file mapped at `mapped` by `run`, the symlink the user ran it by (Debian's
+    /// `redis-server` for `redis-check-rdb`), in frames and modules.
+    pub fn name_as_run(&mut self, mapped: &str, run: &str) {
+        self.run_names.insert(mapped.to_string(), run.to_string());
+    }
+
+    /// The path a mapped file is shown by.
+    fn shown_path<'a>(&'a self, mapped: &'a str) -> &'a str {
+        let mapped = mapped.trim_end_matches(" (deleted)");
+        self.run_names.get(mapped).map_or(mapped, String::as_str)
+    }
+
     /// A process exec'd, its mappings to be read later: files it could not be given before
     /// (its old program's, or opened in a race with the exec) are tried again.
     pub fn exec(&mut self, pid: u32) {
@@ -160,7 +175,7 @@ impl BlazeSymbolizer {
 
     /// Asks the naming thread for `offsets` of `vma`'s file not named yet.
     fn ask_names(&mut self, pid: u32, vma: &Vma, offsets: &[u64]) {
-        let module = module_name(&vma.path);
+        let module = module_name(self.shown_path(&vma.path));
         let todo: Vec<u64> = offsets
             .iter()
             .copied()
@@ -176,7 +191,7 @@ impl BlazeSymbolizer {
         let Ok(file) = file.try_clone() else { return };
         if !self.modules.contains_key(&module) {
             let info = phaseprof_model::ModuleInfo {
-                path: vma.path.trim_end_matches(" (deleted)").to_string(),
+                path: self.shown_path(&vma.path).to_string(),
                 build_id: crate::targets::build_id_hex(&crate::target_files::fd_path(&file)),
                 start: vma.start,
                 limit: vma.end,
@@ -283,7 +298,11 @@ impl BlazeSymbolizer {
                             if self.namer.is_pending(&vma.path, off) {
                                 self.late.insert((vma.path.clone(), off));
                             }
-                            unknown(&module_name(&vma.path), off, FrameKind::User)
+                            unknown(
+                                &module_name(self.shown_path(&vma.path)),
+                                off,
+                                FrameKind::User,
+                            )
                         }
                     }
                 }
