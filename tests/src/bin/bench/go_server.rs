@@ -1,20 +1,47 @@
 //! The phase probes' cost on a real Go server (`--only go-server`): nats-server v2.15.2 from the
-//! Go module proxy, driven by NATS's own Go client (tests/workloads/nats-driver), the server's
-//! CPU time per message measured from its threads' schedstat over the driver's run, in rounds
+//! Go module proxy, driven by NATS's own benchmark (`nats bench` of natscli v0.5.0, also from the
+//! proxy: 8 publishing clients, 2 subscribing), the server's CPU time per message measured from
+//! its threads' schedstat over the benchmark's run, in rounds
 //! alternating three ways: bare, `record -p` with cpu samples only, and the same with goroutine
 //! phases on two hot functions. The phases' extra CPU (third against second, medians) is set
 //! against what `report` prints: the probes' time measured from the cpu samples in the
 //! `[phaseprof probes]` tower, and the model's hits × cost per hit.
 use std::process::{Command, Stdio};
 
-use phaseprof_e2e::{
-    free_port, go_third_party, go_workload, read_until, root, truth_from, wait_listening,
-};
+use phaseprof_e2e::{free_port, go_third_party, http_get, read_until, root, wait_listening};
 
 use super::measure::{cpu_exact, median};
 
-/// Messages per publisher (8 publishers, 2 subscribers: 32,000 in, 64,000 delivered).
-const MSGS: &str = "4000";
+/// Messages published per round (8 clients; 2 subscribers: 64,000 delivered).
+const MSGS: &str = "32000";
+
+/// The server: its pid, client port and monitoring port, and natscli's `nats`.
+struct Server {
+    pid: u32,
+    port: u16,
+    http: u16,
+    nats: std::path::PathBuf,
+}
+
+impl Server {
+    /// A member of the server's `/varz` (its own counters).
+    fn varz(&self, member: &str) -> u64 {
+        let (_, body) = http_get(&format!("http://127.0.0.1:{}/varz", self.http));
+        let v: serde_json::Value = serde_json::from_str(&body).expect("varz is JSON");
+        v[member].as_u64().unwrap_or(0)
+    }
+
+    /// `nats bench` `args` against this server.
+    fn bench(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.nats);
+        c.args(["-s", &format!("nats://127.0.0.1:{}", self.port), "bench"])
+            .args(args)
+            .arg("--no-progress")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    }
+}
 
 /// One round's numbers: server CPU ns per published message, and with a recording its
 /// `report --json` `phase_probes` (per message).
@@ -25,10 +52,9 @@ struct Round {
     probe_samples: Option<(u64, u64)>,
 }
 
-/// Runs the driver once against the server `pid` on `port`, under `record -p` with `flags`
-/// when given.
-fn round(pp: &std::path::Path, tmp: &str, pid: u32, port: u16, flags: Option<&[&str]>) -> Round {
-    let driver = go_workload("nats-driver").expect("Go is installed");
+/// Runs the benchmark once against the server, under `record -p` with `flags` when given.
+fn round(pp: &std::path::Path, tmp: &str, srv: &Server, flags: Option<&[&str]>) -> Round {
+    let pid = srv.pid;
     let mut rec = flags.map(|flags| {
         let mut c = Command::new(pp)
             .args(["record", "-v", "-p", &pid.to_string()])
@@ -41,16 +67,36 @@ fn round(pp: &std::path::Path, tmp: &str, pid: u32, port: u16, flags: Option<&[&
         read_until(&mut err, "probes attached");
         (c, err)
     });
+    // Subscribers first (the server's own count says when they are in), then the publishers.
+    let (subs, in0) = (srv.varz("subscriptions"), srv.varz("in_msgs"));
+    let subject = "phaseprof.bench";
+    let mut sub = (srv.bench(&["sub", subject, "--msgs", MSGS, "--clients", "2"]))
+        .spawn()
+        .expect("nats bench sub");
+    while srv.varz("subscriptions") < subs + 2 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let c0 = cpu_exact(pid);
-    let o = Command::new(&driver)
-        .args(["-url", &format!("nats://127.0.0.1:{port}")])
-        .args(["-publishers", "8", "-subscribers", "2", "-msgs", MSGS])
-        .output()
-        .expect("nats-driver");
-    assert!(o.status.success());
-    let published = truth_from(&o.stdout)["published"].as_f64().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let publish = [
+        "pub",
+        subject,
+        "--msgs",
+        MSGS,
+        "--clients",
+        "8",
+        "--size",
+        "128",
+    ];
+    assert!(srv
+        .bench(&publish)
+        .status()
+        .expect("nats bench pub")
+        .success());
+    assert!(sub.wait().unwrap().success());
+    let published = MSGS.parse::<f64>().unwrap();
     let cpu_per_msg = (cpu_exact(pid) - c0) * 1e9 / published;
+    // The server's own count: every message arrived (besides a few of its own events).
+    assert!((srv.varz("in_msgs") - in0) as f64 >= published);
     let mut r = Round {
         cpu_per_msg,
         measured_per_msg: None,
@@ -91,25 +137,40 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
     };
     let phases = root().join("tests/workloads/nats-driver/phases.toml");
     let phases = phases.to_str().unwrap();
-    let port = free_port();
-    let mut srv = Command::new(&server)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+    let Some(nats) = go_third_party("github.com/nats-io/natscli/nats", "v0.5.0", "nats") else {
+        return;
+    };
+    let (port, http) = (free_port(), free_port());
+    let mut child = Command::new(&server)
+        .args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-m",
+            &http.to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("nats-server");
     wait_listening(port);
-    let pid = srv.id();
+    wait_listening(http);
+    let srv = Server {
+        pid: child.id(),
+        port,
+        http,
+        nats,
+    };
     let (mut bare, mut cpu_only, mut phased) = (vec![], vec![], vec![]);
     let (mut measured, mut model, mut own, mut all) = (vec![], vec![], 0, 0);
     for _ in 0..rounds {
-        bare.push(round(pp, tmp, pid, port, None).cpu_per_msg);
-        cpu_only.push(round(pp, tmp, pid, port, Some(&["--events", "cpu"])).cpu_per_msg);
+        bare.push(round(pp, tmp, &srv, None).cpu_per_msg);
+        cpu_only.push(round(pp, tmp, &srv, Some(&["--events", "cpu"])).cpu_per_msg);
         let r = round(
             pp,
             tmp,
-            pid,
-            port,
+            &srv,
             Some(&["--events", "cpu", "--phases", phases]),
         );
         phased.push(r.cpu_per_msg);
@@ -119,13 +180,13 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
             (own, all) = (own + o, all + a);
         }
     }
-    let _ = srv.kill();
-    let _ = srv.wait();
+    let _ = child.kill();
+    let _ = child.wait();
     let (b, c, p) = (median(bare), median(cpu_only), median(phased));
     let extra = p - c;
     println!(
-        "nats-server v2.15.2 driven by NATS's Go client (32,000 messages in, 64,000 delivered \
-         per round), server CPU per message, median of {rounds} alternating rounds:"
+        "nats-server v2.15.2 driven by `nats bench` (natscli v0.5.0; 32,000 messages in, 64,000 \
+         delivered per round), server CPU per message, median of {rounds} alternating rounds:"
     );
     println!("  bare                               {:>9.0} ns", b);
     println!(
