@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use phaseprof_e2e::*;
 
@@ -113,39 +113,18 @@ fn wait_quiet(http: u16, probe: &KernelUprobe) {
 #[ignore = "needs root: run as root with --include-ignored"]
 fn nats_server_phases_match_its_counters() {
     require_root!();
-    let Some(server) = go_third_party(
-        "github.com/nats-io/nats-server/v2",
-        "v2.15.2",
-        "nats-server",
-    ) else {
+    let _g = bpf_lock();
+    let Some(nats) = NatsServer::start() else {
         eprintln!("SKIPPED: Go is not installed");
         return;
     };
     let driver = go_workload("nats-driver").expect("Go is installed");
-    let _g = bpf_lock();
-    let (port, http) = (free_port(), free_port());
-    let _srv = Killed(
-        Command::new(&server)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-m",
-                &http.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting nats-server"),
-    );
-    wait_listening(port);
-    wait_listening(http);
-    let pid = _srv.0.id().to_string();
+    let (server, port, http) = (&nats.binary, nats.port, nats.http);
+    let pid = nats.process.0.id().to_string();
     let inbound_fn = "github.com/nats-io/nats-server/v2/server.(*client).processInboundClientMsg";
     let deliver_fn = "github.com/nats-io/nats-server/v2/server.(*client).deliverMsg";
-    let inbound_hits = KernelUprobe::new("inbound", &server, go_body_offset(&server, inbound_fn));
-    let deliver_hits = KernelUprobe::new("deliver", &server, go_body_offset(&server, deliver_fn));
+    let inbound_hits = KernelUprobe::new("inbound", server, go_body_offset(server, inbound_fn));
+    let deliver_hits = KernelUprobe::new("deliver", server, go_body_offset(server, deliver_fn));
     let (in_before, out_before) = (varz(http, "in_msgs"), varz(http, "out_msgs"));
     // The server publishes messages of its own (connect and disconnect events): the kernel's
     // counts are read on both sides of the attach and of the stop, with the server quiet.

@@ -128,3 +128,42 @@ pub fn elf_file_offset(bin: &Path, vaddr: u64) -> u64 {
     }
     panic!("{vaddr:#x} is in no LOAD segment of {}", bin.display());
 }
+
+/// A running nats-server v2.15.2 (from the Go module proxy) on loopback, killed when dropped.
+pub struct NatsServer {
+    pub process: Killed,
+    /// Its executable (for uprobes on its functions).
+    pub binary: PathBuf,
+    /// Its client port and its monitoring port (`/varz`).
+    pub port: u16,
+    pub http: u16,
+}
+
+impl NatsServer {
+    /// Builds (once) and starts the server, listening on both ports; None when Go is absent.
+    pub fn start() -> Option<NatsServer> {
+        let binary = go_third_party(
+            "github.com/nats-io/nats-server/v2",
+            "v2.15.2",
+            "nats-server",
+        )?;
+        let (port, http) = (free_port(), free_port());
+        let process = Killed(
+            Command::new(&binary)
+                .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+                .args(["-m", &http.to_string()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("starting nats-server"),
+        );
+        wait_listening(port);
+        wait_listening(http);
+        Some(NatsServer {
+            process,
+            binary,
+            port,
+            http,
+        })
+    }
+}

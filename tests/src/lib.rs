@@ -12,7 +12,7 @@ mod pty;
 
 pub use clickhouse::ClickHouse;
 pub use fault_proxy::{Fault, FaultProxy};
-pub use go::{elf_file_offset, go_binary, go_body_offset, go_third_party, go_workload};
+pub use go::{elf_file_offset, go_binary, go_body_offset, go_third_party, go_workload, NatsServer};
 pub use http::{
     connect_from, free_port, http_get, http_post, https_get, served_url, tls_files,
     try_http_request, try_http_request_from, wait_listening,

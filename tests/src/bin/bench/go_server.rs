@@ -8,7 +8,7 @@
 //! `[phaseprof probes]` tower, and the model's hits × cost per hit.
 use std::process::{Command, Stdio};
 
-use phaseprof_e2e::{free_port, go_third_party, http_get, read_until, root, wait_listening};
+use phaseprof_e2e::{go_third_party, http_get, read_until, root, NatsServer};
 
 use super::measure::{cpu_exact, median};
 
@@ -127,41 +127,21 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Server, flags: Option<&[&str]>) 
 }
 
 pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
-    let Some(server) = go_third_party(
-        "github.com/nats-io/nats-server/v2",
-        "v2.15.2",
-        "nats-server",
+    let (Some(server), Some(nats)) = (
+        NatsServer::start(),
+        go_third_party("github.com/nats-io/natscli/nats", "v0.5.0", "nats"),
     ) else {
         println!("go-server: skipped (Go is not installed)");
         return;
     };
-    let phases = root().join("tests/workloads/nats-driver/phases.toml");
-    let phases = phases.to_str().unwrap();
-    let Some(nats) = go_third_party("github.com/nats-io/natscli/nats", "v0.5.0", "nats") else {
-        return;
-    };
-    let (port, http) = (free_port(), free_port());
-    let mut child = Command::new(&server)
-        .args([
-            "-a",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-m",
-            &http.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server");
-    wait_listening(port);
-    wait_listening(http);
     let srv = Server {
-        pid: child.id(),
-        port,
-        http,
+        pid: server.process.0.id(),
+        port: server.port,
+        http: server.http,
         nats,
     };
+    let phases = root().join("tests/workloads/nats-driver/phases.toml");
+    let phases = phases.to_str().unwrap();
     let (mut bare, mut cpu_only, mut phased) = (vec![], vec![], vec![]);
     let (mut measured, mut model, mut own, mut all) = (vec![], vec![], 0, 0);
     for _ in 0..rounds {
@@ -180,8 +160,7 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
             (own, all) = (own + o, all + a);
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let (b, c, p) = (median(bare), median(cpu_only), median(phased));
     let extra = p - c;
     println!(
