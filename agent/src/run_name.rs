@@ -42,6 +42,9 @@ pub fn of_process(pid: u32, exe: &Path) -> Option<PathBuf> {
 /// hop lies in directories root owns, so no lookup enters one a user controls (a FUSE mount of
 /// theirs could stall it).
 pub fn links_to(path: &Path, exe: &Path) -> bool {
+    if !in_root_owned_dirs(exe) {
+        return false;
+    }
     let Ok(want) = std::fs::symlink_metadata(exe) else {
         return false;
     };

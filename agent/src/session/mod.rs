@@ -219,7 +219,6 @@ impl<'obj> Session<'obj> {
         self.sym.name_as_run(mapped, run);
     }
 
-    /// Target processes still running.
     /// The stack maps' use (see `Engine::stack_usage`).
     pub fn stack_usage(&self) -> crate::engine::StackUsage {
         self.engine.stack_usage()
