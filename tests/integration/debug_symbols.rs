@@ -122,29 +122,6 @@ fn stripped_binaries_are_named_from_separate_debug_files() {
     let (bin, debug, id) = stripped(&dir, true);
     let f = cpu_functions("debuglink", &bin, &[]);
     assert!(names_the_spin(&f), ".gnu_debuglink beside it: {f:?}");
-    // A phase on a function of the stripped program: refused, saying why.
-    let phases = dir.join("phases.toml");
-    std::fs::write(
-        &phases,
-        "[[phase]]\nname = \"spin\"\nfunction = \"stripped_spin_leaf\"\n",
-    )
-    .unwrap();
-    let out = dir.join("phased.phaseprof");
-    let o = phaseprof(&[
-        "record",
-        "--phases",
-        phases.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        bin.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("is stripped (no symbol table"),
-        "{err}"
-    );
-
     // No debug link, no debug file anywhere: unnamed.
     let dir = scratch("nolink");
     let (bin, debug2, id2) = stripped(&dir, false);
