@@ -41,7 +41,9 @@ fn run_agent_on(
         name,
         extra,
     );
-    read_until(&mut err, &format!("recording pid {}", target.0.id()));
+    let recording = format!("recording pid {}", target.0.id());
+    let line = read_until(&mut err, &recording);
+    assert!(line.contains(&recording), "the agent did not start: {line}");
     writeln!(target.0.stdin.take().unwrap()).unwrap();
     let out = std::mem::replace(&mut target.0, Command::new("true").spawn().unwrap())
         .wait_with_output()

@@ -138,12 +138,25 @@ pub fn wait_listening(port: u16) {
     panic!("nothing listens on port {port}");
 }
 
+/// A TCP port on 127.0.0.1 that nothing listens on, for a server a test starts. Below the
+/// kernel's ephemeral range (32768 and up): a port `bind(0)` gives is in that range, and under a
+/// busy suite an outgoing connection was given it as its source port before the server bound
+/// it (the agent's /metrics then failed to start). Ports are handed out in turn from a point
+/// that depends on the pid, each checked bindable.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id() % 1_000 * 20;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (start + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range");
 }
 
 /// A private CA and a certificate it signed for 127.0.0.1, made with openssl in `dir`:
