@@ -160,6 +160,11 @@ struct syscall_start {
 	__u32 maps_exec;   /* an mmap/mprotect with PROT_EXEC: VMAs change */
 	__u32 until_stack; /* syscalls of this thread until the next sampled stack */
 	__u64 phase_mask;
+	/* Sampled stacks: this thread's mean syscalls per stack (syscall_stack_every or more, see
+	 * next_stack_in), and its stack walks since walks_since. */
+	__u32 every;
+	__u32 walks;
+	__u64 walks_since;
 	/* Syscall numbers this thread made (sampled stacks: each one's first carries its stack, so
 	 * that rare syscalls have one). */
 	__u64 seen[MAX_SYSCALL_NR / 64];

@@ -39,6 +39,9 @@ const volatile bool have_attach_cookie = true;
 /* Syscall stacks: 0 none, 1 every syscall's, N: one in N on average per thread (the gaps drawn
  * uniformly from 1..2N-1, so that no periodic pattern of the program aliases with them). */
 const volatile __u32 syscall_stack_every = 1;
+/* `sampled`: a thread's N grows so that it walks at most this many stacks a second (0: N
+ * stays; see next_stack_in). */
+const volatile __u32 syscall_stack_walks_per_sec = 0;
 const volatile bool follow_children = false;
 const volatile bool notify_exec = false;
 /* `record -- CMD` with unwind tables: a target that execs stops until user space has installed

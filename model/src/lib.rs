@@ -14,6 +14,7 @@ pub mod kinds;
 pub mod lost;
 pub mod merge;
 pub mod phase_stats;
+pub mod probe_cost;
 pub mod profile;
 pub mod split;
 pub mod stats;
@@ -35,6 +36,9 @@ pub use frames::{display_name, folded_frame_name, is_allocator_frame, is_go_samp
 pub use kinds::*;
 pub use lost::{Lost, INLINED_UNPROBED};
 pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
+pub use probe_cost::{
+    OwnSamples, OTHER_PROBES_FRAME, OWN_COST_FRAME, SYSCALL_PROBES_FRAME, UPROBE_PROBES_FRAME,
+};
 pub use profile::*;
 pub use summary::Summary;
 pub use unwind_info::{TableInfo, UnwindInfo, WalkCounts};

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::lost::Lost;
 use crate::phase_stats::PhaseStats;
+use crate::probe_cost::{OwnSamples, MIN_OWN_SAMPLES, UPROBE_PROBES_FRAME};
 
 /// Phase index 0: events on a thread that was in no probed phase.
 pub const PHASE_NONE: u32 = 0;
@@ -91,6 +92,10 @@ pub struct Meta {
     /// spread over the sampled stacks of the same process, phase and syscall when shown.
     #[serde(default)]
     pub syscall_stack_every: u64,
+    /// With sampled stacks, each thread's one-in-N grew so that it walked no more stacks a
+    /// second than this (0: N stayed `syscall_stack_every`).
+    #[serde(default)]
+    pub syscall_stack_walks_per_sec: u64,
     /// Thread names seen, by tid.
     #[serde(default)]
     pub threads: BTreeMap<u32, String>,
@@ -154,13 +159,9 @@ pub struct PhaseProbeCost {
     pub target_cpu_ns: u64,
 }
 
-/// Cpu samples below this many in the probes' tower say too little to measure their cost by:
-/// the model (hits × cost per hit) is said instead.
-const MIN_OWN_SAMPLES: u64 = 10;
-
 impl PhaseProbeCost {
     /// The probes' cost measured from `own` of `all` cpu samples taken in them (see
-    /// `Profile::own_cost_samples`), in words: the share of the targets' CPU time, with its
+    /// `Profile::own_samples`, its uprobes), in words: the share of the targets' CPU time, with its
     /// binomial standard error, and the model's figure beside it. The model alone with too few
     /// samples or without the targets' CPU time.
     pub fn describe_measured(&self, sampled: (u64, u64)) -> String {
@@ -174,7 +175,7 @@ impl PhaseProbeCost {
         }
         out += &format!(
             "; every probe of phaseprof took {:.1} ± {:.1} ms, {:.2}% of the target's CPU time \
-             (measured: {own} of {all} cpu samples in {OWN_COST_FRAME}); hits × cost per hit \
+             (measured: {own} of {all} cpu samples in {UPROBE_PROBES_FRAME}); hits × cost per hit \
              would say {:.1} ms",
             ns / 1e6,
             err / 1e6,
@@ -187,13 +188,15 @@ impl PhaseProbeCost {
     /// The probes' time in ns measured from `own` of `all` cpu samples taken in them, and its
     /// binomial standard error: None with too few samples or without the targets' CPU time.
     pub fn measured(&self, (own, all): (u64, u64)) -> Option<(f64, f64)> {
-        if own < MIN_OWN_SAMPLES || all == 0 || self.target_cpu_ns == 0 {
+        if own < MIN_OWN_SAMPLES {
             return None;
         }
-        let p = own as f64 / all as f64;
-        let err = (p * (1.0 - p) / all as f64).sqrt();
-        let cpu = self.target_cpu_ns as f64;
-        Some((p * cpu, err * cpu))
+        let samples = OwnSamples {
+            uprobes: own,
+            all,
+            ..OwnSamples::default()
+        };
+        samples.measured(own, self.target_cpu_ns)
     }
 
     /// In words, as totals, or as rates over `secs`.
@@ -412,29 +415,7 @@ impl Profile {
     pub fn total(&self, kind: SampleKind, i: usize) -> u64 {
         crate::saturating_sum(self.samples_of(kind).map(|s| s.value(i)))
     }
-
-    /// (cpu samples taken inside phaseprof's own probes, all cpu samples): the probes' measured
-    /// share of the targets' CPU time.
-    pub fn own_cost_samples(&self) -> (u64, u64) {
-        let own = |s: &&Sample| {
-            let leaf = s
-                .stack
-                .and_then(|id| self.stacks.get(id as usize)?.frames.first());
-            leaf.and_then(|&f| self.frames.get(f as usize))
-                .is_some_and(|f| f.function == OWN_COST_FRAME)
-        };
-        let all = self.total(SampleKind::Cpu, 0);
-        let mine = self
-            .samples_of(SampleKind::Cpu)
-            .filter(own)
-            .map(|s| s.value(0));
-        (crate::saturating_sum(mine), all)
-    }
 }
-
-/// The frame every cpu sample taken inside phaseprof's own probes is counted under: the
-/// profiler's cost in the targets' threads, as a tower of its own, never inside their code.
-pub const OWN_COST_FRAME: &str = "[phaseprof probes]";
 
 #[cfg(test)]
 mod tests {

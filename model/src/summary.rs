@@ -34,6 +34,10 @@ pub struct Summary {
     /// What the phase probes cost the targets (absent without phases).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_probes: Option<serde_json::Value>,
+    /// What all of phaseprof's probes cost the targets, measured from the cpu samples taken in
+    /// them (absent without cpu samples or the targets' CPU time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_cost: Option<serde_json::Value>,
     pub lost: LostSummary,
 }
 
@@ -178,6 +182,7 @@ impl Summary {
             costs,
             phases,
             phase_probes: (m.phase_probes.as_ref()).map(|c| phase_probes_json(profile, c)),
+            probe_cost: probe_cost_json(profile),
             lost: LostSummary {
                 events: profile.lost.events,
                 stacks: profile.lost.stacks,
@@ -196,10 +201,42 @@ impl Summary {
     }
 }
 
+/// What every probe of phaseprof cost the targets, measured from the cpu samples in its tower:
+/// ns and standard error in all and by mechanism (null with fewer than MIN_OWN_SAMPLES), and
+/// the samples they come from.
+fn probe_cost_json(profile: &Profile) -> Option<serde_json::Value> {
+    let cpu = profile.meta.targets_cpu_ns?;
+    let s = profile.own_samples();
+    if s.all == 0 {
+        return None;
+    }
+    let ns = |own: u64| {
+        let m = (own >= crate::probe_cost::MIN_OWN_SAMPLES)
+            .then(|| s.measured(own, cpu))
+            .flatten();
+        serde_json::json!({
+            "samples": own,
+            "ns": m.map(|m| m.0 as u64),
+            "stderr_ns": m.map(|m| m.1 as u64),
+        })
+    };
+    Some(serde_json::json!({
+        "target_cpu_ns": cpu,
+        "cpu_samples": s.all,
+        "share": s.own() as f64 / s.all as f64,
+        "slowdown": s.slowdown(),
+        "all": ns(s.own()),
+        "syscalls": ns(s.syscalls),
+        "uprobes": ns(s.uprobes),
+        "other": ns(s.other),
+    }))
+}
+
 /// What the phase probes cost: the model's figure, and the one measured from the cpu samples in
 /// the probes' tower (null with too few), with the samples it comes from.
 fn phase_probes_json(profile: &Profile, c: &crate::PhaseProbeCost) -> serde_json::Value {
-    let (own, all) = profile.own_cost_samples();
+    let s = profile.own_samples();
+    let (own, all) = (s.uprobes, s.all);
     let measured = c.measured((own, all));
     serde_json::json!({
         "calls": c.calls,

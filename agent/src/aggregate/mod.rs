@@ -61,6 +61,41 @@ fn is_probe_frame(f: &Frame) -> bool {
         && PREFIXES.iter().any(|p| f.function.starts_with(p))
 }
 
+/// Which of phaseprof's probes a sample in its machinery was in, by the frames that ran them:
+/// the leaf of the [`OWN_COST_FRAME`] tower, so that each mechanism's cost is measured on its
+/// own (`Profile::own_cost_by`).
+fn probe_mechanism(f: &Frame) -> Option<&'static str> {
+    const SYSCALLS: &[&str] = &[
+        "syscall_trace_enter",
+        "syscall_exit_work",
+        "__bpf_trace_sys_",
+        "__traceiter_sys_",
+    ];
+    const UPROBES: &[&str] = &[
+        "__uprobe_",
+        "uprobe_",
+        "uretprobe_",
+        "handle_swbp",
+        "arch_uprobe_",
+        "asm_exc_int3",
+        "exc_int3",
+        "asm_exc_debug",
+        "exc_debug",
+        "noist_exc_debug",
+    ];
+    if f.kind != phaseprof_model::FrameKind::Kernel {
+        return is_probe_user_frame(f).then_some(UPROBE_PROBES_FRAME);
+    }
+    let name = f.function.as_str();
+    if SYSCALLS.iter().any(|p| name.starts_with(p)) || name.contains("raw_tp__sys_") {
+        Some(SYSCALL_PROBES_FRAME)
+    } else if UPROBES.iter().any(|p| name.starts_with(p)) || name.contains("uprobe__") {
+        Some(UPROBE_PROBES_FRAME)
+    } else {
+        None
+    }
+}
+
 /// User frames of phaseprof's own machinery: the kernel's uprobe page (`[uprobes]`), where a
 /// return probe's trampoline runs before the function's caller gets its return.
 fn is_probe_user_frame(f: &Frame) -> bool {
@@ -71,7 +106,9 @@ fn is_probe_user_frame(f: &Frame) -> bool {
 /// The module the symbolizer names an address in none of the target's mappings by.
 pub const UNMAPPED_MODULE: &str = "[unknown]";
 
-pub use phaseprof_model::OWN_COST_FRAME;
+pub use phaseprof_model::{
+    OTHER_PROBES_FRAME, OWN_COST_FRAME, SYSCALL_PROBES_FRAME, UPROBE_PROBES_FRAME,
+};
 
 /// Who took a kernel stack: our program (its leaf frames are ours, left out), or a sample that
 /// interrupted the thread wherever it was (a probe frame anywhere means it was in a probe).
@@ -301,6 +338,7 @@ impl Aggregator {
     ) -> u32 {
         let mut frames = Vec::new();
         let mut ours = false;
+        let mut mechanism = None;
         for (i, &a) in kernel.unwrap_or_default().iter().enumerate() {
             let ids = &self.kernel_frames[&lookup_addr(i, a)];
             let probe = ids
@@ -310,20 +348,32 @@ impl Aggregator {
                 continue;
             }
             ours |= probe;
+            mechanism = mechanism.or_else(|| {
+                ids.iter()
+                    .find_map(|&f| self.builder.frame(f).and_then(probe_mechanism))
+            });
             frames.extend_from_slice(ids);
         }
         let user_frames = self.user_stack(pid, user.unwrap_or_default());
-        ours |= user_frames
+        if let Some(&f) = user_frames
             .iter()
-            .any(|&f| self.builder.frame(f).is_some_and(is_probe_user_frame));
+            .find(|&&f| self.builder.frame(f).is_some_and(is_probe_user_frame))
+        {
+            ours = true;
+            mechanism = mechanism.or_else(|| self.builder.frame(f).and_then(probe_mechanism));
+        }
         if ours {
-            let own = self.builder.intern_frame(Frame {
-                function: OWN_COST_FRAME.into(),
-                module: "phaseprof".into(),
-                kind: FrameKind::Synthetic,
-                inlined: false,
-            });
-            return self.builder.intern_stack(vec![own]);
+            let mut synthetic = |function: &str| {
+                self.builder.intern_frame(Frame {
+                    function: function.into(),
+                    module: "phaseprof".into(),
+                    kind: FrameKind::Synthetic,
+                    inlined: false,
+                })
+            };
+            let leaf = synthetic(mechanism.unwrap_or(OTHER_PROBES_FRAME));
+            let own = synthetic(OWN_COST_FRAME);
+            return self.builder.intern_stack(vec![leaf, own]);
         }
         frames.extend(user_frames);
         self.builder.intern_stack(frames)

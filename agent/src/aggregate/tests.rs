@@ -73,6 +73,11 @@ impl Symbolize for FakeSymbolizer {
                     false,
                 )],
                 0xdb00 => vec![frame("exc_debug_user".into(), FrameKind::Kernel, false)],
+                0x5e00 => vec![frame(
+                    "bpf_prog_9a_raw_tp__sys_enter".into(),
+                    FrameKind::Kernel,
+                    false,
+                )],
                 0x76ff => vec![frame(
                     "__traceiter_sched_switch".into(),
                     FrameKind::Kernel,
@@ -149,15 +154,21 @@ fn samples_in_our_probes_are_our_own_line() {
             in_trampoline,
             // In the single-step trap of a Go exit probe.
             sample(vec![0xff00, 0xdb01], 11),
+            // In the syscall entry's program.
+            sample(vec![0x5e00], 13),
         ],
         ..RawWindow::default()
     };
     agg.add_window(&w, &mut sym);
     let p = agg.finish();
     let by_leaf = by_leaf(&p, SampleKind::Cpu);
-    assert_eq!(by_leaf[OWN_COST_FRAME], 5 + 7 + 11);
+    let own = p.own_samples();
+    assert_eq!(own.own(), 5 + 7 + 11 + 13, "{own:?}");
+    // The return trampoline and the single step are uprobes'; the tracepoint iterator is
+    // neither a syscall's nor a uprobe's.
+    assert_eq!((own.uprobes, own.other, own.syscalls), (7 + 11, 5, 13));
     assert_eq!(by_leaf["kff00"], 5);
-    assert_eq!(p.total(SampleKind::Cpu, 0), 28);
+    assert_eq!(p.total(SampleKind::Cpu, 0), 28 + 13);
 }
 
 // Checks that an off-CPU stack whose thread waited inside phaseprof's machinery (a uprobe
@@ -183,7 +194,7 @@ fn waits_inside_our_probes_are_our_own_line() {
     let p = agg.finish();
     let by_leaf = by_leaf(&p, SampleKind::Offcpu);
     assert_eq!(by_leaf["kfdff"], 10);
-    assert_eq!(by_leaf[OWN_COST_FRAME], 30);
+    assert_eq!(by_leaf[UPROBE_PROBES_FRAME], 30);
 }
 
 // Checks Go sample weights: a sample of size s at rate r stands for s / (1 - e^(-s/r))

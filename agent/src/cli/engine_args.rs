@@ -13,9 +13,9 @@ pub struct EngineArgs {
     /// cpu-clock sampling frequency in Hz.
     #[arg(short = 'F', long, default_value_t = DEFAULT_FREQ_HZ)]
     pub freq: u64,
-    /// Which syscalls carry a user stack: `sampled` (one in 16 per thread; syscalls without
-    /// one count under the stacks sampled for the same syscall, in proportion), `all`, `none`,
-    /// or `1/N`. Counts and latency are exact either way.
+    /// Which syscalls carry a user stack: `sampled` (one in 16 per thread, fewer past 100
+    /// stacks a second; syscalls without one count under the stacks sampled for the same
+    /// syscall, in proportion), `all`, `none`, or `1/N`. Counts and latency are exact either way.
     #[arg(long, default_value = "sampled", value_name = "sampled|all|none|1/N")]
     pub syscall_stacks: SyscallStacks,
     /// How user stacks are walked: `fp` (frame pointers, cheap), `dwarf` (walked in the kernel

@@ -211,6 +211,7 @@ fn open_skel<'obj>(
         .as_deref_mut()
         .context("BPF object has no rodata")?;
     rodata.syscall_stack_every = cfg.syscall_stacks.every();
+    rodata.syscall_stack_walks_per_sec = cfg.syscall_stacks.walks_per_sec();
     rodata.follow_children = cfg.follow_children;
     rodata.notify_exec = cfg.notify_exec;
     rodata.hold_execs = cfg.hold_execs;

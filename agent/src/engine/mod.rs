@@ -72,25 +72,41 @@ pub enum SyscallStacks {
     /// One syscall in N on average per thread; the others are counted under the stacks sampled
     /// in the same process, phase and syscall, in proportion (exact totals, estimated split).
     OneIn(u32),
+    /// As `OneIn(DEFAULT_SYSCALL_STACK_EVERY)`, with N raised per thread so that it walks at
+    /// most `SAMPLED_STACK_WALKS_PER_SEC` stacks a second (the default).
+    Sampled,
 }
 
-/// Default syscall stack sampling: a stack walk costs a few times a syscall's own probes, so
-/// one in 16 keeps a syscall-heavy target's slowdown within the default budget (see the bench).
+/// Default syscall stack sampling: a stack walk costs ten to twenty times a syscall's own
+/// probes (unwind tables: ~2-4 us), so one in 16 at most...
 pub const DEFAULT_SYSCALL_STACK_EVERY: u32 = 16;
+/// ...and no more walks than this per thread and second: on redis (~100,000 syscalls a second
+/// on its one thread) one in 16 cost 6% of its CPU; at this rate a thread's walks cost ~0.03%.
+pub const SAMPLED_STACK_WALKS_PER_SEC: u32 = 100;
 
 impl Default for SyscallStacks {
     fn default() -> Self {
-        SyscallStacks::OneIn(DEFAULT_SYSCALL_STACK_EVERY)
+        SyscallStacks::Sampled
     }
 }
 
 impl SyscallStacks {
-    /// The programs' `syscall_stack_every`: 0 none, 1 all, N one in N.
+    /// The programs' `syscall_stack_every`: 0 none, 1 all, N one in N (at least).
     pub fn every(self) -> u32 {
         match self {
             SyscallStacks::None => 0,
             SyscallStacks::All => 1,
             SyscallStacks::OneIn(n) => n.max(1),
+            SyscallStacks::Sampled => DEFAULT_SYSCALL_STACK_EVERY,
+        }
+    }
+
+    /// The programs' `syscall_stack_walks_per_sec`: with `sampled`, a thread's N grows so
+    /// that it walks no more stacks a second than this; 0: N stays.
+    pub fn walks_per_sec(self) -> u32 {
+        match self {
+            SyscallStacks::Sampled => SAMPLED_STACK_WALKS_PER_SEC,
+            _ => 0,
         }
     }
 }

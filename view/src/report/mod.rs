@@ -238,8 +238,12 @@ pub fn write_report(
     if profile.phase_stats.len() > 1 {
         writeln!(out, "phases: {}", profile.describe_phases())?;
     }
+    if let Some(line) = (m.targets_cpu_ns).and_then(|cpu| profile.own_samples().describe(cpu)) {
+        writeln!(out, "probes' cost: {line}")?;
+    }
     if let Some(cost) = &m.phase_probes {
-        let sampled = profile.own_cost_samples();
+        let s = profile.own_samples();
+        let sampled = (s.uprobes, s.all);
         writeln!(out, "phase probes: {}", cost.describe_measured(sampled))?;
     }
     if m.names_late > 0 {
@@ -286,11 +290,16 @@ pub fn write_report(
                 }
             }
             EventKind::Offcpu => writeln!(out, "== off-cpu: {} ==", fmt_ns(grand))?,
-            EventKind::Syscall => match m.syscall_stack_every {
-                n if n > 1 && m.syscall_stacks => writeln!(
+            EventKind::Syscall => match (m.syscall_stack_every, m.syscall_stack_walks_per_sec) {
+                (n, 0) if n > 1 && m.syscall_stacks => writeln!(
                     out,
                     "== syscalls: {grand} calls (exact); stacks sampled 1 in {n}, counts by \
                      stack estimated =="
+                )?,
+                (n, rate) if n > 1 && m.syscall_stacks => writeln!(
+                    out,
+                    "== syscalls: {grand} calls (exact); stacks sampled 1 in {n} (fewer on busy \
+                     threads: at most {rate} a second each), counts by stack estimated =="
                 )?,
                 _ => writeln!(out, "== syscalls: {grand} calls ==")?,
             },
