@@ -1,9 +1,11 @@
-//! What one probe hit costs a target, in ns of its CPU time: the one table every estimate
-//! phaseprof prints or exports reads (phase probes while recording, the allocation budget, the
-//! agent's `/metrics`). Measured with `bench` on the 2-core development VM (README
-//! "Performance"): `--only phases`, `--only alloc`, `--only syscalls`. x86 uprobes emulate a
-//! probed `push` (the usual entry site) but single-step most other instructions, a `ret`
-//! included, so every exact Go exit costs a single-step.
+//! What one probe hit costs a target, in ns of its CPU time: measured while recording, from the
+//! cpu samples taken inside the uprobes (the `[phaseprof probes]` tower's uprobes leaf), the
+//! targets' CPU time and the hits the kernel counted meanwhile. The constants are what a hit
+//! is assumed to cost before that measurement has enough samples, or without cpu samples
+//! (`--events alloc` alone): measured with `bench` on the 2-core development VM (README
+//! "Performance"). x86 uprobes emulate a probed `push` (the usual entry site) but single-step
+//! most other instructions, a `ret` included, so every exact Go exit costs a single-step.
+use phaseprof_model::probe_cost::{OwnSamples, MIN_OWN_SAMPLES};
 
 /// A native phase call: entry probe on an emulated instruction, exit through a uretprobe, with
 /// the default events (2,612 ns measured; 2,273 with cpu samples only).
@@ -20,5 +22,65 @@ pub const GO_SWITCH_HIT_NS: f64 = 1_500.0;
 pub const ALLOC_HIT_NS: f64 = 1_100.0;
 /// A target's syscall counted with its latency, no stack (`--syscall-stacks none`): +381 ns.
 pub const SYSCALL_NS: f64 = 381.0;
-/// A target's syscall with its user stack walked (`--syscall-stacks all`): +2,166 ns.
-pub const SYSCALL_WITH_STACK_NS: f64 = 2_166.0;
+
+/// The uprobes' cost per hit, measured over a recording: the samples in them and in all, the
+/// targets' CPU time and the uprobe hits, summed over the stretches between calls of `add`.
+#[derive(Default)]
+pub struct UprobeHitCost {
+    uprobe_samples: u64,
+    all_samples: u64,
+    cpu_ns: u64,
+    hits: u64,
+    /// The counters at the last `add` (samples are the aggregator's, which a session cut in
+    /// windows starts afresh: a count lower than the last is counted from zero).
+    last: Option<(OwnSamples, u64, u64)>,
+}
+
+impl UprobeHitCost {
+    /// Adds the stretch up to now: `own` samples folded so far, the targets' CPU time `cpu_ns`
+    /// and the uprobe hits so far (both cumulative).
+    pub fn add(&mut self, own: OwnSamples, cpu_ns: u64, hits: u64) {
+        if let Some((o, c, h)) = self.last {
+            let fresh = own.all < o.all;
+            let since = |now: u64, then: u64| if fresh { now } else { now.saturating_sub(then) };
+            self.uprobe_samples += since(own.uprobes, o.uprobes);
+            self.all_samples += since(own.all, o.all);
+            self.cpu_ns += cpu_ns.saturating_sub(c);
+            self.hits += hits.saturating_sub(h);
+        }
+        self.last = Some((own, cpu_ns, hits));
+    }
+
+    /// ns of the targets' CPU per uprobe hit; None before MIN_OWN_SAMPLES samples in uprobes.
+    pub fn ns_per_hit(&self) -> Option<f64> {
+        if self.uprobe_samples < MIN_OWN_SAMPLES || self.all_samples == 0 || self.hits == 0 {
+            return None;
+        }
+        let share = self.uprobe_samples as f64 / self.all_samples as f64;
+        Some(share * self.cpu_ns as f64 / self.hits as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the measurement: 60 of 300 samples in uprobes over 3 s of the targets' CPU and
+    // 600,000 hits are 1,000 ns a hit; a session's fresh aggregator counts from zero.
+    #[test]
+    fn cost_per_hit_is_the_uprobes_share_of_cpu_over_the_hits() {
+        let own = |uprobes, all| OwnSamples {
+            uprobes,
+            all,
+            ..OwnSamples::default()
+        };
+        let mut c = UprobeHitCost::default();
+        c.add(own(0, 0), 1_000_000_000, 100);
+        assert_eq!(c.ns_per_hit(), None);
+        c.add(own(30, 150), 2_500_000_000, 300_100);
+        assert_eq!(c.ns_per_hit(), Some(1_000.0));
+        // A new window: the aggregator's counts start again.
+        c.add(own(30, 150), 4_000_000_000, 600_100);
+        assert_eq!(c.ns_per_hit(), Some(1_000.0));
+    }
+}

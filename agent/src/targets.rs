@@ -56,6 +56,28 @@ pub fn entry_offset(exe: &Path) -> Result<u64> {
         .with_context(|| format!("no segment of {} holds its entry point", exe.display()))
 }
 
+/// The targets' CPU time as one counter that only grows: each target's time since it was first
+/// read here, so that one added later (attached by pid, a followed child) adds its time from
+/// then on, not its whole past, and one gone stops adding.
+#[derive(Default)]
+pub struct CpuClock {
+    last: std::collections::HashMap<u32, u64>,
+    total: u64,
+}
+
+impl CpuClock {
+    /// The counter now, reading the CPU time of `pids`.
+    pub fn read(&mut self, pids: impl Iterator<Item = u32>) -> u64 {
+        for pid in pids {
+            let now = cpu_ns(std::iter::once(pid));
+            if let Some(before) = self.last.insert(pid, now) {
+                self.total += now.saturating_sub(before);
+            }
+        }
+        self.total
+    }
+}
+
 /// CPU time of every thread of `pids`, in ns (exact: schedstat, not clock ticks).
 pub fn cpu_ns(pids: impl Iterator<Item = u32>) -> u64 {
     let mut total = 0;

@@ -107,7 +107,7 @@ fn is_probe_user_frame(f: &Frame) -> bool {
 pub const UNMAPPED_MODULE: &str = "[unknown]";
 
 pub use phaseprof_model::{
-    OTHER_PROBES_FRAME, OWN_COST_FRAME, SYSCALL_PROBES_FRAME, UPROBE_PROBES_FRAME,
+    OwnSamples, OTHER_PROBES_FRAME, OWN_COST_FRAME, SYSCALL_PROBES_FRAME, UPROBE_PROBES_FRAME,
 };
 
 /// Who took a kernel stack: our program (its leaf frames are ours, left out), or a sample that
@@ -128,6 +128,10 @@ pub struct Aggregator {
     /// Addresses of `user_frames` named provisionally: forgotten once the window's samples are
     /// folded, so that the next fold asks for their names again.
     provisional: Vec<(u32, u64)>,
+    /// The probes' tower: its stacks by mechanism, and the cpu samples so far in each and in
+    /// all (the measured cost per probe hit comes from them while recording).
+    own_stacks: HashMap<u32, &'static str>,
+    own: OwnSamples,
 }
 
 /// Go's default `runtime.MemProfileRate`.
@@ -168,6 +172,28 @@ impl Aggregator {
             kernel_frames: HashMap::new(),
             go_phase_allocs: HashMap::new(),
             provisional: Vec::new(),
+            own_stacks: HashMap::new(),
+            own: OwnSamples::default(),
+        }
+    }
+
+    /// The cpu samples folded so far, those taken in phaseprof's probes by mechanism.
+    pub fn own_samples(&self) -> OwnSamples {
+        self.own
+    }
+
+    /// Counts cpu sample `s` on `stack` in `own`.
+    fn count_own(&mut self, s: &RawSample, stack: Option<u32>) {
+        if s.kind != SampleKind::Cpu {
+            return;
+        }
+        let n = s.values.first().copied().unwrap_or(0);
+        self.own.all += n;
+        match stack.and_then(|id| self.own_stacks.get(&id)).copied() {
+            Some(SYSCALL_PROBES_FRAME) => self.own.syscalls += n,
+            Some(UPROBE_PROBES_FRAME) => self.own.uprobes += n,
+            Some(_) => self.own.other += n,
+            None => {}
         }
     }
 
@@ -203,6 +229,7 @@ impl Aggregator {
                 (Stacks::Never, _) | (Stacks::Sometimes, None) => None,
                 _ => Some(self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref(), taken)),
             };
+            self.count_own(s, stack);
             let at = at(s.phase, s.phase_mask);
             let sample = Sample::new(s.kind, (s.pid, s.tid), at, s.values.clone());
             self.builder.add(sample.on(stack).syscall(s.nr));
@@ -371,9 +398,12 @@ impl Aggregator {
                     inlined: false,
                 })
             };
-            let leaf = synthetic(mechanism.unwrap_or(OTHER_PROBES_FRAME));
+            let mechanism = mechanism.unwrap_or(OTHER_PROBES_FRAME);
+            let leaf = synthetic(mechanism);
             let own = synthetic(OWN_COST_FRAME);
-            return self.builder.intern_stack(vec![leaf, own]);
+            let id = self.builder.intern_stack(vec![leaf, own]);
+            self.own_stacks.insert(id, mechanism);
+            return id;
         }
         frames.extend(user_frames);
         self.builder.intern_stack(frames)

@@ -160,9 +160,14 @@ fn samples_in_our_probes_are_our_own_line() {
         ..RawWindow::default()
     };
     agg.add_window(&w, &mut sym);
+    let while_recording = agg.own_samples();
     let p = agg.finish();
     let by_leaf = by_leaf(&p, SampleKind::Cpu);
     let own = p.own_samples();
+    assert_eq!(
+        while_recording, own,
+        "the counts kept while recording are the profile's"
+    );
     assert_eq!(own.own(), 5 + 7 + 11 + 13, "{own:?}");
     // The return trampoline and the single step are uprobes'; the tracepoint iterator is
     // neither a syscall's nor a uprobe's.

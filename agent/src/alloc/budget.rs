@@ -1,21 +1,19 @@
-//! The allocation probes' cost to the target, estimated from probe hits, and the duty cycle
-//! that keeps it inside a budget (`--alloc-budget 1%`).
+//! The allocation probes' cost to the target, estimated from probe hits at a cost per hit, and
+//! the duty cycle that keeps it inside a budget (`--alloc-budget 1%`).
 use std::time::Duration;
 
-use crate::probe_costs::ALLOC_HIT_NS as NS_PER_HIT;
-
 /// The targets' own CPU time: `cpu_ns` measured (which includes the time spent in probes) less
-/// the estimated time of `hits` probe hits.
-pub fn own_cpu_ns(cpu_ns: u64, hits: u64) -> u64 {
-    cpu_ns.saturating_sub((hits as f64 * NS_PER_HIT) as u64)
+/// the time of `hits` probe hits at `ns_per_hit`.
+pub fn own_cpu_ns(cpu_ns: u64, hits: u64, ns_per_hit: f64) -> u64 {
+    cpu_ns.saturating_sub((hits as f64 * ns_per_hit) as u64)
 }
 
 /// Estimated slowdown of the target: probe time added over the target's own CPU time.
-pub fn overhead(hits: u64, target_cpu_ns: u64) -> f64 {
+pub fn overhead(hits: u64, target_cpu_ns: u64, ns_per_hit: f64) -> f64 {
     if target_cpu_ns == 0 {
         return 0.0;
     }
-    hits as f64 * NS_PER_HIT / target_cpu_ns as f64
+    hits as f64 * ns_per_hit / target_cpu_ns as f64
 }
 
 /// A slice in which the target ran less than this says nothing about the probes' cost.

@@ -11,6 +11,7 @@ use super::budget::{overhead, own_cpu_ns, DutyCycle};
 use super::go_rate::GoRate;
 use super::sites::{self, AllocKind, AllocSite};
 use crate::engine::Engine;
+use crate::probe_costs::ALLOC_HIT_NS;
 
 /// How often the estimated overhead is printed while recording.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
@@ -49,6 +50,12 @@ pub struct AllocRecorder {
     cpu_at_window: u64,
     /// Duty cycling in a session cut in windows: what the current window counted.
     window: WindowDuty,
+    /// The targets' CPU time (every mark above is of this counter).
+    cpu: crate::targets::CpuClock,
+    /// What a probe hit costs, in ns of the targets' CPU: measured while recording
+    /// (`calibrate`), ALLOC_HIT_NS until then.
+    ns_per_hit: f64,
+    measured_cost: bool,
 }
 
 /// Duty cycling over a window (the agent, `attach`): its attached time, probe hits and the
@@ -71,13 +78,13 @@ struct WindowDuty {
 impl WindowDuty {
     /// Adds what the attached stretch since the marks counted, `hits` and `cpu` being the
     /// counters now; the marks move to now.
-    fn count_until(&mut self, hits: u64, cpu: u64, now: Instant) {
+    fn count_until(&mut self, hits: u64, cpu: u64, now: Instant, ns_per_hit: f64) {
         let (h, c) = (
             hits.saturating_sub(self.hits_mark),
             cpu.saturating_sub(self.cpu_mark),
         );
         self.hits += h;
-        self.counted_own_ns += own_cpu_ns(c, h);
+        self.counted_own_ns += own_cpu_ns(c, h, ns_per_hit);
         if let Some(on) = self.on_mark {
             self.on_ns += (now - on).as_nanos() as u64;
         }
@@ -114,7 +121,31 @@ impl AllocRecorder {
             hits_at_window: 0,
             cpu_at_window: 0,
             window: WindowDuty::default(),
+            cpu: crate::targets::CpuClock::default(),
+            ns_per_hit: ALLOC_HIT_NS,
+            measured_cost: false,
         }
+    }
+
+    /// The targets' CPU time so far (see `CpuClock`).
+    fn cpu_now(&mut self) -> u64 {
+        let pids: Vec<u32> = self.sites.keys().copied().collect();
+        self.cpu.read(pids.into_iter())
+    }
+
+    /// A probe hit's cost as measured while recording (`UprobeHitCost`), in ns.
+    pub fn calibrate(&mut self, ns_per_hit: f64) {
+        self.ns_per_hit = ns_per_hit;
+        self.measured_cost = true;
+    }
+
+    /// The probes' slowdown of the targets for `hits` in `cpu` ns of their CPU time.
+    fn overhead(&self, hits: u64, cpu: u64) -> f64 {
+        overhead(
+            hits,
+            own_cpu_ns(cpu, hits, self.ns_per_hit),
+            self.ns_per_hit,
+        )
     }
 
     /// Finds the allocator functions of `pid` in `objects` and attaches their probes.
@@ -153,6 +184,8 @@ impl AllocRecorder {
             engine.attach_alloc(pid, &probe_specs(&found))?;
         }
         self.sites.insert(pid, found);
+        // Its CPU time counts from now on.
+        self.cpu_now();
         Ok(())
     }
 
@@ -161,7 +194,7 @@ impl AllocRecorder {
     /// probes always attached, the estimated slowdown over the window's hits and CPU time).
     pub fn window_info(&mut self, engine: &Engine<'_>) -> Result<(AllocInfo, f64)> {
         let hits = engine.alloc_probe_hits()?;
-        let cpu = crate::targets::cpu_ns(self.sites.keys().copied());
+        let cpu = self.cpu_now();
         let now = Instant::now();
         let (h, c) = (
             hits.saturating_sub(self.hits_at_window),
@@ -173,18 +206,19 @@ impl AllocRecorder {
             probes: self.probes.clone(),
             budget: None,
             attached_fraction: 1.0,
-            estimated_overhead: overhead(h, own_cpu_ns(c, h)),
+            estimated_overhead: self.overhead(h, c),
             go_sampled: self.go_sampled,
         };
+        let ns_per_hit = self.ns_per_hit;
         let Some(duty) = &self.duty else {
             return Ok((info, 1.0));
         };
         let w = &mut self.window;
         if self.attached {
-            w.count_until(hits, cpu, now);
+            w.count_until(hits, cpu, now, ns_per_hit);
         }
         let wall = now - w.started.unwrap_or(self.started);
-        let own = own_cpu_ns(c, h) + w.uncounted_own_ns;
+        let own = own_cpu_ns(c, h, ns_per_hit) + w.uncounted_own_ns;
         let scale = if w.counted_own_ns == 0 {
             1.0
         } else {
@@ -192,7 +226,7 @@ impl AllocRecorder {
         };
         info.budget = Some(duty.budget);
         info.attached_fraction = (w.on_ns as f64 / wall.as_nanos().max(1) as f64).min(1.0);
-        info.estimated_overhead = overhead(h, own_cpu_ns(c, h));
+        info.estimated_overhead = overhead(h, own_cpu_ns(c, h, ns_per_hit), ns_per_hit);
         let uncounted = if w.counted_own_ns == 0 { own } else { 0 };
         *w = WindowDuty {
             uncounted_own_ns: uncounted,
@@ -229,62 +263,23 @@ impl AllocRecorder {
     /// at its end.
     pub fn tick(&mut self, engine: &mut Engine<'_>) -> Result<()> {
         let now = Instant::now();
-        let pids: Vec<u32> = self.sites.keys().copied().collect();
         for g in &mut self.go_rates {
             g.ensure_sampling();
         }
-        if let Some(duty) = &mut self.duty {
-            let cpu_now = crate::targets::cpu_ns(pids.iter().copied());
-            self.cpu_first.get_or_insert(cpu_now);
-            self.cpu_last = self.cpu_last.max(cpu_now);
-            if self.attached && now - self.measure_start >= duty.slice() {
-                engine.pause_alloc(true);
-                let hits = engine.alloc_probe_hits()? - self.hits_at_slice;
-                let cpu = cpu_now.saturating_sub(self.cpu_at_slice);
-                let own = own_cpu_ns(cpu, hits);
-                let cost = overhead(hits, own);
-                self.hits_total += hits;
-                self.cpu_while_on += cpu;
-                self.counted_own_ns += own;
-                let counted = now - self.measure_start;
-                self.window
-                    .count_until(self.hits_at_slice + hits, cpu_now, now);
-                self.window.on_mark = None;
-                engine.detach_alloc();
-                self.attached = false;
-                // Spending covers the whole slice, attach and detach included; totals are
-                // extrapolated from the counted window alone.
-                duty.slice_done(self.slice_start.elapsed(), cost, own);
-                duty.on_ns += counted.as_nanos() as u64;
-            } else if !self.attached && duty.may_attach(now - self.started) {
-                // The slice (and its spending) starts before attaching, which takes milliseconds;
-                // counting and the cost's measurement start when every probe is in force.
-                self.slice_start = now;
-                engine.pause_alloc(true);
-                for (&pid, found) in &self.sites {
-                    engine.attach_alloc(pid, &probe_specs(found))?;
-                }
-                engine.pause_alloc(false);
-                self.hits_at_slice = engine.alloc_probe_hits()?;
-                self.cpu_at_slice = crate::targets::cpu_ns(pids.iter().copied());
-                self.measure_start = Instant::now();
-                self.attached = true;
-                let w = &mut self.window;
-                (w.hits_mark, w.cpu_mark) = (self.hits_at_slice, self.cpu_at_slice);
-                w.on_mark = Some(self.measure_start);
-            }
+        if self.duty.is_some() {
+            self.duty_tick(engine, now)?;
         }
         if now - self.last_report >= REPORT_EVERY {
             let hits = engine.alloc_probe_hits()?;
-            let cpu = crate::targets::cpu_ns(pids.iter().copied());
+            let cpu = self.cpu_now();
             let d_hits = hits - self.hits_at_report;
             let d_cpu = cpu.saturating_sub(self.cpu_at_report);
             let secs = (now - self.last_report).as_secs_f64();
-            let own = own_cpu_ns(d_cpu, d_hits);
             let mut line = format!(
-                "phaseprof: alloc probes: {:.0} hits/s, estimated overhead {:.2}% of the target's CPU",
+                "phaseprof: alloc probes: {:.0} hits/s, estimated overhead {:.2}% of the target's CPU ({})",
                 d_hits as f64 / secs,
-                overhead(d_hits, own) * 100.0
+                self.overhead(d_hits, d_cpu) * 100.0,
+                self.describe_cost()
             );
             if let Some(d) = &self.duty {
                 line += &format!(
@@ -306,6 +301,67 @@ impl AllocRecorder {
         Ok(())
     }
 
+    /// The cost per hit the estimates use, in words.
+    fn describe_cost(&self) -> String {
+        if self.measured_cost {
+            format!("{:.0} ns a hit, measured", self.ns_per_hit)
+        } else {
+            format!(
+                "{:.0} ns a hit assumed until cpu samples measure it",
+                self.ns_per_hit
+            )
+        }
+    }
+
+    /// Duty cycling: ends the attached slice when it is over, or attaches the probes for the
+    /// next when the budget allows.
+    fn duty_tick(&mut self, engine: &mut Engine<'_>, now: Instant) -> Result<()> {
+        let cpu_now = self.cpu_now();
+        self.cpu_first.get_or_insert(cpu_now);
+        self.cpu_last = self.cpu_last.max(cpu_now);
+        let ns_per_hit = self.ns_per_hit;
+        let Some(duty) = &mut self.duty else {
+            return Ok(());
+        };
+        if self.attached && now - self.measure_start >= duty.slice() {
+            engine.pause_alloc(true);
+            let hits = engine.alloc_probe_hits()? - self.hits_at_slice;
+            let cpu = cpu_now.saturating_sub(self.cpu_at_slice);
+            let own = own_cpu_ns(cpu, hits, ns_per_hit);
+            let cost = overhead(hits, own, ns_per_hit);
+            self.hits_total += hits;
+            self.cpu_while_on += cpu;
+            self.counted_own_ns += own;
+            let counted = now - self.measure_start;
+            self.window
+                .count_until(self.hits_at_slice + hits, cpu_now, now, ns_per_hit);
+            self.window.on_mark = None;
+            engine.detach_alloc();
+            self.attached = false;
+            // Spending covers the whole slice, attach and detach included; totals are
+            // extrapolated from the counted window alone.
+            duty.slice_done(self.slice_start.elapsed(), cost, own);
+            duty.on_ns += counted.as_nanos() as u64;
+        } else if !self.attached && duty.may_attach(now - self.started) {
+            // The slice (and its spending) starts before attaching, which takes milliseconds;
+            // counting and the cost's measurement start when every probe is in force.
+            self.slice_start = now;
+            engine.pause_alloc(true);
+            for (&pid, found) in &self.sites {
+                engine.attach_alloc(pid, &probe_specs(found))?;
+            }
+            engine.pause_alloc(false);
+            self.hits_at_slice = engine.alloc_probe_hits()?;
+            self.cpu_at_slice = self.cpu_now();
+            self.measure_start = Instant::now();
+            self.attached = true;
+            let w = &mut self.window;
+            (w.hits_mark, w.cpu_mark) = (self.hits_at_slice, self.cpu_at_slice);
+            w.on_mark = Some(self.measure_start);
+        }
+        Ok(())
+    }
+
     /// At the end of the recording (`total` long): the record of how allocations were taken,
     /// and the factor that scales what was counted while attached up to the whole recording.
     pub fn finish(&mut self, engine: &Engine<'_>, total: Duration) -> Result<(AllocInfo, f64)> {
@@ -313,9 +369,9 @@ impl AllocRecorder {
         for g in &mut self.go_rates {
             g.restore();
         }
-        let pids: Vec<u32> = self.sites.keys().copied().collect();
+        let ns_per_hit = self.ns_per_hit;
         let (hits, cpu) = if self.duty.is_some() {
-            let cpu_now = crate::targets::cpu_ns(pids.iter().copied());
+            let cpu_now = self.cpu_now();
             self.cpu_last = self.cpu_last.max(cpu_now);
             if self.attached {
                 let h = engine.alloc_probe_hits()? - self.hits_at_slice;
@@ -323,7 +379,7 @@ impl AllocRecorder {
                 if let Some(d) = &mut self.duty {
                     d.on_ns += (now - self.measure_start).as_nanos() as u64;
                 }
-                self.counted_own_ns += own_cpu_ns(c, h);
+                self.counted_own_ns += own_cpu_ns(c, h, ns_per_hit);
                 self.attached = false;
                 (self.hits_total + h, self.cpu_while_on + c)
             } else {
@@ -331,14 +387,14 @@ impl AllocRecorder {
             }
         } else {
             let h = engine.alloc_probe_hits()? - self.hits_at_report;
-            let c = crate::targets::cpu_ns(pids.iter().copied()).saturating_sub(self.cpu_at_report);
+            let c = self.cpu_now().saturating_sub(self.cpu_at_report);
             (self.hits_total + h, self.cpu_while_on + c)
         };
         let (fraction, scale) = match &self.duty {
             Some(d) => {
                 let f = (d.on_ns as f64 / total.as_nanos().max(1) as f64).min(1.0);
                 let span = self.cpu_last.saturating_sub(self.cpu_first.unwrap_or(0));
-                let all_own = own_cpu_ns(span, hits);
+                let all_own = own_cpu_ns(span, hits, ns_per_hit);
                 if self.counted_own_ns == 0 {
                     eprintln!("phaseprof: the allocation budget allowed no slice in so short a recording: no allocations recorded (record longer or raise --alloc-budget)");
                     (f, 1.0)
@@ -353,7 +409,7 @@ impl AllocRecorder {
             probes: self.probes.clone(),
             budget: self.duty.as_ref().map(|d| d.budget),
             attached_fraction: fraction,
-            estimated_overhead: overhead(hits, own_cpu_ns(cpu, hits)),
+            estimated_overhead: self.overhead(hits, cpu),
             go_sampled: self.go_sampled,
         };
         Ok((info, scale))

@@ -65,7 +65,7 @@ pub struct EngineConfig {
 }
 
 /// Which syscalls carry a user stack (`--syscall-stacks`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SyscallStacks {
     None,
     All,
@@ -74,6 +74,7 @@ pub enum SyscallStacks {
     OneIn(u32),
     /// As `OneIn(DEFAULT_SYSCALL_STACK_EVERY)`, with N raised per thread so that it walks at
     /// most `SAMPLED_STACK_WALKS_PER_SEC` stacks a second (the default).
+    #[default]
     Sampled,
 }
 
@@ -83,12 +84,6 @@ pub const DEFAULT_SYSCALL_STACK_EVERY: u32 = 16;
 /// ...and no more walks than this per thread and second: on redis (~100,000 syscalls a second
 /// on its one thread) one in 16 cost 6% of its CPU; at this rate a thread's walks cost ~0.03%.
 pub const SAMPLED_STACK_WALKS_PER_SEC: u32 = 100;
-
-impl Default for SyscallStacks {
-    fn default() -> Self {
-        SyscallStacks::Sampled
-    }
-}
 
 impl SyscallStacks {
     /// The programs' `syscall_stack_every`: 0 none, 1 all, N one in N (at least).

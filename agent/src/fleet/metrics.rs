@@ -12,10 +12,7 @@ use phaseprof_model::{Profile, SampleKind, CPU_COUNT, SYSCALL_COUNT};
 
 use super::push::PushMetrics;
 
-use crate::probe_costs::{SYSCALL_NS, SYSCALL_WITH_STACK_NS};
-// Every phase call is costed as a native one: a window does not say which phases are Go's,
-// whose exits cost about 7 times more, so Go targets are underestimated.
-use crate::probe_costs::NATIVE_PHASE_CALL_NS as NS_PER_PHASE_CALL;
+use crate::probe_costs::{NATIVE_PHASE_CALL_NS, SYSCALL_NS};
 
 #[derive(Default)]
 pub struct AgentMetrics {
@@ -72,20 +69,13 @@ fn resident_bytes() -> u64 {
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64
 }
 
-/// A window's probe hits by kind, and the estimated slowdown of targets that ran `cpu_ns`.
+/// A window's probe hits by kind, and the slowdown of targets that ran `cpu_ns`: measured from
+/// the window's cpu samples in the probes (`[phaseprof probes]`), or without cpu samples
+/// estimated from the hits at the costs assumed per hit.
 pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
     // Phase statistics are inclusive: a call of a nested phase counts in its own phase only.
     let calls: u64 = p.phase_stats.iter().map(|s| s.calls).sum();
     let syscalls = p.total(SampleKind::Syscall, SYSCALL_COUNT);
-    // Sampled stacks: one syscall in `every` pays for its stack.
-    let every = p.meta.syscall_stack_every.max(1) as f64;
-    let per_syscall = if p.meta.syscall_stacks {
-        SYSCALL_NS + (SYSCALL_WITH_STACK_NS - SYSCALL_NS) / every
-    } else {
-        SYSCALL_NS
-    };
-    let probe_ns = calls as f64 * NS_PER_PHASE_CALL + syscalls as f64 * per_syscall;
-    let own = (cpu_ns as f64 - probe_ns).max(1.0);
     m.phase_probe_hits.fetch_add(2 * calls, Ordering::Relaxed);
     m.syscall_probe_hits
         .fetch_add(2 * syscalls, Ordering::Relaxed);
@@ -97,12 +87,19 @@ pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
         m.stack_copy_bytes
             .fetch_add(u.copied_bytes, Ordering::Relaxed);
     }
-    let ppm = if cpu_ns == 0 {
+    let own = p.own_samples();
+    let slowdown = if own.all > 0 {
+        own.slowdown()
+    } else if cpu_ns == 0 {
         0.0
     } else {
-        probe_ns / own * 1e6
+        // Every phase call is costed as a native one: a window does not say which phases are
+        // Go's, whose exits cost about 7 times more.
+        let probe_ns = calls as f64 * NATIVE_PHASE_CALL_NS + syscalls as f64 * SYSCALL_NS;
+        probe_ns / (cpu_ns as f64 - probe_ns).max(1.0)
     };
-    m.overhead_ppm.store(ppm as u64, Ordering::Relaxed);
+    m.overhead_ppm
+        .store((slowdown * 1e6) as u64, Ordering::Relaxed);
 }
 
 fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
@@ -133,7 +130,7 @@ fn metrics_text(a: &AgentMetrics, p: &PushMetrics) -> String {
          # TYPE phaseprof_agent_cpu_samples_total counter\nphaseprof_agent_cpu_samples_total {}\n\
          # TYPE phaseprof_agent_unwound_samples_total counter\nphaseprof_agent_unwound_samples_total {}\n\
          # TYPE phaseprof_agent_stack_copy_bytes_total counter\nphaseprof_agent_stack_copy_bytes_total {}\n\
-         # HELP phaseprof_agent_estimated_overhead Probe time over the targets' own CPU time in the last window (phase and syscall probes, at their measured costs).\n\
+         # HELP phaseprof_agent_estimated_overhead Probe time over the targets' own CPU time in the last window: measured from its cpu samples in the probes, else from probe hits at assumed costs.\n\
          # TYPE phaseprof_agent_estimated_overhead gauge\nphaseprof_agent_estimated_overhead {}\n",
         g(&a.windows_recorded),
         g(&p.windows_sent),

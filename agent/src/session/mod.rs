@@ -21,6 +21,7 @@ use crate::window::{fold_identical, RawSample, RawWindow};
 /// How long a session turn waits for process events at most: the latency of noticing a stop,
 /// a deadline or a window's end.
 mod deferred_phases;
+mod probe_calibration;
 mod stacks;
 mod windows;
 
@@ -78,7 +79,6 @@ pub struct Session<'obj> {
     hold_execs: bool,
     /// Per target: frame pointers, unwind tables or stack copies (None: frame pointers for all).
     walks: Option<StackWalks>,
-    /// Cpu samples and page faults unwound from stack copies since the last drain.
     /// Samples unwound from stack copies since the last drain (cpu samples, page faults).
     unwound: Vec<RawSample>,
     /// The phase probes' estimated cost, printed while recording.
@@ -86,6 +86,9 @@ pub struct Session<'obj> {
     /// Each target's CPU time (ns, its threads' schedstat) when it was added or at the last
     /// window: with the time at the end, how many cpu samples the recording should hold.
     cpu_at_add: std::collections::BTreeMap<u32, u64>,
+    /// The uprobes' measured cost per hit, and the targets' CPU time it is measured over.
+    uprobe_cost: crate::probe_costs::UprobeHitCost,
+    calibration_cpu: targets::CpuClock,
     verbose: bool,
 }
 
@@ -125,6 +128,8 @@ impl<'obj> Session<'obj> {
             cpu_at_add: Default::default(),
             unwound: Vec::new(),
             phase_cost,
+            uprobe_cost: Default::default(),
+            calibration_cpu: Default::default(),
             verbose,
         }
     }
@@ -521,6 +526,7 @@ impl<'obj> Session<'obj> {
                 modules.insert(name.clone(), m.clone());
             }
         }
+        self.calibrate_alloc_cost();
     }
 
     /// Detaches every probe, drains what is left and returns the profile of `start..end`.

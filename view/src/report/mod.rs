@@ -197,6 +197,21 @@ fn write_live(profile: &Profile, top: usize, mut out: impl Write) -> std::io::Re
     Ok(())
 }
 
+/// What phaseprof's probes cost the targets: all of them, measured from the cpu samples taken
+/// in them, and the phase probes on their own.
+fn write_probe_costs(profile: &Profile, out: &mut impl Write) -> std::io::Result<()> {
+    let m = &profile.meta;
+    let own = profile.own_samples();
+    if let Some(line) = (m.targets_cpu_ns).and_then(|cpu| own.describe(cpu)) {
+        writeln!(out, "probes' cost: {line}")?;
+    }
+    if let Some(cost) = &m.phase_probes {
+        let sampled = (own.uprobes, own.all);
+        writeln!(out, "phase probes: {}", cost.describe_measured(sampled))?;
+    }
+    Ok(())
+}
+
 pub fn write_report(
     profile: &Profile,
     opts: &ReportOptions,
@@ -238,14 +253,7 @@ pub fn write_report(
     if profile.phase_stats.len() > 1 {
         writeln!(out, "phases: {}", profile.describe_phases())?;
     }
-    if let Some(line) = (m.targets_cpu_ns).and_then(|cpu| profile.own_samples().describe(cpu)) {
-        writeln!(out, "probes' cost: {line}")?;
-    }
-    if let Some(cost) = &m.phase_probes {
-        let s = profile.own_samples();
-        let sampled = (s.uprobes, s.all);
-        writeln!(out, "phase probes: {}", cost.describe_measured(sampled))?;
-    }
+    write_probe_costs(profile, &mut out)?;
     if m.names_late > 0 {
         writeln!(
             out,
