@@ -352,6 +352,9 @@ enum probe_counter {
 	HITS_FREE,
 	HITS_GO_SAMPLE,
 	HITS_GO_SCHED, /* Go scheduler switch points (goroutine phases), not allocator hits */
+	/* ns the scheduler's programs ran at switches to a target: the kernel charges them to the
+	 * thread switched in, with interrupts off where no cpu sample sees them. */
+	NS_SWITCH_TO_TARGET,
 	HITS_MAX,
 };
 

@@ -412,6 +412,20 @@ static __always_inline __u64 stack_id(void *ctx, __u64 flags, enum stack_slot sl
 			   reason);
 }
 
+/* Adds `n` to this CPU's probe counter `c` (hits, or ns). */
+static __always_inline void count_add(enum probe_counter c, __u64 n)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
+	if (v)
+		*v += n;
+}
+
+static __always_inline void count_hit(enum probe_counter c)
+{
+	count_add(c, 1);
+}
+
 /* Adds `delta` to the u64 under `key`, creating it if needed. */
 static __always_inline void add_u64(void *map, void *key, __u64 delta, enum drop_reason reason)
 {

@@ -5,14 +5,6 @@
 
 /* ---- phases ------------------------------------------------------------ */
 
-static __always_inline void count_hit(enum probe_counter c)
-{
-	__u32 key = c;
-	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
-	if (v)
-		*v += 1;
-}
-
 /* Pushes an entry of `phase`. Direct recursion counts one call, at the outermost entry;
  * entries beyond MAX_PHASE_DEPTH are counted as drops (and popped again by their returns). */
 static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u64 now)

@@ -141,6 +141,8 @@ static __always_inline void on_switch(void *ctx, bool preempt, struct task_struc
 		return;
 	credit_offcpu(start, next_tid, now - start->ts, now);
 	bpf_map_delete_elem(&offcpu_starts, &next_tid);
+	/* The target switched in pays for this program (see NS_SWITCH_TO_TARGET). */
+	count_add(NS_SWITCH_TO_TARGET, bpf_ktime_get_ns() - now);
 }
 
 /* A blocked target thread was woken: from now on it waits for a CPU. */

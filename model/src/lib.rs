@@ -37,7 +37,8 @@ pub use kinds::*;
 pub use lost::{Lost, INLINED_UNPROBED};
 pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use probe_cost::{
-    OwnSamples, OTHER_PROBES_FRAME, OWN_COST_FRAME, SYSCALL_PROBES_FRAME, UPROBE_PROBES_FRAME,
+    OwnSamples, ProbeCost, OTHER_PROBES_FRAME, OWN_COST_FRAME, SYSCALL_PROBES_FRAME,
+    UPROBE_PROBES_FRAME,
 };
 pub use profile::*;
 pub use summary::Summary;

@@ -46,49 +46,94 @@ impl OwnSamples {
         let cpu = target_cpu_ns as f64;
         Some((p * cpu, err * cpu))
     }
+}
 
-    /// The targets' CPU time with the probes over their time without: own / (all − own).
-    pub fn slowdown(&self) -> f64 {
-        let rest = self.all.saturating_sub(self.own());
-        if rest == 0 {
-            return 0.0;
-        }
-        self.own() as f64 / rest as f64
+/// What phaseprof's probes cost the targets over a recording or window: the cpu samples taken in
+/// them, the targets' CPU time, and the scheduler's programs' time charged to the targets
+/// (`Meta::switch_probe_ns`), which no sample sees.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProbeCost {
+    pub samples: OwnSamples,
+    pub target_cpu_ns: u64,
+    pub switch_ns: u64,
+}
+
+impl ProbeCost {
+    /// The probes' time in ns, and its standard error (the samples').
+    pub fn ns(&self) -> (f64, f64) {
+        let (ns, err) = (self.samples)
+            .measured(self.samples.own(), self.target_cpu_ns)
+            .unwrap_or((0.0, 0.0));
+        (ns + self.switch_ns as f64, err)
     }
 
-    /// In words: the probes' time and share of `target_cpu_ns`, by mechanism; None with fewer
-    /// than MIN_OWN_SAMPLES samples in them or without the targets' CPU time.
-    pub fn describe(&self, target_cpu_ns: u64) -> Option<String> {
-        if self.own() < MIN_OWN_SAMPLES {
+    /// The targets' CPU time with the probes over their time without, less one.
+    pub fn slowdown(&self) -> f64 {
+        let (ns, _) = self.ns();
+        let rest = self.target_cpu_ns as f64 - ns;
+        if rest <= 0.0 {
+            return 0.0;
+        }
+        ns / rest
+    }
+
+    /// In words: the probes' time and share of the targets' CPU, by mechanism; None with fewer
+    /// than MIN_OWN_SAMPLES samples in them (and no scheduler time).
+    pub fn describe(&self) -> Option<String> {
+        let s = &self.samples;
+        if s.own() < MIN_OWN_SAMPLES && self.switch_ns == 0 {
             return None;
         }
-        let (ns, err) = self.measured(self.own(), target_cpu_ns)?;
-        let pct = |n: u64| 100.0 * n as f64 / self.all as f64;
+        let (ns, err) = self.ns();
+        let cpu = self.target_cpu_ns.max(1) as f64;
+        let pct = |n: u64| 100.0 * n as f64 / s.all.max(1) as f64;
         let mut parts = Vec::new();
         for (n, what) in [
-            (self.syscalls, "syscall probes"),
-            (self.uprobes, "uprobes"),
-            (self.other, "others"),
+            (s.syscalls, "syscall probes"),
+            (s.uprobes, "uprobes"),
+            (s.other, "others"),
         ] {
             if n > 0 {
                 parts.push(format!("{what} {:.2}%", pct(n)));
             }
         }
-        Some(format!(
-            "{:.1} ± {:.1} ms, {:.2}% of the targets' CPU time, a slowdown of {:.1}% (measured: \
-             {} of {} cpu samples in {OWN_COST_FRAME}: {})",
+        let mut out = format!(
+            "{:.1} ± {:.1} ms, {:.2}% of the targets' CPU time, a slowdown of {:.1}% (measured: {} \
+             of {} cpu samples in {OWN_COST_FRAME}",
             ns / 1e6,
             err / 1e6,
-            pct(self.own()),
+            100.0 * ns / cpu,
             100.0 * self.slowdown(),
-            self.own(),
-            self.all,
-            parts.join(", ")
-        ))
+            s.own(),
+            s.all,
+        );
+        if !parts.is_empty() {
+            out += &format!(": {}", parts.join(", "));
+        }
+        if self.switch_ns > 0 {
+            out += &format!(
+                "; and {:.1} ms of the scheduler's probes at switches to the targets, timed by \
+                 themselves",
+                self.switch_ns as f64 / 1e6
+            );
+        }
+        Some(out + ")")
     }
 }
 
 impl Profile {
+    /// What the probes cost the targets (see ProbeCost); None without the targets' CPU time or
+    /// cpu samples.
+    pub fn probe_cost(&self) -> Option<ProbeCost> {
+        let samples = self.own_samples();
+        let target_cpu_ns = self.meta.targets_cpu_ns?;
+        (samples.all > 0).then_some(ProbeCost {
+            samples,
+            target_cpu_ns,
+            switch_ns: self.meta.switch_probe_ns,
+        })
+    }
+
     /// The cpu samples taken inside phaseprof's own probes, by mechanism (the tower's leaf).
     pub fn own_samples(&self) -> OwnSamples {
         let mut out = OwnSamples {
@@ -121,17 +166,22 @@ mod tests {
     use super::*;
 
     // Checks the measurement: 44 of 287 samples in the probes, of 2.82 s of the targets' CPU
-    // time, are 432.3 ± 60.0 ms, 15.33% of it and 18.1% more than without them; with fewer than
-    // MIN_OWN_SAMPLES nothing is said.
+    // time, are 432.3 ± 60.0 ms, 15.33% of it and 18.1% more than without them; the scheduler's
+    // programs' own time adds to it; with fewer than MIN_OWN_SAMPLES nothing is said.
     #[test]
     fn probes_cost_their_share_of_the_samples() {
-        let s = OwnSamples {
+        let samples = OwnSamples {
             syscalls: 40,
             uprobes: 4,
             other: 0,
             all: 287,
         };
-        let line = s.describe(2_819_847_135).unwrap();
+        let mut c = ProbeCost {
+            samples,
+            target_cpu_ns: 2_819_847_135,
+            switch_ns: 0,
+        };
+        let line = c.describe().unwrap();
         assert!(
             line.starts_with(
                 "432.3 ± 60.0 ms, 15.33% of the targets' CPU time, a slowdown of 18.1%"
@@ -142,12 +192,18 @@ mod tests {
             line.ends_with("syscall probes 13.94%, uprobes 1.39%)"),
             "{line}"
         );
-        let few = OwnSamples {
+        c.switch_ns = 100_000_000;
+        assert!((c.ns().0 - 532_311_059.0).abs() < 1.0);
+        assert!(c
+            .describe()
+            .unwrap()
+            .contains("and 100.0 ms of the scheduler's probes"));
+        c.samples = OwnSamples {
             uprobes: 9,
             all: 287,
             ..OwnSamples::default()
         };
-        assert_eq!(few.describe(2_819_847_135), None);
-        assert_eq!(OwnSamples::default().slowdown(), 0.0);
+        c.switch_ns = 0;
+        assert_eq!(c.describe(), None);
     }
 }

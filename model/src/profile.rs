@@ -111,6 +111,10 @@ pub struct Meta {
     /// should hold (None: unknown, a target gone before it could be asked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targets_cpu_ns: Option<u64>,
+    /// Of that time, the ns the scheduler's programs ran at switches to the targets (the kernel
+    /// charges them to the thread switched in, with interrupts off: no cpu sample sees them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub switch_probe_ns: u64,
     /// Addresses named `file+offset` because their names came after their window was taken.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub names_late: u64,

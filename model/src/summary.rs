@@ -205,11 +205,8 @@ impl Summary {
 /// ns and standard error in all and by mechanism (null with fewer than MIN_OWN_SAMPLES), and
 /// the samples they come from.
 fn probe_cost_json(profile: &Profile) -> Option<serde_json::Value> {
-    let cpu = profile.meta.targets_cpu_ns?;
-    let s = profile.own_samples();
-    if s.all == 0 {
-        return None;
-    }
+    let cost = profile.probe_cost()?;
+    let (s, cpu) = (cost.samples, cost.target_cpu_ns);
     let ns = |own: u64| {
         let m = (own >= crate::probe_cost::MIN_OWN_SAMPLES)
             .then(|| s.measured(own, cpu))
@@ -223,9 +220,11 @@ fn probe_cost_json(profile: &Profile) -> Option<serde_json::Value> {
     Some(serde_json::json!({
         "target_cpu_ns": cpu,
         "cpu_samples": s.all,
-        "share": s.own() as f64 / s.all as f64,
-        "slowdown": s.slowdown(),
-        "all": ns(s.own()),
+        "ns": cost.ns().0 as u64,
+        "stderr_ns": cost.ns().1 as u64,
+        "slowdown": cost.slowdown(),
+        "switch_ns": cost.switch_ns,
+        "sampled": ns(s.own()),
         "syscalls": ns(s.syscalls),
         "uprobes": ns(s.uprobes),
         "other": ns(s.other),

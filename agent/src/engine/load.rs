@@ -404,6 +404,7 @@ impl<'obj> Engine<'obj> {
             inlined_unprobed: 0,
             phases: cfg.phase_ids > 0,
             phase_totals: Default::default(),
+            switch_ns_taken: 0,
             rows,
             unwind_mappings,
             target_bits,

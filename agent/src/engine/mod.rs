@@ -237,6 +237,8 @@ pub struct Engine<'obj> {
     phases: bool,
     /// The per-phase totals the drains took, per window and in all.
     phase_totals: phase_totals::PhaseTotals,
+    /// NS_SWITCH_TO_TARGET as of the last `take_switch_ns`.
+    switch_ns_taken: u64,
     /// What this kernel's BPF can do, and so which programs were loaded.
     pub features: features::KernelFeatures,
     pub cpus: usize,

@@ -28,6 +28,15 @@ impl Engine<'_> {
         self.probe_hits(types::probe_counter::HITS_GO_SCHED)
     }
 
+    /// The ns the scheduler's programs ran at switches to targets since the last call: the
+    /// kernel charges them to the target switched in, where no cpu sample sees them.
+    pub fn take_switch_ns(&mut self) -> Result<u64> {
+        let now = self.probe_hits(types::probe_counter::NS_SWITCH_TO_TARGET)?;
+        let since = now.saturating_sub(self.switch_ns_taken);
+        self.switch_ns_taken = now;
+        Ok(since)
+    }
+
     fn probe_hits(&self, counter: types::probe_counter) -> Result<u64> {
         let per_cpu = self
             .skel

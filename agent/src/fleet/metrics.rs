@@ -88,8 +88,13 @@ pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
             .fetch_add(u.copied_bytes, Ordering::Relaxed);
     }
     let own = p.own_samples();
-    let slowdown = if own.all > 0 {
-        own.slowdown()
+    let slowdown = if own.all > 0 && cpu_ns > 0 {
+        let cost = phaseprof_model::ProbeCost {
+            samples: own,
+            target_cpu_ns: cpu_ns,
+            switch_ns: p.meta.switch_probe_ns,
+        };
+        cost.slowdown()
     } else if cpu_ns == 0 {
         0.0
     } else {

@@ -54,6 +54,7 @@ impl Session<'_> {
         p.meta.end_unix_ns = unix_ns(end);
         // The targets' CPU time in this window; the next one counts from here.
         p.meta.targets_cpu_ns = self.targets_cpu_since_mark();
+        p.meta.switch_probe_ns = self.engine.take_switch_ns()?;
         self.unwind_since_last_window(&mut p.meta);
         p.meta.names_late = self.sym.take_late();
         self.took_windows = true;

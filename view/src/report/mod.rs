@@ -202,7 +202,7 @@ fn write_live(profile: &Profile, top: usize, mut out: impl Write) -> std::io::Re
 fn write_probe_costs(profile: &Profile, out: &mut impl Write) -> std::io::Result<()> {
     let m = &profile.meta;
     let own = profile.own_samples();
-    if let Some(line) = (m.targets_cpu_ns).and_then(|cpu| own.describe(cpu)) {
+    if let Some(line) = profile.probe_cost().and_then(|c| c.describe()) {
         writeln!(out, "probes' cost: {line}")?;
     }
     if let Some(cost) = &m.phase_probes {

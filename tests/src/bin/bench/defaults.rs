@@ -10,7 +10,8 @@ use super::measure::{median, run, sim_args};
 
 /// bpftrace recording what phaseprof's defaults record: cpu stacks at 99 Hz, off-CPU time by
 /// stack, syscall counts and latency with a user stack per syscall (bpftrace has no sampling).
-const BPFTRACE_DEFAULTS: &str = "profile:hz:99 /pid == cpid/ { @cpu[ustack, kstack] = count(); } \
+pub(super) const BPFTRACE_DEFAULTS: &str =
+    "profile:hz:99 /pid == cpid/ { @cpu[ustack, kstack] = count(); } \
      tracepoint:sched:sched_switch /pid == cpid/ { @off[tid] = nsecs; @offstack[tid] = ustack; } \
      tracepoint:sched:sched_switch /@off[args->next_pid]/ { @offcpu[@offstack[args->next_pid]] = \
      sum(nsecs - @off[args->next_pid]); delete(@off[args->next_pid]); } \

@@ -1,7 +1,7 @@
 //! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
 //!
 //! Run as root after `cargo build --release --workspace`:
-//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|fleet-day|agent|unwind|defaults|go-server]`.
+//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|fleet-day|agent|unwind|defaults|redis|go-server]`.
 //! Prints: ns per syscall of a getppid loop bare / with our probes attached but the loop not a
 //! target (the floor) / under `record` (stacks on and off) / under bpftrace doing the same
 //! counting; validator-sim's wall time bare vs recorded; the agent's CPU% and peak RSS while
@@ -26,12 +26,14 @@ mod fleet;
 mod go_server;
 mod measure;
 mod phases;
+mod redis;
 mod unwind;
 
 use defaults::defaults_bench;
 use fleet::{fleet_bench, fleet_day_bench, FleetHour};
 use go_server::go_server_bench;
 use phases::phases_bench;
+use redis::redis_bench;
 use unwind::unwind_bench;
 
 use measure::*;
@@ -501,6 +503,9 @@ fn main() {
     }
     if wanted("unwind") {
         unwind_bench(&pp, tmp, rounds);
+    }
+    if wanted("redis") {
+        redis_bench(&pp, tmp, rounds, has_bpftrace);
     }
     if wanted("go-server") {
         go_server_bench(&pp, tmp, rounds);

@@ -1,0 +1,350 @@
+//! phaseprof's cost on Debian's redis-server (`--only redis`), driven by its own benchmark
+//! (`redis-benchmark` SET and GET, 10 clients, over a unix socket; server and client pinned to
+//! CPUs 0 and 1): the server's CPU time per command from its threads' schedstat, in rounds
+//! alternating bare, bpftrace doing the same work, and `record -p`: the default events, the
+//! defaults plus six phases (exact), allocations (exact) and allocations at a 1% budget. Beside
+//! each measured slowdown, what phaseprof printed: the probes' cost it measured from its cpu
+//! samples (`report --json` `probe_cost.slowdown`) and, for allocations, its estimate.
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+
+use phaseprof_e2e::{read_until, root};
+
+use super::defaults::BPFTRACE_DEFAULTS;
+use super::measure::{cpu_exact, median};
+
+/// Requests per round: 2 × this many commands (SET and GET).
+const REQUESTS: &str = "100000";
+/// Requests of a round under an allocation budget: at 1%, probes that cost the server 2.4x its
+/// CPU may be attached for one 20 ms slice in about 7 s (the first, of 5 ms, after 4.5 s).
+const BUDGET_REQUESTS: &str = "2000000";
+
+/// The server, killed when dropped.
+struct Redis {
+    child: Child,
+    socket: String,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Redis {
+    fn start() -> Option<Redis> {
+        let socket =
+            std::env::temp_dir().join(format!("phaseprof-bench-redis-{}.sock", std::process::id()));
+        let socket = socket.to_str()?.to_string();
+        let child = Command::new("taskset")
+            .args([
+                "-c",
+                "0",
+                "redis-server",
+                "--port",
+                "0",
+                "--unixsocket",
+                &socket,
+            ])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .ok()?;
+        let r = Redis { child, socket };
+        for _ in 0..100 {
+            if r.cli(&["ping"]).is_some_and(|o| o.trim() == "PONG") {
+                return Some(r);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        None
+    }
+
+    fn cli(&self, args: &[&str]) -> Option<String> {
+        let o = Command::new("redis-cli")
+            .args(["-s", &self.socket])
+            .args(args)
+            .output()
+            .ok()?;
+        o.status
+            .success()
+            .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    /// The server's own count of commands processed (INFO stats).
+    fn commands(&self) -> u64 {
+        let info = self.cli(&["info", "stats"]).unwrap_or_default();
+        info.lines()
+            .find_map(|l| {
+                l.strip_prefix("total_commands_processed:")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// A way of running a round.
+#[derive(Clone, Copy)]
+enum Under<'a> {
+    Bare,
+    Bpftrace(&'a str),
+    Phaseprof(&'a [&'a str]),
+}
+
+/// One round's numbers: server CPU ns per command; with phaseprof, its `report --json`.
+struct Round {
+    cpu_per_cmd: f64,
+    report: Option<serde_json::Value>,
+}
+
+/// A tracer attached to the server for a round: phaseprof or bpftrace, stopped by SIGINT.
+fn attach(pp: &std::path::Path, tmp: &str, pid: u32, how: Under) -> Option<Child> {
+    let pid_s = pid.to_string();
+    match how {
+        Under::Bare => None,
+        Under::Phaseprof(flags) => {
+            let mut c = Command::new(pp)
+                .args(["record", "-v", "-p", &pid_s])
+                .args(flags)
+                .args(["-o", tmp])
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("phaseprof");
+            let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
+            read_until(&mut err, "probes attached");
+            // Keep its stderr flowing (its live lines) so that it never blocks on a full pipe.
+            std::thread::spawn(move || for _ in err.lines() {});
+            Some(c)
+        }
+        Under::Bpftrace(script) => {
+            let script = script.replace("cpid", &pid_s);
+            let mut c = Command::new("bpftrace")
+                .args(["-p", &pid_s, "-e", &script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("bpftrace");
+            let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+            let mut line = String::new();
+            while out.read_line(&mut line).unwrap_or(0) > 0 && !line.contains("Attaching") {
+                line.clear();
+            }
+            std::thread::spawn(move || for _ in out.lines() {});
+            // Attaching N probes is printed before they are all in force.
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            Some(c)
+        }
+    }
+}
+
+fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under) -> Round {
+    let pid = srv.child.id();
+    let tracer = attach(pp, tmp, pid, how);
+    let (c0, n0) = (cpu_exact(pid), srv.commands());
+    let ok = Command::new("taskset")
+        .args([
+            "-c",
+            "1",
+            "redis-benchmark",
+            "-s",
+            &srv.socket,
+            "-n",
+            REQUESTS,
+        ])
+        .args(["-c", "10", "-t", "set,get", "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-benchmark")
+        .success();
+    assert!(ok, "redis-benchmark failed");
+    let commands = (srv.commands() - n0) as f64;
+    let cpu_per_cmd = (cpu_exact(pid) - c0) * 1e9 / commands;
+    let mut report = None;
+    if let Some(mut t) = tracer {
+        // SAFETY: signalling a child we spawned; SIGINT makes it write its file / print maps.
+        unsafe { libc::kill(t.id() as i32, libc::SIGINT) };
+        let status = t.wait().unwrap();
+        if let Under::Phaseprof(_) = how {
+            assert!(status.success(), "phaseprof record failed");
+            let out = Command::new(pp)
+                .args(["report", "--json", tmp])
+                .output()
+                .unwrap();
+            let mut r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            r["commands"] = commands.into();
+            report = Some(r);
+        }
+    }
+    Round {
+        cpu_per_cmd,
+        report,
+    }
+}
+
+/// bpftrace doing what `--phases` does for the six functions: a call count and the time
+/// between entry and return of each, per thread.
+fn bpftrace_phases(exe: &str) -> String {
+    let mut s = String::from(BPFTRACE_DEFAULTS);
+    for f in [
+        "processCommand",
+        "call",
+        "_writeToClient",
+        "beforeSleep",
+        "flushAppendOnlyFile",
+        "readQueryFromClient",
+    ] {
+        s += &format!(
+            " uprobe:{exe}:{f} {{ @in_{f}[tid] = nsecs; }} uretprobe:{exe}:{f} /@in_{f}[tid]/ \
+             {{ @calls[\"{f}\"] = count(); @ns[\"{f}\"] = sum(nsecs - @in_{f}[tid]); \
+             delete(@in_{f}[tid]); }}"
+        );
+    }
+    s
+}
+
+/// bpftrace doing what `--events alloc` does: bytes and counts of jemalloc's allocations (size
+/// at entry, pointer at return) and its frees.
+fn bpftrace_alloc(lib: &str) -> String {
+    let mut s = String::from("profile:hz:99 /pid == cpid/ { @cpu[ustack, kstack] = count(); } ");
+    for f in ["malloc", "calloc", "realloc", "mallocx", "rallocx"] {
+        let size = if f == "calloc" {
+            "arg0 * arg1"
+        } else if f.starts_with('r') || f == "realloc" {
+            "arg1"
+        } else {
+            "arg0"
+        };
+        s += &format!(
+            "uprobe:{lib}:{f} {{ @sz[tid] = {size}; }} uretprobe:{lib}:{f} /@sz[tid]/ \
+             {{ @bytes = sum(@sz[tid]); @n = count(); @live[retval] = @sz[tid]; delete(@sz[tid]); }} "
+        );
+    }
+    for f in ["free", "sdallocx", "dallocx"] {
+        s += &format!("uprobe:{lib}:{f} {{ @frees = count(); delete(@live[arg0]); }} ");
+    }
+    s
+}
+
+pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace: bool) {
+    let Some(srv) = Redis::start() else {
+        println!("redis: skipped (no redis-server: apt install redis-server redis-tools)");
+        return;
+    };
+    let exe = std::fs::read_link(format!("/proc/{}/exe", srv.child.id()))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let lib = "/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    let phases = root().join("tests/workloads/redis/phases.toml");
+    let phases = phases.to_str().unwrap();
+    let (bt_phases, bt_alloc) = (bpftrace_phases(&exe), bpftrace_alloc(lib));
+    let with_phases = ["--phases", phases];
+    let rows: Vec<(&str, Under)> = [
+        ("bare", Under::Bare),
+        ("record -p (default events)", Under::Phaseprof(&[])),
+        (
+            "  bpftrace, the same events",
+            Under::Bpftrace(BPFTRACE_DEFAULTS),
+        ),
+        (
+            "+ --phases (6 functions, exact)",
+            Under::Phaseprof(&with_phases),
+        ),
+        (
+            "  bpftrace, the same events and uprobes",
+            Under::Bpftrace(&bt_phases),
+        ),
+        (
+            "--events cpu,alloc (exact)",
+            Under::Phaseprof(&["--events", "cpu,alloc"]),
+        ),
+        (
+            "  bpftrace, the same allocator probes",
+            Under::Bpftrace(&bt_alloc),
+        ),
+        (
+            "--events cpu,alloc --alloc-budget 1%",
+            Under::Phaseprof(&["--events", "cpu,alloc", "--alloc-budget", "1%"]),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, how)| has_bpftrace || !matches!(how, Under::Bpftrace(_)))
+    .collect();
+    let mut cpu: Vec<Vec<f64>> = vec![vec![]; rows.len()];
+    let mut reports: Vec<Vec<serde_json::Value>> = vec![vec![]; rows.len()];
+    for _ in 0..rounds {
+        for (i, (_, how)) in rows.iter().enumerate() {
+            let r = round(pp, tmp, &srv, *how);
+            cpu[i].push(r.cpu_per_cmd);
+            reports[i].extend(r.report);
+        }
+    }
+    print_rows(&rows, cpu, &reports, rounds);
+}
+
+/// The rows: CPU per command and × bare; phaseprof's printed estimates beside the measured
+/// slowdown; for allocations, the totals per command against the exact run's.
+fn print_rows(
+    rows: &[(&str, Under)],
+    cpu: Vec<Vec<f64>>,
+    reports: &[Vec<serde_json::Value>],
+    rounds: usize,
+) {
+    println!(
+        "redis-server 7.0 (Debian) driven by redis-benchmark (SET+GET, {REQUESTS} requests each \
+         ({BUDGET_REQUESTS} under the budget), 10 clients, unix socket), server CPU per command, \
+         median of {rounds} alternating rounds:"
+    );
+    let bare = median(cpu[0].clone());
+    let mut exact_allocs_per_cmd = None;
+    for (i, (name, how)) in rows.iter().enumerate() {
+        let m = median(cpu[i].clone());
+        let slowdown = m / bare - 1.0;
+        let mut line = format!("  {name:<42} {m:>7.0} ns  {:.3}x bare", m / bare);
+        if let Under::Phaseprof(flags) = how {
+            let med = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| {
+                let v: Vec<f64> = reports[i].iter().filter_map(f).collect();
+                (!v.is_empty()).then(|| median(v))
+            };
+            if let Some(printed) = med(&|r| r["probe_cost"]["slowdown"].as_f64()) {
+                line += &format!(
+                    "; printed (measured from its cpu samples) {:+.1}%, {:+.0}% off the measured {:+.1}%",
+                    100.0 * printed,
+                    100.0 * (printed / slowdown - 1.0),
+                    100.0 * slowdown
+                );
+            }
+            let alloc = |r: &serde_json::Value| r["events"]["alloc"].clone();
+            if let Some(est) = med(&|r| alloc(r)["estimated_overhead"].as_f64()) {
+                let attached = med(&|r| alloc(r)["attached_fraction"].as_f64()).unwrap_or(1.0);
+                line += &format!(
+                    "; alloc estimate {:+.1}% while attached ({:.1}% of the time)",
+                    100.0 * est,
+                    100.0 * attached
+                );
+            }
+            if let Some(per_cmd) =
+                med(&|r| Some(alloc(r)["count"].as_f64()? / r["commands"].as_f64()?))
+            {
+                match exact_allocs_per_cmd {
+                    None if !flags.contains(&"--alloc-budget") => {
+                        exact_allocs_per_cmd = Some(per_cmd);
+                        line += &format!("; {per_cmd:.2} allocations a command");
+                    }
+                    Some(exact) => {
+                        line += &format!(
+                            "; {per_cmd:.2} allocations a command, {:+.1}% vs exact",
+                            100.0 * (per_cmd / exact - 1.0)
+                        );
+                    }
+                    None => {}
+                }
+            }
+        }
+        println!("{line}");
+    }
+}
