@@ -1,14 +1,18 @@
-//! The phase probes' cost on a real Go server (`--only go-server`): nats-server v2.15.2 from the
-//! Go module proxy, driven by NATS's own benchmark (`nats bench` of natscli v0.5.0, also from the
+//! phaseprof's cost on a real Go server (`--only go-server`): nats-server v2.15.2 from the Go
+//! module proxy, driven by NATS's own benchmark (`nats bench` of natscli v0.5.0, also from the
 //! proxy: 8 publishing clients, 2 subscribing), the server's CPU time per message measured from
-//! its threads' schedstat over the benchmark's run, in rounds
-//! alternating three ways: bare, `record -p` with cpu samples only, and the same with goroutine
-//! phases on two hot functions. The phases' extra CPU (third against second, medians) is set
-//! against what `report` prints: the probes' time measured from the cpu samples in the
-//! `[phaseprof probes]` tower, and the model's hits × cost per hit.
+//! its threads' schedstat over the benchmark's run, in rounds alternating bare, `record -p` with
+//! the default events, with cpu samples only, with goroutine phases on two hot functions, with
+//! Go's sampled allocations, and those at a 1% budget; beside each, the slowdown phaseprof
+//! printed (its probes' cost measured from its cpu samples). The phases' extra CPU (against cpu
+//! samples only) is also set against the phase probes' time `report` prints and the model's
+//! hits × cost per hit.
 use std::process::{Command, Stdio};
 
-use phaseprof_e2e::{go_third_party, http_get, read_until, root, NatsServer};
+use phaseprof_e2e::{go_third_party, http_get, root, NatsServer};
+
+use super::defaults::BPFTRACE_DEFAULTS;
+use super::redis::{attach, Under};
 
 use super::measure::{cpu_exact, median};
 
@@ -50,23 +54,14 @@ struct Round {
     measured_per_msg: Option<f64>,
     model_per_msg: Option<f64>,
     probe_samples: Option<(u64, u64)>,
+    /// The probes' time phaseprof printed (measured from its cpu samples), per message.
+    printed_per_msg: Option<f64>,
 }
 
-/// Runs the benchmark once against the server, under `record -p` with `flags` when given.
-fn round(pp: &std::path::Path, tmp: &str, srv: &Server, flags: Option<&[&str]>) -> Round {
+/// Runs the benchmark once against the server, bare or under `how`.
+fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under) -> Round {
     let pid = srv.pid;
-    let mut rec = flags.map(|flags| {
-        let mut c = Command::new(pp)
-            .args(["record", "-v", "-p", &pid.to_string()])
-            .args(flags)
-            .args(["-o", tmp])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("phaseprof");
-        let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
-        read_until(&mut err, "probes attached");
-        (c, err)
-    });
+    let mut rec = attach(pp, tmp, pid, how);
     // Subscribers first (the server's own count says when they are in), then the publishers.
     let (subs, in0) = (srv.varz("subscriptions"), srv.varz("in_msgs"));
     let subject = "phaseprof.bench";
@@ -102,17 +97,22 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Server, flags: Option<&[&str]>) 
         measured_per_msg: None,
         model_per_msg: None,
         probe_samples: None,
+        printed_per_msg: None,
     };
-    if let Some((mut c, mut err)) = rec.take() {
+    if let Some(mut c) = rec.take() {
         // SAFETY: signalling a child we spawned; SIGINT makes it write its file.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        std::io::Read::read_to_string(&mut err, &mut String::new()).unwrap();
-        assert!(c.wait().unwrap().success());
+        let ok = c.wait().unwrap().success();
+        let Under::Phaseprof(_) = how else {
+            return r;
+        };
+        assert!(ok, "phaseprof record failed");
         let out = Command::new(pp)
             .args(["report", "--json", tmp])
             .output()
             .unwrap();
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        r.printed_per_msg = report["probe_cost"]["ns"].as_f64().map(|ns| ns / published);
         let probes = &report["phase_probes"];
         r.measured_per_msg = probes["measured_ns"].as_f64().map(|ns| ns / published);
         r.model_per_msg = probes["model_ns"].as_f64().map(|ns| ns / published);
@@ -126,7 +126,7 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Server, flags: Option<&[&str]>) 
     r
 }
 
-pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
+pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace: bool) {
     let (Some(server), Some(nats)) = (
         NatsServer::start(),
         go_third_party("github.com/nats-io/natscli/nats", "v0.5.0", "nats"),
@@ -142,42 +142,76 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
     };
     let phases = root().join("tests/workloads/nats-driver/phases.toml");
     let phases = phases.to_str().unwrap();
-    let (mut bare, mut cpu_only, mut phased) = (vec![], vec![], vec![]);
+    let with_phases = ["--events", "cpu", "--phases", phases];
+    let rows: [(&str, Under); 7] = [
+        ("bare", Under::Bare),
+        ("record -p (default events)", Under::Phaseprof(&[])),
+        (
+            "  bpftrace, the same events",
+            Under::Bpftrace(BPFTRACE_DEFAULTS),
+        ),
+        (
+            "record -p --events cpu",
+            Under::Phaseprof(&["--events", "cpu"]),
+        ),
+        (
+            "+ goroutine phases (2 functions)",
+            Under::Phaseprof(&with_phases),
+        ),
+        (
+            "--events cpu,alloc (Go's sampled heap profile)",
+            Under::Phaseprof(&["--events", "cpu,alloc"]),
+        ),
+        (
+            "--events cpu,alloc --alloc-budget 1%",
+            Under::Phaseprof(&["--events", "cpu,alloc", "--alloc-budget", "1%"]),
+        ),
+    ];
+    let mut cpu: Vec<Vec<f64>> = vec![vec![]; rows.len()];
+    let mut printed: Vec<Vec<f64>> = vec![vec![]; rows.len()];
     let (mut measured, mut model, mut own, mut all) = (vec![], vec![], 0, 0);
     for _ in 0..rounds {
-        bare.push(round(pp, tmp, &srv, None).cpu_per_msg);
-        cpu_only.push(round(pp, tmp, &srv, Some(&["--events", "cpu"])).cpu_per_msg);
-        let r = round(
-            pp,
-            tmp,
-            &srv,
-            Some(&["--events", "cpu", "--phases", phases]),
-        );
-        phased.push(r.cpu_per_msg);
-        measured.extend(r.measured_per_msg);
-        model.extend(r.model_per_msg);
-        if let Some((o, a)) = r.probe_samples {
-            (own, all) = (own + o, all + a);
+        for (i, (_, how)) in rows.iter().enumerate() {
+            if matches!(how, Under::Bpftrace(_)) && !has_bpftrace {
+                continue;
+            }
+            let r = round(pp, tmp, &srv, *how);
+            cpu[i].push(r.cpu_per_msg);
+            printed[i].extend(r.printed_per_msg);
+            if i == 4 {
+                measured.extend(r.measured_per_msg);
+                model.extend(r.model_per_msg);
+                if let Some((o, a)) = r.probe_samples {
+                    (own, all) = (own + o, all + a);
+                }
+            }
         }
     }
     drop(server);
-    let (b, c, p) = (median(bare), median(cpu_only), median(phased));
-    let extra = p - c;
     println!(
         "nats-server v2.15.2 driven by `nats bench` (natscli v0.5.0; 32,000 messages in, 64,000 \
          delivered per round), server CPU per message, median of {rounds} alternating rounds:"
     );
-    println!("  bare                               {:>9.0} ns", b);
-    println!(
-        "  record -p --events cpu             {:>9.0} ns  {:.2}x bare",
-        c,
-        c / b
-    );
-    println!(
-        "  + goroutine phases (2 functions)   {:>9.0} ns  {:.2}x bare",
-        p,
-        p / b
-    );
+    let medians: Vec<f64> = (cpu.into_iter())
+        .map(|v| if v.is_empty() { f64::NAN } else { median(v) })
+        .collect();
+    let b = medians[0];
+    for (i, (name, _)) in rows.iter().enumerate() {
+        let m = medians[i];
+        if m.is_nan() {
+            continue;
+        }
+        let mut line = format!("  {name:<48} {m:>7.0} ns  {:.3}x bare", m / b);
+        if !printed[i].is_empty() {
+            let p = median(printed[i].clone());
+            line += &format!(
+                "; printed: probes {p:.0} ns (from its cpu samples) vs {:+.0} ns measured",
+                m - b
+            );
+        }
+        println!("{line}");
+    }
+    let extra = medians[4] - medians[3];
     println!("  phases' extra CPU (measured)       {:>9.0} ns", extra);
     if !measured.is_empty() {
         let m = median(measured);

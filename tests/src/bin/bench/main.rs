@@ -508,7 +508,7 @@ fn main() {
         redis_bench(&pp, tmp, rounds, has_bpftrace);
     }
     if wanted("go-server") {
-        go_server_bench(&pp, tmp, rounds);
+        go_server_bench(&pp, tmp, rounds, has_bpftrace);
     }
     if wanted("defaults") {
         defaults_bench(&pp, tmp, rounds, has_bpftrace);

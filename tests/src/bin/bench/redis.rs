@@ -89,7 +89,7 @@ impl Redis {
 
 /// A way of running a round.
 #[derive(Clone, Copy)]
-enum Under<'a> {
+pub(super) enum Under<'a> {
     Bare,
     Bpftrace(&'a str),
     Phaseprof(&'a [&'a str]),
@@ -102,7 +102,7 @@ struct Round {
 }
 
 /// A tracer attached to the server for a round: phaseprof or bpftrace, stopped by SIGINT.
-fn attach(pp: &std::path::Path, tmp: &str, pid: u32, how: Under) -> Option<Child> {
+pub(super) fn attach(pp: &std::path::Path, tmp: &str, pid: u32, how: Under) -> Option<Child> {
     let pid_s = pid.to_string();
     match how {
         Under::Bare => None,
@@ -303,19 +303,19 @@ fn print_rows(
     let mut exact_allocs_per_cmd = None;
     for (i, (name, how)) in rows.iter().enumerate() {
         let m = median(cpu[i].clone());
-        let slowdown = m / bare - 1.0;
         let mut line = format!("  {name:<42} {m:>7.0} ns  {:.3}x bare", m / bare);
         if let Under::Phaseprof(flags) = how {
             let med = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| {
                 let v: Vec<f64> = reports[i].iter().filter_map(f).collect();
                 (!v.is_empty()).then(|| median(v))
             };
-            if let Some(printed) = med(&|r| r["probe_cost"]["slowdown"].as_f64()) {
+            if let Some(printed) =
+                med(&|r| Some(r["probe_cost"]["ns"].as_f64()? / r["commands"].as_f64()?))
+            {
                 line += &format!(
-                    "; printed (measured from its cpu samples) {:+.1}%, {:+.0}% off the measured {:+.1}%",
-                    100.0 * printed,
-                    100.0 * (printed / slowdown - 1.0),
-                    100.0 * slowdown
+                    "; printed: probes {printed:.0} ns (from its cpu samples), {:+.0}% vs the {:.0} ns measured",
+                    100.0 * (printed / (m - bare) - 1.0),
+                    m - bare
                 );
             }
             let alloc = |r: &serde_json::Value| r["events"]["alloc"].clone();
