@@ -122,7 +122,8 @@ SEC("raw_tp/sys_exit")
 int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	/* Only targets' threads have an entry: a target's exit skips the target_pids lookup. */
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
 	if (stopped || !maybe_target(tgid))
 		return 0;
 	struct syscall_start *start = thread_local(&syscall_starts, false);
@@ -144,7 +145,7 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	}
 	struct syscall_key key = {
 		.tgid = tgid,
-		.tid = (__u32)bpf_get_current_pid_tgid(),
+		.tid = (__u32)pid_tgid,
 		.phase = start->phase,
 		.nr = start->nr,
 		.window = window,

@@ -260,6 +260,8 @@ mod tests {
             budget: Some(0.01),
             attached_fraction: f,
             estimated_overhead: 0.0,
+            ns_per_hit: 1_000.0,
+            ns_per_hit_measured: false,
             go_sampled: false,
         };
         (c.meta.alloc, d.meta.alloc) = (Some(info(1.0)), Some(info(0.2)));

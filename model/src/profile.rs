@@ -244,6 +244,12 @@ pub struct AllocInfo {
     pub attached_fraction: f64,
     /// Estimated slowdown of the target while the probes were attached.
     pub estimated_overhead: f64,
+    /// The cost of a probe hit those estimates (and a budget's extrapolation) used, in ns,
+    /// and whether it was measured while recording (else assumed).
+    #[serde(default)]
+    pub ns_per_hit: f64,
+    #[serde(default)]
+    pub ns_per_hit_measured: bool,
     /// Go targets: allocations are Go's own heap-profile samples, weighed by its rate, so
     /// totals are estimates.
     pub go_sampled: bool,

@@ -114,43 +114,7 @@ impl Summary {
             );
         }
         if profile.recorded(EventKind::Alloc) {
-            let total = |i| profile.total(SampleKind::AllocTotal, i);
-            let (bytes, count, frees) =
-                (total(TOTAL_BYTES), total(TOTAL_COUNT), total(TOTAL_FREES));
-            let info = m.alloc.clone().unwrap_or_default();
-            let live_bytes = profile.total(SampleKind::Live, LIVE_BYTES);
-            let mut by_pid: BTreeMap<String, [u64; 3]> = BTreeMap::new();
-            for t in profile.samples_of(SampleKind::AllocTotal) {
-                let e = by_pid.entry(t.pid.to_string()).or_default();
-                for (i, v) in [TOTAL_BYTES, TOTAL_COUNT, TOTAL_FREES]
-                    .into_iter()
-                    .enumerate()
-                {
-                    e[i] = e[i].saturating_add(t.value(v));
-                }
-            }
-            let by_pid: BTreeMap<String, serde_json::Value> = by_pid
-                .into_iter()
-                .map(|(pid, [b, c, f])| {
-                    (pid, serde_json::json!({"bytes": b, "count": c, "frees": f}))
-                })
-                .collect();
-            events.insert(
-                "alloc".into(),
-                serde_json::json!({
-                    "bytes": bytes,
-                    "count": count,
-                    "frees": frees,
-                    "by_pid": by_pid,
-                    // Exact unless Go's sampling or a duty cycle made them estimates.
-                    "exact": !info.go_sampled && info.budget.is_none(),
-                    "sample_bytes": info.sample_bytes,
-                    "live_bytes": live_bytes,
-                    "attached_fraction": info.attached_fraction,
-                    "estimated_overhead": info.estimated_overhead,
-                    "probes": info.probes,
-                }),
-            );
+            events.insert("alloc".into(), alloc_json(profile));
         }
         if profile.recorded(EventKind::Pagefault) {
             let count = profile.total(SampleKind::Pagefault, FAULT_COUNT);
@@ -199,6 +163,43 @@ impl Summary {
             },
         }
     }
+}
+
+/// `events.alloc`: the totals, by process, how they were taken and what the probes cost.
+fn alloc_json(profile: &Profile) -> serde_json::Value {
+    let total = |i| profile.total(SampleKind::AllocTotal, i);
+    let (bytes, count, frees) = (total(TOTAL_BYTES), total(TOTAL_COUNT), total(TOTAL_FREES));
+    let info = profile.meta.alloc.clone().unwrap_or_default();
+    let live_bytes = profile.total(SampleKind::Live, LIVE_BYTES);
+    let mut by_pid: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    for t in profile.samples_of(SampleKind::AllocTotal) {
+        let e = by_pid.entry(t.pid.to_string()).or_default();
+        for (i, v) in [TOTAL_BYTES, TOTAL_COUNT, TOTAL_FREES]
+            .into_iter()
+            .enumerate()
+        {
+            e[i] = e[i].saturating_add(t.value(v));
+        }
+    }
+    let by_pid: BTreeMap<String, serde_json::Value> = by_pid
+        .into_iter()
+        .map(|(pid, [b, c, f])| (pid, serde_json::json!({"bytes": b, "count": c, "frees": f})))
+        .collect();
+    serde_json::json!({
+        "bytes": bytes,
+        "count": count,
+        "frees": frees,
+        "by_pid": by_pid,
+        // Exact unless Go's sampling or a duty cycle made them estimates.
+        "exact": !info.go_sampled && info.budget.is_none(),
+        "sample_bytes": info.sample_bytes,
+        "live_bytes": live_bytes,
+        "attached_fraction": info.attached_fraction,
+        "ns_per_hit": info.ns_per_hit,
+        "ns_per_hit_measured": info.ns_per_hit_measured,
+        "estimated_overhead": info.estimated_overhead,
+        "probes": info.probes,
+    })
 }
 
 /// What every probe of phaseprof cost the targets, measured from the cpu samples in its tower:

@@ -207,6 +207,8 @@ impl AllocRecorder {
             budget: None,
             attached_fraction: 1.0,
             estimated_overhead: self.overhead(h, c),
+            ns_per_hit: self.ns_per_hit,
+            ns_per_hit_measured: self.measured_cost,
             go_sampled: self.go_sampled,
         };
         let ns_per_hit = self.ns_per_hit;
@@ -410,6 +412,8 @@ impl AllocRecorder {
             budget: self.duty.as_ref().map(|d| d.budget),
             attached_fraction: fraction,
             estimated_overhead: self.overhead(hits, cpu),
+            ns_per_hit: self.ns_per_hit,
+            ns_per_hit_measured: self.measured_cost,
             go_sampled: self.go_sampled,
         };
         Ok((info, scale))

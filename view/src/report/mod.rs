@@ -112,6 +112,35 @@ fn stack_line(profile: &Profile, stack: u32, max: usize) -> String {
     }
 }
 
+/// How much a budget's extrapolated totals hang on the cost per probe hit: the target's own CPU
+/// time while counted is its CPU time less the probes' (hits × that cost), so when the probes
+/// took a share p of it, a cost 10% higher leaves (1 − 1.1p) / (1 − p) of the own time, and the
+/// totals scale by the inverse.
+fn extrapolation_sensitivity(info: &phaseprof_model::AllocInfo) -> String {
+    let o = info.estimated_overhead.max(0.0);
+    let p = o / (1.0 + o);
+    let how = if info.ns_per_hit_measured {
+        "measured"
+    } else {
+        "assumed: too few cpu samples in the probes to measure it"
+    };
+    let head = format!(
+        "the probes took {:.0}% of the target's CPU while attached, at {:.0} ns a hit ({how})",
+        100.0 * p,
+        info.ns_per_hit
+    );
+    if 1.1 * p >= 1.0 {
+        return format!(
+            "{head}: a cost 10% higher leaves no own time, so the totals cannot be told"
+        );
+    }
+    let moved = (1.0 - p) / (1.0 - 1.1 * p) - 1.0;
+    format!(
+        "{head}: each 10% error in that cost moves the totals by {:.0}%",
+        100.0 * moved
+    )
+}
+
 fn write_alloc_header(profile: &Profile, mut out: impl Write) -> std::io::Result<()> {
     let total = |i| profile.total(SampleKind::AllocTotal, i);
     let (bytes, count, frees) = (total(TOTAL_BYTES), total(TOTAL_COUNT), total(TOTAL_FREES));
@@ -136,6 +165,7 @@ fn write_alloc_header(profile: &Profile, mut out: impl Write) -> std::io::Result
             b * 100.0,
             info.attached_fraction * 100.0,
         )?;
+        writeln!(out, "   {}", extrapolation_sensitivity(&info))?;
     }
     writeln!(
         out,
