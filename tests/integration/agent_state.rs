@@ -44,13 +44,31 @@ fn run_agent_on(
     let recording = format!("recording pid {}", target.0.id());
     let line = read_until(&mut err, &recording);
     assert!(line.contains(&recording), "the agent did not start: {line}");
+    // The agent's stderr from here on, to say why it is gone if it is.
+    let said = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+        rest
+    });
     writeln!(target.0.stdin.take().unwrap()).unwrap();
     let out = std::mem::replace(&mut target.0, Command::new("true").spawn().unwrap())
         .wait_with_output()
         .unwrap();
     // The last windows reach the collector.
     std::thread::sleep(Duration::from_secs(3));
-    let (status, metrics) = http_get(&format!("http://127.0.0.1:{metrics_port}/metrics"));
+    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let (status, metrics) = match try_http_request("GET", &url, "", b"") {
+        Ok(got) => got,
+        Err(e) => {
+            let exit = a.0.try_wait();
+            // SAFETY: signalling a child we spawned (so that its stderr ends).
+            unsafe { libc::kill(a.0.id() as i32, libc::SIGKILL) };
+            let said = said.join().unwrap_or_default();
+            let lines: Vec<&str> = said.lines().collect();
+            let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+            panic!("GET {url}: {e}; the agent: {exit:?}, its last words:\n{tail}");
+        }
+    };
     assert_eq!(status, 200);
     // SAFETY: signalling a child we spawned.
     unsafe { libc::kill(a.0.id() as i32, libc::SIGTERM) };

@@ -56,12 +56,9 @@ impl DutyCycle {
 
     /// How long the probes stay attached once in force (attaching itself takes milliseconds
     /// more): short while they cost more than the budget, so each slice spends little; long
-    /// when they cost less; shortest before the cost is measured, so that the first slice
-    /// comes soon (at 1%, after 4.5 s).
+    /// when they cost less.
     pub fn slice(&self) -> Duration {
-        if !self.measured {
-            Duration::from_millis(5)
-        } else if self.cost <= self.budget {
+        if self.measured && self.cost <= self.budget {
             Duration::from_secs(1)
         } else {
             Duration::from_millis(20)
@@ -96,9 +93,9 @@ mod tests {
     #[test]
     fn duty_cycle_spends_no_more_than_the_budget() {
         let mut d = DutyCycle::new(0.01);
-        // A first 15 ms slice at the assumed 300% costs 45 ms: 4.5 s of 1%.
-        assert!(!d.may_attach(Duration::from_millis(4_400)));
-        assert!(d.may_attach(Duration::from_millis(4_500)));
+        // A first 30 ms slice at the assumed 300% costs 90 ms: 9 s of 1%.
+        assert!(!d.may_attach(Duration::from_millis(8_900)));
+        assert!(d.may_attach(Duration::from_secs(9)));
         d.slice_done(Duration::from_millis(30), 3.0, 1_000);
         assert!(!d.measured, "the target hardly ran: no estimate");
         d.slice_done(Duration::from_millis(30), 1.0, 8_000_000);

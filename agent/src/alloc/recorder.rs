@@ -349,8 +349,19 @@ impl AllocRecorder {
             // counting and the cost's measurement start when every probe is in force.
             self.slice_start = now;
             engine.pause_alloc(true);
+            let mut gone = Vec::new();
             for (&pid, found) in &self.sites {
-                engine.attach_alloc(pid, &probe_specs(found))?;
+                if let Err(e) = engine.attach_alloc(pid, &probe_specs(found)) {
+                    // A target that exited since the last slice (the kernel says ESRCH) is
+                    // no error of the recording: it is left out from now on.
+                    if crate::targets::process_alive(pid) {
+                        return Err(e);
+                    }
+                    gone.push(pid);
+                }
+            }
+            for pid in gone {
+                self.remove_target(pid);
             }
             engine.pause_alloc(false);
             self.hits_at_slice = engine.alloc_probe_hits()?;

@@ -16,7 +16,7 @@ use super::measure::{cpu_exact, median};
 /// Requests per round: 2 × this many commands (SET and GET).
 const REQUESTS: &str = "100000";
 /// Requests of a round under an allocation budget: at 1%, probes that cost the server 2.4x its
-/// CPU may be attached for one 20 ms slice in about 7 s (the first, of 5 ms, after 4.5 s).
+/// CPU may be attached for one 20 ms slice in about 7 s (the first after 9 s).
 const BUDGET_REQUESTS: &str = "2000000";
 
 /// The server, killed when dropped.
