@@ -32,7 +32,7 @@ pub struct UprobeHitCost {
     cpu_ns: u64,
     hits: u64,
     /// The counters at the last `add` (samples are the aggregator's, which a session cut in
-    /// windows starts afresh: a count lower than the last is counted from zero).
+    /// windows starts afresh: see `aggregator_restarted`).
     last: Option<(OwnSamples, u64, u64)>,
 }
 
@@ -41,14 +41,20 @@ impl UprobeHitCost {
     /// and the uprobe hits so far (both cumulative).
     pub fn add(&mut self, own: OwnSamples, cpu_ns: u64, hits: u64) {
         if let Some((o, c, h)) = self.last {
-            let fresh = own.all < o.all;
-            let since = |now: u64, then: u64| if fresh { now } else { now.saturating_sub(then) };
-            self.uprobe_samples += since(own.uprobes, o.uprobes);
-            self.all_samples += since(own.all, o.all);
+            self.uprobe_samples += own.uprobes.saturating_sub(o.uprobes);
+            self.all_samples += own.all.saturating_sub(o.all);
             self.cpu_ns += cpu_ns.saturating_sub(c);
             self.hits += hits.saturating_sub(h);
         }
         self.last = Some((own, cpu_ns, hits));
+    }
+
+    /// The aggregator whose samples `add` is given starts afresh (a new window): its counts
+    /// start from zero again.
+    pub fn aggregator_restarted(&mut self) {
+        if let Some((own, _, _)) = &mut self.last {
+            *own = OwnSamples::default();
+        }
     }
 
     /// ns of the targets' CPU per uprobe hit; None before MIN_OWN_SAMPLES samples in uprobes.
@@ -65,8 +71,8 @@ impl UprobeHitCost {
 mod tests {
     use super::*;
 
-    // Checks the measurement: 60 of 300 samples in uprobes over 3 s of the targets' CPU and
-    // 600,000 hits are 1,000 ns a hit; a session's fresh aggregator counts from zero.
+    // Checks the measurement: 75 of 375 samples in uprobes over 3 s of the targets' CPU and
+    // 600,000 hits are 1,000 ns a hit; a new window's aggregator counts from zero.
     #[test]
     fn cost_per_hit_is_the_uprobes_share_of_cpu_over_the_hits() {
         let own = |uprobes, all| OwnSamples {
@@ -79,8 +85,9 @@ mod tests {
         assert_eq!(c.ns_per_hit(), None);
         c.add(own(30, 150), 2_500_000_000, 300_100);
         assert_eq!(c.ns_per_hit(), Some(1_000.0));
-        // A new window: the aggregator's counts start again.
-        c.add(own(30, 150), 4_000_000_000, 600_100);
+        // A new window: the aggregator's counts start again, here higher than the last.
+        c.aggregator_restarted();
+        c.add(own(45, 225), 4_000_000_000, 600_100);
         assert_eq!(c.ns_per_hit(), Some(1_000.0));
     }
 }

@@ -43,27 +43,34 @@ fn is_probe_frame(f: &Frame) -> bool {
         "perf_callchain",
         "bpf_ringbuf_",
         "bpf_probe_read",
-        "__uprobe_",
-        "uprobe_",
-        "uretprobe_",
-        "handle_swbp",
-        "arch_uprobe_",
-        // The breakpoint trap a uprobe is (a program's own int3 is a debugger's business).
-        "asm_exc_int3",
-        "exc_int3",
-        // The single step a probe on an instruction it cannot emulate takes out of line (Go's
-        // `ret`: the exit probes of Go phases), and its return to user mode.
-        "asm_exc_debug",
-        "exc_debug",
-        "noist_exc_debug",
     ];
     f.kind == phaseprof_model::FrameKind::Kernel
-        && PREFIXES.iter().any(|p| f.function.starts_with(p))
+        && (PREFIXES
+            .iter()
+            .chain(UPROBE_FRAMES)
+            .any(|p| f.function.starts_with(p)))
 }
+
+/// Kernel frames of the uprobe machinery that traps into phaseprof's programs.
+const UPROBE_FRAMES: &[&str] = &[
+    "__uprobe_",
+    "uprobe_",
+    "uretprobe_",
+    "handle_swbp",
+    "arch_uprobe_",
+    // The breakpoint trap a uprobe is (a program's own int3 is a debugger's business).
+    "asm_exc_int3",
+    "exc_int3",
+    // The single step a probe on an instruction it cannot emulate takes out of line (Go's
+    // `ret`: the exit probes of Go phases), and its return to user mode.
+    "asm_exc_debug",
+    "exc_debug",
+    "noist_exc_debug",
+];
 
 /// Which of phaseprof's probes a sample in its machinery was in, by the frames that ran them:
 /// the leaf of the [`OWN_COST_FRAME`] tower, so that each mechanism's cost is measured on its
-/// own (`Profile::own_cost_by`).
+/// own (`Profile::own_samples`).
 fn probe_mechanism(f: &Frame) -> Option<&'static str> {
     const SYSCALLS: &[&str] = &[
         "syscall_trace_enter",
@@ -71,25 +78,13 @@ fn probe_mechanism(f: &Frame) -> Option<&'static str> {
         "__bpf_trace_sys_",
         "__traceiter_sys_",
     ];
-    const UPROBES: &[&str] = &[
-        "__uprobe_",
-        "uprobe_",
-        "uretprobe_",
-        "handle_swbp",
-        "arch_uprobe_",
-        "asm_exc_int3",
-        "exc_int3",
-        "asm_exc_debug",
-        "exc_debug",
-        "noist_exc_debug",
-    ];
     if f.kind != phaseprof_model::FrameKind::Kernel {
         return is_probe_user_frame(f).then_some(UPROBE_PROBES_FRAME);
     }
     let name = f.function.as_str();
     if SYSCALLS.iter().any(|p| name.starts_with(p)) || name.contains("raw_tp__sys_") {
         Some(SYSCALL_PROBES_FRAME)
-    } else if UPROBES.iter().any(|p| name.starts_with(p)) || name.contains("uprobe__") {
+    } else if UPROBE_FRAMES.iter().any(|p| name.starts_with(p)) || name.contains("uprobe__") {
         Some(UPROBE_PROBES_FRAME)
     } else {
         None

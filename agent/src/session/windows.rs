@@ -49,6 +49,7 @@ impl Session<'_> {
         let phases = self.agg.builder_mut().profile_mut().phases.clone();
         let meta = self.agg.builder_mut().meta_mut().clone();
         let done = std::mem::replace(&mut self.agg, Aggregator::new(meta, phases));
+        self.uprobe_cost.aggregator_restarted();
         let mut p = done.finish();
         p.meta.start_unix_ns = unix_ns(start);
         p.meta.end_unix_ns = unix_ns(end);

@@ -145,6 +145,8 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under) -> Round {
     let pid = srv.child.id();
     let tracer = attach(pp, tmp, pid, how);
     let (c0, n0) = (cpu_exact(pid), srv.commands());
+    let budget = matches!(how, Under::Phaseprof(f) if f.contains(&"--alloc-budget"));
+    let requests = if budget { BUDGET_REQUESTS } else { REQUESTS };
     let ok = Command::new("taskset")
         .args([
             "-c",
@@ -153,7 +155,7 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under) -> Round {
             "-s",
             &srv.socket,
             "-n",
-            REQUESTS,
+            requests,
         ])
         .args(["-c", "10", "-t", "set,get", "-q"])
         .stdout(Stdio::null())
