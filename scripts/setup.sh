@@ -5,7 +5,8 @@ set -euo pipefail
 
 packages=(clang clang-format llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux
           chromium                                        # the web UI's browser test
-          clickhouse-server clickhouse-client)            # the collector's ClickHouse store test
+          clickhouse-server clickhouse-client             # the collector's ClickHouse store test
+          redis-server redis-tools)                       # bench --only redis: a real C server
 command -v go >/dev/null 2>&1 || packages+=(golang-go)   # `go tool pprof` reads our exports
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm) # playwright-core drives chromium
 command -v objcopy >/dev/null 2>&1 || packages+=(binutils) # tests split debug files off
@@ -23,6 +24,11 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
+  # The bench starts its own redis-server; the package's service, started by the install, is
+  # not wanted on this machine.
+  if [[ " ${missing[*]} " == *" redis-server "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now redis-server >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
