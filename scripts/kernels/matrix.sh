@@ -65,16 +65,23 @@ for suite in $kernels; do
   echo "matrix: booting $release ($suite) under qemu"
   # The guest's /tmp is its own and writable; the tree is read-only there (the workloads are
   # built) but for the logs directory. Output goes to a file: the console loses its beginning.
-  rm -f "$logs/$suite.log"
   guest_cmd="cd $root && export PATH=$PATH PHASEPROF_PREBUILT_WORKLOADS=1 && \
     { echo \"matrix-guest: \$(uname -r)\"; \
       $exe --include-ignored --exact --test-threads 1 ${tests[*]}; } >$logs/$suite.log 2>&1"
   # A TSC clocksource, as on real machines: the emulated HPET would make every clock read a
-  # syscall (the vDSO falls back), which the workloads' truth does not count on.
-  timeout 40m vng --run "$vmlinuz" --disable-kvm --force-9p --cpus 2 --memory 3G \
-    --append "clocksource=tsc tsc=reliable" \
-    --rwdir="$logs" --exec "$guest_cmd" >"$logs/$suite.console" 2>&1 || true
-  touch "$logs/$suite.log"
+  # syscall (the vDSO falls back), which the workloads' truth does not count on. A guest that
+  # did not get as far as the tests' summary is booted once more (software emulation on a busy
+  # machine has failed a boot once in a CI run), and its console is shown so the cause is seen.
+  for attempt in 1 2; do
+    rm -f "$logs/$suite.log"
+    timeout 40m vng --run "$vmlinuz" --disable-kvm --force-9p --cpus 2 --memory 3G \
+      --append "clocksource=tsc tsc=reliable" \
+      --rwdir="$logs" --exec "$guest_cmd" >"$logs/$suite.console" 2>&1 || true
+    touch "$logs/$suite.log"
+    grep -q "test result" "$logs/$suite.log" && break
+    echo "matrix: $release did not boot to the tests (attempt $attempt); its console and log end:" >&2
+    tail -n 25 "$logs/$suite.console" "$logs/$suite.log" >&2 || true
+  done
 done
 
 python3 - "${#checks[@]}" "${checks[@]}" "${#columns[@]}" "${columns[@]}" "${results[@]}" <<'EOF'
