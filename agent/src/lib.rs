@@ -6,6 +6,7 @@ pub mod aggregate;
 pub mod alloc;
 pub mod cli;
 pub mod command;
+pub mod duty_cycle;
 pub mod elf;
 pub mod engine;
 pub mod fleet;

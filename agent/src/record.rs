@@ -36,6 +36,8 @@ pub struct RecordOptions {
     pub window: Duration,
     /// Keep the allocation probes' slowdown under this fraction (duty cycling).
     pub alloc_budget: Option<f64>,
+    /// Keep the phase probes' slowdown under this fraction (duty cycling; totals estimated).
+    pub phase_budget: Option<f64>,
     /// Probe allocator functions at their first instruction instead of the chosen one.
     pub alloc_at_entry: bool,
     pub verbose: bool,
@@ -214,6 +216,9 @@ pub fn open_session<'obj>(
         eprintln!("phaseprof: kernel {}: {why}", engine.features.release);
     }
     engine.attach(&engine_cfg)?;
+    if opts.phase_budget.is_some() {
+        engine.slice_phases();
+    }
     plan.attach(&mut engine, |p| p)?;
     let mut meta = Meta {
         host: read_trimmed("/proc/sys/kernel/hostname"),
@@ -235,6 +240,9 @@ pub fn open_session<'obj>(
         .insert("phaseprof_version".into(), env!("CARGO_PKG_VERSION").into());
     let mut session = Session::new(engine, meta, &plan, opts.verbose);
     session.resolve_phases_later(deferred);
+    if let Some(budget) = opts.phase_budget {
+        session.budget_phases(budget);
+    }
     session.unwind_stacks(
         opts.unwind,
         engine_cfg.stack_copy_bytes,

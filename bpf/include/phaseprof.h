@@ -182,9 +182,11 @@ struct phase_frame {
 
 /* The phases a thread of execution is inside: an OS thread's (native code) or a goroutine's. */
 struct phase_stack {
-	__u32 depth; /* entries, including overflowed ones beyond MAX_PHASE_DEPTH */
-	__u32 top;   /* innermost stored phase, PHASE_NONE when empty */
-	__u64 mask;  /* phases on the stack; 1 (bit 0) when empty */
+	__u32 depth;	  /* entries, including overflowed ones beyond MAX_PHASE_DEPTH */
+	__u32 top;	  /* innermost stored phase, PHASE_NONE when empty */
+	__u64 mask;	  /* phases on the stack; 1 (bit 0) when empty */
+	__u32 generation; /* phase_generation of its entries: older ones are void */
+	__u32 pad;
 	struct phase_frame frames[MAX_PHASE_DEPTH];
 };
 
@@ -195,7 +197,7 @@ struct thread_phase {
 	 * the goroutine it runs (Go: set by the phase probes and the scheduler's switch points).
 	 */
 	__u32 top;
-	__u32 pad;
+	__u32 generation; /* phase_generation when `top` and `mask` were set: older ones are void */
 	__u64 mask;
 	__u64 cur_g;	   /* Go: the goroutine (its g) whose phases `mask` shows; 0: none */
 	__u64 oncpu_since; /* start of the current on-CPU segment (0: off-CPU or unknown) */
@@ -343,6 +345,13 @@ struct go_alloc_sample {
 	__u64 size;
 	__s64 rate; /* runtime.MemProfileRate when sampled; 0: unknown */
 	__u64 user_stack;
+};
+
+/* Under a phase budget: the targets' syscalls by number, all and those made while a slice was in
+ * force (exact either way: what the phases' totals are extrapolated by). */
+struct sliced_syscalls {
+	__u64 all[MAX_SYSCALL_NR];
+	__u64 in_slices[MAX_SYSCALL_NR];
 };
 
 /* Per-CPU probe hit counters (index), for the overhead estimate. */

@@ -93,6 +93,18 @@ static __always_inline struct pt_regs *current_user_regs(void)
 	return (struct pt_regs *)(stack + KERNEL_STACK_SIZE) - 1;
 }
 
+/* The innermost phase `tp`'s events are charged to, and the mask of all: none when they were
+ * set in an earlier phase slice (see phase_generation). */
+static __always_inline __u32 view_of(struct thread_phase *tp, __u64 *mask)
+{
+	if (tp->generation != phase_generation) {
+		*mask = 1;
+		return PHASE_NONE;
+	}
+	*mask = tp->mask ? tp->mask : 1;
+	return tp->top;
+}
+
 /* The innermost phase the current thread's events are charged to, and the mask of all. */
 static __always_inline __u32 thread_phase_of(__u64 *mask)
 {
@@ -102,8 +114,7 @@ static __always_inline __u32 thread_phase_of(__u64 *mask)
 	struct thread_phase *tp = thread_local(&thread_phases, false);
 	if (!tp)
 		return PHASE_NONE;
-	*mask = tp->mask ? tp->mask : 1;
-	return tp->top;
+	return view_of(tp, mask);
 }
 
 /* Takes this CPU's pending switch-in when it is the current thread's: its slice starts there. */
@@ -282,7 +293,7 @@ static __always_inline void charge_cpu(struct thread_phase *tp, __u64 now)
 {
 	if (tp->oncpu_since && now > tp->oncpu_since) {
 		__u64 seg = now - tp->oncpu_since;
-		__u64 mask = tp->mask;
+		__u64 mask = tp->generation == phase_generation ? tp->mask : 1;
 		tp->pending_mask |= mask;
 		for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
 			__u32 id = lowest_bit(mask) & (MAX_PHASES - 1);
@@ -318,6 +329,17 @@ static __always_inline void end_slice(struct thread_phase *tp, __u64 now, __u64 
 	tp->slice_start = 0;
 }
 
+/* Empties `ps` when its entries are of an earlier phase slice (see phase_generation). */
+static __always_inline void phase_stack_current(struct phase_stack *ps)
+{
+	if (ps->generation == phase_generation)
+		return;
+	ps->depth = 0;
+	ps->top = PHASE_NONE;
+	ps->mask = 1;
+	ps->generation = phase_generation;
+}
+
 /* Recomputes `top` and `mask` from the stored frames. */
 static __always_inline void phase_stack_changed(struct phase_stack *ps)
 {
@@ -339,6 +361,7 @@ static __always_inline void thread_view(struct thread_phase *tp, struct phase_st
 {
 	tp->top = ps ? ps->top : PHASE_NONE;
 	tp->mask = ps && ps->mask ? ps->mask : 1;
+	tp->generation = phase_generation;
 }
 
 /* FNV-1a over the addresses of the scratch stack of `slot`, never 0 or STACK_NOT_SAMPLED.

@@ -71,6 +71,15 @@ bool stopped = false;
  * counted exactly over the window in which every probe is in force (totals are extrapolated
  * from that window's length). */
 bool alloc_paused = false;
+/* Phase budget (duty cycling of the phase probes), all 0 in exact mode. `phase_generation` is
+ * bumped by user space at the start and the end of every slice, so a call whose entry or exit
+ * fell outside one is never counted and no event is charged to a phase entered in an earlier
+ * slice; `phases_paused` is set outside slices and while the probes are being attached or
+ * detached; `phases_sliced` says the budget is on (the syscalls in and out of slices are
+ * counted: `sliced_syscalls`). */
+__u32 phase_generation = 0;
+bool phases_paused = false;
+bool phases_sliced = false;
 /* Threads in `entry_held` (see uprobe__entry_hold); 0 spares every switch-out the lookup. */
 __u32 entry_holds = 0;
 
@@ -197,6 +206,13 @@ struct switch_in {
 	__u64 ts;
 	__u64 runtime; /* its se.sum_exec_runtime then */
 };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sliced_syscalls);
+} sliced_syscalls SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

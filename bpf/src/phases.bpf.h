@@ -9,6 +9,7 @@
  * entries beyond MAX_PHASE_DEPTH are counted as drops (and popped again by their returns). */
 static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u64 now)
 {
+	phase_stack_current(ps);
 	__u32 d = ps->depth;
 	if (d >= 1 && d <= MAX_PHASE_DEPTH &&
 	    ps->frames[(d - 1) & (MAX_PHASE_DEPTH - 1)].phase == phase) {
@@ -80,6 +81,8 @@ static __always_inline __u32 probe_phase(struct pt_regs *ctx)
 /* Entry of a phase function (native code). */
 static __always_inline int phase_enter(__u32 phase)
 {
+	if (phases_paused)
+		return 0;
 	struct thread_phase *tp = target_thread_phase();
 	if (!tp)
 		return 0;
@@ -110,7 +113,11 @@ PROBES_FOR_PHASE_IDS(uprobe__phase_enter_, phase_enter_id)
 SEC("uretprobe")
 int uretprobe__phase_exit(struct pt_regs *ctx)
 {
+	if (phases_paused)
+		return 0;
 	struct thread_phase *tp = stopped ? NULL : thread_phase_current(false);
+	if (tp)
+		phase_stack_current(&tp->own);
 	if (!tp || tp->own.depth == 0) {
 		/* Entered before we attached. */
 		if (is_active(bpf_get_current_pid_tgid() >> 32))
@@ -127,6 +134,7 @@ int uretprobe__phase_exit(struct pt_regs *ctx)
 /* Whether `phase` is the innermost phase of `ps`. */
 static __always_inline bool phase_on_top(struct phase_stack *ps, __u32 phase)
 {
+	phase_stack_current(ps);
 	__u32 d = ps->depth;
 	if (d == 0 || d > MAX_PHASE_DEPTH)
 		return false;
@@ -139,6 +147,8 @@ static __always_inline bool phase_on_top(struct phase_stack *ps, __u32 phase)
 SEC("uprobe")
 int uprobe__phase_leave(struct pt_regs *ctx)
 {
+	if (phases_paused)
+		return 0;
 	struct thread_phase *tp = stopped ? NULL : thread_phase_current(false);
 	__u32 phase = probe_phase(ctx);
 	if (!tp || !phase_on_top(&tp->own, phase))
@@ -148,6 +158,18 @@ int uprobe__phase_leave(struct pt_regs *ctx)
 	phase_pop(&tp->own, phase, now);
 	thread_view(tp, &tp->own);
 	return 0;
+}
+
+/* The phase state of the goroutine `key`, NULL when it has none or only of an earlier phase
+ * slice (which is deleted: the goroutine may never enter a phase again). */
+static __always_inline struct goroutine_phase *goroutine_phase_current(struct goroutine_key *key)
+{
+	struct goroutine_phase *gp = bpf_map_lookup_elem(&goroutine_phases, key);
+	if (gp && gp->stack.generation != phase_generation) {
+		bpf_map_delete_elem(&goroutine_phases, key);
+		return NULL;
+	}
+	return gp;
 }
 
 /* Go's register ABI keeps the running goroutine's g in R14. */
@@ -160,6 +182,8 @@ static __always_inline __u64 go_current_g(struct pt_regs *ctx)
  * later. */
 static __always_inline int go_phase_enter(struct pt_regs *ctx, __u32 phase)
 {
+	if (phases_paused)
+		return 0;
 	struct thread_phase *tp = target_thread_phase();
 	if (!tp)
 		return 0;
@@ -172,6 +196,8 @@ static __always_inline int go_phase_enter(struct pt_regs *ctx, __u32 phase)
 		lookup_or_init(&goroutine_phases, &key, &zero, DROP_GOROUTINE_FULL);
 	if (!gp)
 		return 0;
+	if (gp->stack.generation != phase_generation)
+		gp->parked_since = 0; /* of an earlier phase slice */
 	charge_cpu(tp, now);
 	phase_push(&gp->stack, phase, now);
 	thread_view(tp, &gp->stack);
@@ -197,9 +223,11 @@ PROBES_FOR_PHASE_IDS(uprobe__go_phase_enter_, go_phase_enter_id)
  * copy (reached on paths that skipped the copy too, with nothing to end), else a return. */
 static __always_inline int go_phase_end(struct pt_regs *ctx, bool leave)
 {
+	if (phases_paused)
+		return 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct goroutine_key key = {.tgid = tgid, .g = go_current_g(ctx)};
-	struct goroutine_phase *gp = bpf_map_lookup_elem(&goroutine_phases, &key);
+	struct goroutine_phase *gp = goroutine_phase_current(&key);
 	if (leave && (!gp || !phase_on_top(&gp->stack, probe_phase(ctx))))
 		return 0;
 	if (!gp || gp->stack.depth == 0) {
@@ -247,6 +275,8 @@ int uprobe__go_phase_leave(struct pt_regs *ctx)
  */
 static __always_inline int go_sched(struct pt_regs *ctx, __u64 cookie)
 {
+	if (phases_paused)
+		return 0;
 	struct thread_phase *tp = target_thread_phase();
 	if (!tp)
 		return 0;
@@ -263,7 +293,7 @@ static __always_inline int go_sched(struct pt_regs *ctx, __u64 cookie)
 		.tgid = tgid,
 		.g = cookie & GO_SCHED_CURRENT_G ? running : arg,
 	};
-	struct goroutine_phase *gp = bpf_map_lookup_elem(&goroutine_phases, &key);
+	struct goroutine_phase *gp = goroutine_phase_current(&key);
 	charge_cpu(tp, now);
 	if (point == GO_EXECUTE && gp) {
 		thread_view(tp, &gp->stack);

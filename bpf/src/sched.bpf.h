@@ -29,8 +29,7 @@ static __always_inline void record_switch_out(void *ctx, bool preempt, __u32 tgi
 		struct thread_phase *tp = thread_phase_current(false);
 		if (tp) {
 			end_slice(tp, now, runtime);
-			mask = tp->mask;
-			phase = tp->top;
+			phase = view_of(tp, &mask);
 		}
 	}
 	/* Preempted (or still TASK_RUNNING: it yielded) it waits for a CPU from now on. A thread

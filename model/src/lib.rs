@@ -13,6 +13,7 @@ pub mod frames;
 pub mod kinds;
 pub mod lost;
 pub mod merge;
+pub mod phase_budget;
 pub mod phase_stats;
 pub mod probe_cost;
 pub mod profile;
@@ -35,6 +36,7 @@ pub use format::{
 pub use frames::{display_name, folded_frame_name, is_allocator_frame, is_go_sampling_hook};
 pub use kinds::*;
 pub use lost::{Lost, INLINED_UNPROBED};
+pub use phase_budget::PhaseBudgetInfo;
 pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use probe_cost::{
     OwnSamples, ProbeCost, OTHER_PROBES_FRAME, OWN_COST_FRAME, SYSCALL_PROBES_FRAME,

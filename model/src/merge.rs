@@ -55,6 +55,11 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
             }),
             (a, b) => a.or(b),
         };
+        match (&mut meta.phase_budget, &p.phase_budget) {
+            (Some(a), Some(b)) => a.absorb(b),
+            (a @ None, b) => *a = b.clone(),
+            (Some(_), None) => {}
+        }
         // Addresses named late (see the agent's windows) add up.
         meta.names_late = meta.names_late.saturating_add(p.names_late);
     }

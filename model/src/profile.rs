@@ -121,6 +121,9 @@ pub struct Meta {
     /// The phase probes' estimated cost to the targets over the recording.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase_probes: Option<PhaseProbeCost>,
+    /// Phases recorded under a budget: how much was counted (None: exact, probes always on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_budget: Option<crate::PhaseBudgetInfo>,
     /// How allocations were recorded, when they were.
     #[serde(default)]
     pub alloc: Option<AllocInfo>,

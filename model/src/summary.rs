@@ -34,6 +34,10 @@ pub struct Summary {
     /// What the phase probes cost the targets (absent without phases).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_probes: Option<serde_json::Value>,
+    /// Phases recorded under a budget: the named phases' totals are estimates from slices
+    /// covering `coverage` of the targets' own CPU time (absent: exact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_budget: Option<serde_json::Value>,
     /// What all of phaseprof's probes cost the targets, measured from the cpu samples taken in
     /// them (absent without cpu samples or the targets' CPU time).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,6 +150,20 @@ impl Summary {
             costs,
             phases,
             phase_probes: (m.phase_probes.as_ref()).map(|c| phase_probes_json(profile, c)),
+            phase_budget: m.phase_budget.as_ref().map(|b| {
+                serde_json::json!({
+                    "budget": b.budget,
+                    "coverage": b.coverage(),
+                    "slices": b.slices,
+                    "syscall": b.syscall,
+                    "syscalls_in_slices": b.syscalls_in_slices,
+                    "syscalls": b.syscalls,
+                    "cpu_coverage": b.cpu_coverage(),
+                    "shortest_slice_ns": b.shortest_slice_ns,
+                    "overhead_while_attached": b.overhead_while_attached,
+                    "estimated": true,
+                })
+            }),
             probe_cost: probe_cost_json(profile),
             lost: LostSummary {
                 events: profile.lost.events,

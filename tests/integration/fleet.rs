@@ -90,6 +90,13 @@ pub(crate) fn agent_command(
     } else {
         String::new()
     };
+    // The tests compare phase totals with the workloads' truth: exact phases, unless a test
+    // asks for the agent's default budget (or another) itself.
+    let extra = if extra.contains("phase_budget") {
+        extra.to_string()
+    } else {
+        format!("phase_budget = \"exact\"\n{extra}")
+    };
     std::fs::write(
         &cfg,
         format!(

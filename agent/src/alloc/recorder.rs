@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use phaseprof_model::AllocInfo;
 
-use super::budget::{overhead, own_cpu_ns, DutyCycle};
 use super::go_rate::GoRate;
 use super::sites::{self, AllocKind, AllocSite};
+use crate::duty_cycle::{overhead, own_cpu_ns, DutyCycle};
 use crate::engine::Engine;
 use crate::probe_costs::ALLOC_HIT_NS;
 

@@ -43,6 +43,12 @@ pub struct EngineArgs {
     /// extrapolated, and the report says so.
     #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
     pub alloc_budget: Option<f64>,
+    /// With phases: keep the slowdown the phase probes cause under this share of the target's
+    /// CPU time (e.g. 1%) by attaching them for slices of the recording. Phase totals are then
+    /// estimated from the slices (by the target's CPU time) and the report says with what
+    /// coverage; a call is counted only if it began and ended inside one slice.
+    #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
+    pub phase_budget: Option<f64>,
 }
 
 impl EngineArgs {
@@ -63,6 +69,19 @@ impl EngineArgs {
             stack_copy_bytes: self.stack_copy,
             ..EngineConfig::default()
         })
+    }
+}
+
+impl EngineArgs {
+    /// Checks `--phase-budget` against whether phases are probed (`phases`).
+    pub fn check_phase_budget(&self, phases: bool) -> Result<()> {
+        if self.phase_budget.is_none() {
+            return Ok(());
+        }
+        if !phases {
+            bail!("--phase-budget limits the phase probes: give --phases");
+        }
+        Ok(())
     }
 }
 

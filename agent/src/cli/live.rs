@@ -102,6 +102,7 @@ impl SoakArgs {
         if events.is_empty() {
             return Ok(None);
         }
+        self.engine.check_phase_budget(self.phases.is_some())?;
         let output = self.output.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("phaseprof-soak-{}.phaseprof", std::process::id()))
         });
@@ -114,6 +115,7 @@ impl SoakArgs {
             phases: self.phases.clone(),
             window: Duration::from_secs(1),
             alloc_budget: self.engine.alloc_budget,
+            phase_budget: self.engine.phase_budget,
             alloc_at_entry: false,
             verbose: false,
         }))
@@ -127,6 +129,7 @@ pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
     if args.window < Duration::from_millis(100) {
         bail!("--window must be at least 100ms");
     }
+    args.engine.check_phase_budget(args.phases.is_some())?;
     let mut engine = args.engine.config(events)?;
     engine.follow_children = !args.no_follow;
     let opts = crate::live_server::AttachOptions {
@@ -139,6 +142,7 @@ pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
             phases: args.phases,
             window: args.window,
             alloc_budget: args.engine.alloc_budget,
+            phase_budget: args.engine.phase_budget,
             alloc_at_entry: false,
             verbose: args.verbose,
         },

@@ -89,6 +89,7 @@ impl RecordArgs {
             TargetSpec::Command(self.command)
         };
         let events = parse_events(&self.events)?;
+        self.engine.check_phase_budget(self.phases.is_some())?;
         let mut engine = self.engine.config(events)?;
         engine.follow_children = !self.no_follow && !matches!(target, TargetSpec::Name(_));
         Ok(RecordOptions {
@@ -97,6 +98,7 @@ impl RecordArgs {
             engine,
             unwind: self.engine.unwind,
             alloc_budget: self.engine.alloc_budget,
+            phase_budget: self.engine.phase_budget,
             alloc_at_entry: self.alloc_placement == "entry",
             output: self.output,
             phases: self.phases,

@@ -89,6 +89,7 @@ impl Engine<'_> {
         self.detached_at_ns = Some(monotonic_ns());
         self.retire_entry_holds();
         self.alloc_links.clear();
+        self.phase_links.links.clear();
         self.links.clear();
     }
 
@@ -145,9 +146,16 @@ impl Engine<'_> {
 
     /// Attaches phase probes (and the Go scheduler's), for every process mapping their files;
     /// `inlined_unprobed` inlined copies of phase functions could not be probed.
+    /// Duty-cycled (`slice_phases`), they are attached during slices only.
     pub fn attach_phases(&mut self, probes: &[ProbeSpec], inlined_unprobed: u64) -> Result<()> {
         self.inlined_unprobed += inlined_unprobed;
+        self.add_phase_probes(probes)
+    }
+
+    /// Attaches phase probes, returning their links.
+    pub(super) fn attach_phase_probes(&self, probes: &[ProbeSpec]) -> Result<Vec<Link>> {
         let cookies = self.features.attach_cookie;
+        let mut links = Vec::with_capacity(probes.len());
         for p in probes {
             let progs = &self.skel.progs;
             let stand_in = self.stand_in(p.program, p.cookie)?;
@@ -174,9 +182,9 @@ impl Engine<'_> {
             let link = prog
                 .attach_uprobe_with_opts(-1, &p.path, p.offset as usize, opts)
                 .with_context(|| format!("attaching the {} in {}", p.what, p.path.display()))?;
-            self.links.push(link);
+            links.push(link);
         }
-        Ok(())
+        Ok(links)
     }
 
     /// Attaches allocator probes for process `pid` only (a uprobe with a pid filter is

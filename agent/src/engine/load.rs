@@ -396,10 +396,7 @@ impl<'obj> Engine<'obj> {
                 (Some(rows), Some(mappings))
             }
         };
-        let target_bits = MappedArray::map(
-            skel.maps.target_bits.as_fd(),
-            limits::TARGET_BIT_WORDS as usize * 8,
-        )?;
+        let target_bits = map_target_bits(&skel)?;
         Ok(Engine {
             inlined_unprobed: 0,
             phases: cfg.phase_ids > 0,
@@ -411,6 +408,7 @@ impl<'obj> Engine<'obj> {
             skel,
             links: Vec::new(),
             alloc_links: HashMap::new(),
+            phase_links: Default::default(),
             entry_holds: Default::default(),
             ring,
             events: rx,
@@ -430,6 +428,14 @@ impl<'obj> Engine<'obj> {
             cpus: 0,
         })
     }
+}
+
+/// The targets bitmap (`target_bits`), mapped for user space to set and clear bits.
+fn map_target_bits(skel: &phaseprof_bpf::PhaseprofSkel<'_>) -> Result<MappedArray> {
+    MappedArray::map(
+        skel.maps.target_bits.as_fd(),
+        limits::TARGET_BIT_WORDS as usize * 8,
+    )
 }
 
 #[cfg(test)]

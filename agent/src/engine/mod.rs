@@ -20,12 +20,13 @@ mod entry_holds;
 pub mod features;
 mod load;
 mod mapped;
+mod phase_slices;
 mod phase_totals;
 mod stacks;
 mod stats;
 mod unwind_maps;
 
-pub use stats::StackUsage;
+pub use stats::{SlicedSyscalls, StackUsage};
 pub use unwind_maps::{
     FileRowsInfo, TableMapping, DEFAULT_UNWIND_ROWS, ENTRY_BLOCKS, MAX_UNWIND_BLOCKS,
     MAX_UNWIND_MAPPINGS, UNWIND_COUNTERS,
@@ -206,6 +207,8 @@ pub struct Engine<'obj> {
     entry_holds: entry_holds::EntryHolds,
     /// Allocator probes, by target: detached and re-attached when duty-cycling.
     alloc_links: HashMap<u32, Vec<Link>>,
+    /// Phase probes: detached and re-attached under a phase budget.
+    phase_links: phase_slices::PhaseLinks,
     ring: RingBuffer<'static>,
     events: Receiver<TargetEvent>,
     /// Go samples with the hash of their stack, which the drain resolves.

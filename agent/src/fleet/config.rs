@@ -18,6 +18,9 @@
 //! # alloc_budget = "1%"          # with alloc: probes attached for part of each window so that
 //! #                              # they slow the targets by at most this; totals extrapolated
 //! phases = "/etc/phaseprof/phases.toml"    # for targets without their own
+//! # phase_budget = "1%"          # the default with phases: phase probes attached for slices so
+//! #                              # that they slow the targets by at most this, totals estimated
+//! #                              # (the report says with what coverage); "exact": always on
 //! [labels]
 //! service = "relay"
 //! version = "1.5"
@@ -36,6 +39,11 @@ use anyhow::{bail, Context, Result};
 use phaseprof_model::EventKind;
 use regex::Regex;
 use serde::Deserialize;
+
+/// The agent's phase budget unless `phase_budget` says otherwise: a fleet runs for weeks on
+/// nodes whose hottest functions may be phases, where exact phases can cost several times the
+/// node's own CPU (README, Performance); a budget bounds that cost on every node.
+const DEFAULT_PHASE_BUDGET: f64 = 0.01;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,6 +69,7 @@ struct RawConfig {
     stack_copy: String,
     stack_entries: Option<u32>,
     alloc_budget: Option<String>,
+    phase_budget: Option<String>,
     phases: Option<PathBuf>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
@@ -149,6 +158,8 @@ pub struct AgentConfig {
     pub stack_entries: u32,
     /// The allocation probes' share of the targets' CPU time (duty-cycled; None: attached).
     pub alloc_budget: Option<f64>,
+    /// The phase probes' share of the targets' CPU time (duty-cycled; None: `exact`, attached).
+    pub phase_budget: Option<f64>,
     pub labels: BTreeMap<String, String>,
     pub targets: Vec<Target>,
 }
@@ -243,6 +254,14 @@ impl AgentConfig {
                 Some(share)
             }
         };
+        let phase_budget = match raw.phase_budget.as_deref() {
+            Some("exact") => None,
+            None => Some(DEFAULT_PHASE_BUDGET),
+            Some(b) => Some(
+                phaseprof_model::units::parse_percent(b)
+                    .map_err(|e| anyhow::anyhow!("{file}: phase_budget: {e} (or \"exact\")"))?,
+            ),
+        };
         if let Some(addr) = raw.metrics_listen {
             if !addr.ip().is_loopback() && metrics_token.is_none() {
                 bail!(
@@ -264,6 +283,7 @@ impl AgentConfig {
             stack_copy_bytes,
             stack_entries,
             alloc_budget,
+            phase_budget,
             labels: raw.labels,
             targets,
         })

@@ -55,6 +55,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         phases: None,
         window: cfg.window,
         alloc_budget: cfg.alloc_budget,
+        phase_budget: cfg.phase_budget,
         alloc_at_entry: false,
         verbose: false,
     };

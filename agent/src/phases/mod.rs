@@ -2,6 +2,7 @@
 //! is attributed to. `config` reads the file, `symbols` finds the functions in the target's
 //! ELF objects.
 
+pub mod budget;
 pub mod config;
 pub mod inlined;
 pub mod plan;

@@ -64,6 +64,11 @@ impl PhaseProbeOverhead {
         }
     }
 
+    /// The probes' estimated time so far, in ns (a counter: calls and switch-point hits).
+    pub fn probe_ns(&self, engine: &Engine<'_>) -> Result<f64> {
+        Ok(self.counts(engine, &[])?.cost_ns)
+    }
+
     fn counts(&self, engine: &Engine<'_>, pids: &[u32]) -> Result<Counts> {
         // Calls are counted inclusively per phase: a nested call is counted in each phase
         // enclosing it, but its probes run once, in its own phase, which is what weighs it.

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
-use phaseprof_model::{Meta, Profile};
+use phaseprof_model::Meta;
 
 use crate::aggregate::Aggregator;
 use crate::alloc::recorder::AllocRecorder;
@@ -21,6 +21,8 @@ use crate::window::{fold_identical, RawSample, RawWindow};
 /// How long a session turn waits for process events at most: the latency of noticing a stop,
 /// a deadline or a window's end.
 mod deferred_phases;
+mod finish;
+mod phase_budget;
 mod probe_calibration;
 mod stacks;
 mod windows;
@@ -83,6 +85,8 @@ pub struct Session<'obj> {
     unwound: Vec<RawSample>,
     /// The phase probes' estimated cost, printed while recording.
     phase_cost: PhaseProbeOverhead,
+    /// The phase probes' duty cycle, under a phase budget.
+    phase_budget: Option<crate::phases::budget::PhaseBudget>,
     /// Each target's CPU time (ns, its threads' schedstat) when it was added or at the last
     /// window: with the time at the end, how many cpu samples the recording should hold.
     cpu_at_add: std::collections::BTreeMap<u32, u64>,
@@ -128,6 +132,7 @@ impl<'obj> Session<'obj> {
             cpu_at_add: Default::default(),
             unwound: Vec::new(),
             phase_cost,
+            phase_budget: None,
             uprobe_cost: Default::default(),
             calibration_cpu: Default::default(),
             verbose,
@@ -173,7 +178,9 @@ impl<'obj> Session<'obj> {
 
     /// When periodic work is next due (an allocation-probe slice ending), if sooner than usual.
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
-        self.alloc.as_ref().and_then(|a| a.next_deadline())
+        let alloc = self.alloc.as_ref().and_then(|a| a.next_deadline());
+        let phases = self.phase_budget.as_ref().map(|b| b.next_deadline());
+        alloc.into_iter().chain(phases).min()
     }
 
     /// Periodic work between drains: the probes' overhead estimates, the allocation probes'
@@ -182,6 +189,7 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.tick(&mut self.engine)?;
         }
+        self.phase_budget_tick()?;
         let pids: Vec<u32> = self.live.iter().copied().collect();
         if let Some(line) = self.phase_cost.tick(&self.engine, &pids, false)? {
             eprintln!("{line}");
@@ -527,72 +535,5 @@ impl<'obj> Session<'obj> {
             }
         }
         self.calibrate_alloc_cost();
-    }
-
-    /// Detaches every probe, drains what is left and returns the profile of `start..end`.
-    pub fn finish(mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
-        let pids: Vec<u32> = self.live.iter().copied().collect();
-        if let Some(estimate) = self.phase_cost.tick(&self.engine, &pids, true)? {
-            eprintln!("{estimate} (whole recording)");
-            self.meta_mut().phase_probes = Some(estimate.cost);
-        }
-        let alloc = match &mut self.alloc {
-            Some(a) => {
-                let total = end.duration_since(start).unwrap_or_default();
-                Some(a.finish(&self.engine, total)?)
-            }
-            None => None,
-        };
-        if let Some(ns) = self.targets_cpu_since_mark() {
-            self.meta_mut().targets_cpu_ns = Some(ns);
-        }
-        self.meta_mut().switch_probe_ns = self.engine.take_switch_ns()?;
-        // Ages of live allocations are taken at the stop, not after the detach (which waits for
-        // the kernel to retire the uprobes, up to a second).
-        let stopped_ns = crate::engine::monotonic_ns();
-        self.engine.detach();
-        let w = self.drain(Drain::Final)?;
-        self.fold(&w);
-        let lost = self.engine.lost()?;
-        let lost = self.lost_since_last_window(lost);
-        // A session cut in windows ends with its last window's; `record`, with the whole.
-        let mut phase_stats = if self.took_windows || self.phase_names.is_empty() {
-            self.phase_stats_of_window()
-        } else {
-            (self.engine).phase_stats(self.phase_names.len() + 1, &self.cost_names)?
-        };
-        if let Some((info, scale)) = alloc {
-            if info.budget.is_none() {
-                let live = self.engine.live_heap()?;
-                let mut naming = Naming {
-                    sym: &mut self.sym,
-                    processes: &mut self.processes,
-                };
-                self.agg.set_live(&live, stopped_ns, &mut naming);
-            }
-            for (&id, &(bytes, count)) in self.agg.go_phase_allocs() {
-                if let Some(st) = phase_stats.get_mut(id as usize) {
-                    st.alloc_bytes += bytes.round() as u64;
-                    st.allocs += count.round() as u64;
-                }
-            }
-            let b = self.agg.builder_mut();
-            if scale != 1.0 {
-                crate::alloc::costs::extrapolate(b.profile_mut(), &mut phase_stats, scale);
-            }
-            *b.phase_stats_mut() = phase_stats;
-            crate::alloc::costs::compute(b, &self.alloc_costs);
-            b.meta_mut().alloc = Some(info);
-        } else {
-            *self.agg.builder_mut().phase_stats_mut() = phase_stats;
-        }
-        let mut meta = std::mem::take(self.agg.builder_mut().meta_mut());
-        self.unwind_since_last_window(&mut meta);
-        *self.agg.builder_mut().meta_mut() = meta;
-        let b = self.agg.builder_mut();
-        *b.lost_mut() = lost;
-        b.meta_mut().start_unix_ns = unix_ns(start);
-        b.meta_mut().end_unix_ns = unix_ns(end);
-        Ok(self.agg.finish())
     }
 }

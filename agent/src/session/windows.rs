@@ -61,6 +61,7 @@ impl Session<'_> {
         self.took_windows = true;
         p.phase_stats = self.phase_stats_of_window();
         p.lost = self.lost_since_last_window(self.engine.lost()?);
+        self.extrapolate_window_phases(&mut p)?;
         if let Some(alloc) = &mut self.alloc {
             let (info, scale) = alloc.window_info(&self.engine)?;
             if scale != 1.0 {

@@ -398,15 +398,18 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
     let allocs = profile.recorded(EventKind::Alloc);
     let faults = profile.recorded(EventKind::Pagefault);
     writeln!(out)?;
-    writeln!(
-        out,
-        "== phases ({}, inclusive of nested phases) ==",
-        if profile.lost.phase_issues().is_empty() {
-            "exact"
-        } else {
-            "INCOMPLETE: see `phases:` above"
-        }
-    )?;
+    let how = match (
+        &profile.meta.phase_budget,
+        profile.lost.phase_issues().is_empty(),
+    ) {
+        (_, false) => "INCOMPLETE: see `phases:` above",
+        (Some(_), true) => "ESTIMATED under a budget",
+        (None, true) => "exact",
+    };
+    writeln!(out, "== phases ({how}, inclusive of nested phases) ==")?;
+    if let Some(b) = &profile.meta.phase_budget {
+        writeln!(out, "   {}", b.describe())?;
+    }
     write!(
         out,
         "{:<16} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>12} {:>12} {:>12} {:>9}",

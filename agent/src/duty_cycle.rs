@@ -1,5 +1,5 @@
-//! The allocation probes' cost to the target, estimated from probe hits at a cost per hit, and
-//! the duty cycle that keeps it inside a budget (`--alloc-budget 1%`).
+//! Probes' cost to the target, estimated from probe hits at a cost per hit, and the duty cycle
+//! that keeps it inside a budget (`--alloc-budget 1%`, `--phase-budget 1%`).
 use std::time::Duration;
 
 /// The targets' own CPU time: `cpu_ns` measured (which includes the time spent in probes) less
@@ -23,7 +23,7 @@ const MIN_MEASURED_CPU_NS: u64 = 2_000_000;
 /// probe hits per ~20 ns pair), so the first slice cannot overspend.
 const UNMEASURED_COST: f64 = 3.0;
 
-/// Duty cycling of the allocation probes as a token bucket: the budget accrues with wall time
+/// Duty cycling of probes (allocations', phases') as a token bucket: the budget accrues with wall time
 /// (1% of every second), each attached slice spends its estimated slowdown (overhead × length),
 /// and probes are attached only when the bucket holds a whole slice's cost. So the slowdown
 /// stays within the budget from the first second on, whatever the target's allocation rate.

@@ -1,0 +1,37 @@
+//! The phase probes under a budget, driven by the session: slices started and ended between
+//! turns, and each window's named phase totals extrapolated from what its slices counted.
+use anyhow::Result;
+use phaseprof_model::Profile;
+
+use super::Session;
+use crate::phases::budget::PhaseBudget;
+
+impl Session<'_> {
+    /// From now on the phase probes are duty-cycled to cost at most `budget` (0.01 = 1%) of the
+    /// targets' CPU time. Call before any phase probe is attached (see `Engine::slice_phases`).
+    pub fn budget_phases(&mut self, budget: f64) {
+        self.phase_budget = Some(PhaseBudget::new(budget));
+    }
+
+    /// Between turns: a slice ended or started when due.
+    pub(super) fn phase_budget_tick(&mut self) -> Result<()> {
+        if let Some(b) = &mut self.phase_budget {
+            let pids: Vec<u32> = self.live.iter().copied().collect();
+            b.tick(&mut self.engine, &self.phase_cost, &pids)?;
+        }
+        Ok(())
+    }
+
+    /// A window of a budgeted session: its named phases' totals extrapolated to the whole
+    /// window, and how they were counted.
+    pub(super) fn extrapolate_window_phases(&mut self, p: &mut Profile) -> Result<()> {
+        let Some(b) = &mut self.phase_budget else {
+            return Ok(());
+        };
+        let pids: Vec<u32> = self.live.iter().copied().collect();
+        let info = b.window_info(&self.engine, &self.phase_cost, &pids)?;
+        phaseprof_model::phase_budget::extrapolate(&mut p.phase_stats, info.scale());
+        p.meta.phase_budget = Some(info);
+        Ok(())
+    }
+}
