@@ -73,6 +73,13 @@ impl DutyCycle {
         allowance - self.spent_ns >= self.cost * slice
     }
 
+    /// How far into the recording `may_attach` first holds (with no more spending meanwhile).
+    pub fn attach_at(&self) -> Duration {
+        let slice = (self.slice() + Duration::from_millis(10)).as_nanos() as f64;
+        let ns = (self.spent_ns + self.cost * slice) / self.budget.max(1e-9);
+        Duration::from_nanos(ns.min(u64::MAX as f64 / 2.0) as u64)
+    }
+
     /// After an attached slice of `on` (attach and detach included) with measured overhead
     /// `cost` over `target_cpu_ns`. The caller adds the counted window to `on_ns`.
     pub fn slice_done(&mut self, on: Duration, cost: f64, target_cpu_ns: u64) {
@@ -96,6 +103,7 @@ mod tests {
         // A first 30 ms slice at the assumed 300% costs 90 ms: 9 s of 1%.
         assert!(!d.may_attach(Duration::from_millis(8_900)));
         assert!(d.may_attach(Duration::from_secs(9)));
+        assert!((d.attach_at().as_secs_f64() - 9.0).abs() < 1e-6);
         d.slice_done(Duration::from_millis(30), 3.0, 1_000);
         assert!(!d.measured, "the target hardly ran: no estimate");
         d.slice_done(Duration::from_millis(30), 1.0, 8_000_000);

@@ -364,6 +364,8 @@ enum probe_counter {
 	/* ns the scheduler's programs ran at switches to a target: the kernel charges them to the
 	 * thread switched in, with interrupts off where no cpu sample sees them. */
 	NS_SWITCH_TO_TARGET,
+	/* Under a phase budget: calls a slice's start or end cut (never counted). */
+	PHASE_CALLS_VOIDED,
 	HITS_MAX,
 };
 

@@ -93,11 +93,19 @@ static __always_inline struct pt_regs *current_user_regs(void)
 	return (struct pt_regs *)(stack + KERNEL_STACK_SIZE) - 1;
 }
 
+/* Whether `tp`'s view (`top`, `mask`) holds: set in the phase slice in force. Between slices
+ * none does: a probe that passed its pause check just before a slice ended may set a view
+ * after the end's generation bump, which the pause voids. */
+static __always_inline bool view_current(struct thread_phase *tp)
+{
+	return !phases_paused && tp->generation == phase_generation;
+}
+
 /* The innermost phase `tp`'s events are charged to, and the mask of all: none when they were
  * set in an earlier phase slice (see phase_generation). */
 static __always_inline __u32 view_of(struct thread_phase *tp, __u64 *mask)
 {
-	if (tp->generation != phase_generation) {
+	if (!view_current(tp)) {
 		*mask = 1;
 		return PHASE_NONE;
 	}
@@ -293,7 +301,7 @@ static __always_inline void charge_cpu(struct thread_phase *tp, __u64 now)
 {
 	if (tp->oncpu_since && now > tp->oncpu_since) {
 		__u64 seg = now - tp->oncpu_since;
-		__u64 mask = tp->generation == phase_generation ? tp->mask : 1;
+		__u64 mask = view_current(tp) ? tp->mask : 1;
 		tp->pending_mask |= mask;
 		for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
 			__u32 id = lowest_bit(mask) & (MAX_PHASES - 1);
@@ -329,11 +337,27 @@ static __always_inline void end_slice(struct thread_phase *tp, __u64 now, __u64 
 	tp->slice_start = 0;
 }
 
+/* Adds `n` to this CPU's probe counter `c` (hits, or ns). */
+static __always_inline void count_add(enum probe_counter c, __u64 n)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
+	if (v)
+		*v += n;
+}
+
+static __always_inline void count_hit(enum probe_counter c)
+{
+	count_add(c, 1);
+}
+
 /* Empties `ps` when its entries are of an earlier phase slice (see phase_generation). */
 static __always_inline void phase_stack_current(struct phase_stack *ps)
 {
 	if (ps->generation == phase_generation)
 		return;
+	if (ps->depth)
+		count_add(PHASE_CALLS_VOIDED, ps->depth);
 	ps->depth = 0;
 	ps->top = PHASE_NONE;
 	ps->mask = 1;
@@ -433,20 +457,6 @@ static __always_inline __u64 stack_id(void *ctx, __u64 flags, enum stack_slot sl
 	st->pad = 0;
 	return store_stack(st, slot, flags & BPF_F_USER_STACK ? USER_STACK_SEED : KERNEL_STACK_SEED,
 			   reason);
-}
-
-/* Adds `n` to this CPU's probe counter `c` (hits, or ns). */
-static __always_inline void count_add(enum probe_counter c, __u64 n)
-{
-	__u32 key = c;
-	__u64 *v = bpf_map_lookup_elem(&probe_hits, &key);
-	if (v)
-		*v += n;
-}
-
-static __always_inline void count_hit(enum probe_counter c)
-{
-	count_add(c, 1);
 }
 
 /* Adds `delta` to the u64 under `key`, creating it if needed. */

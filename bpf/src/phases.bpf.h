@@ -5,6 +5,23 @@
 
 /* ---- phases ------------------------------------------------------------ */
 
+/*
+ * Each phase program is defined twice over one body: as a uprobe (one link per probe) and as a
+ * multi-uprobe (Linux 6.6, with cookies: one link per program and file). User space attaches
+ * the multi-uprobes where the kernel has them: a phase budget's slice then attaches and detaches
+ * all its probes at once, where single links retire one RCU grace period after another (~100 ms
+ * each here), their breakpoints trapping meanwhile.
+ */
+#define PHASE_PROGRAM(sec, name, body)                                                             \
+	SEC(sec) int name(struct pt_regs *ctx)                                                     \
+	{                                                                                          \
+		return body(ctx);                                                                  \
+	}                                                                                          \
+	SEC(sec ".multi") int name##_multi(struct pt_regs *ctx)                                    \
+	{                                                                                          \
+		return body(ctx);                                                                  \
+	}
+
 /* Pushes an entry of `phase`. Direct recursion counts one call, at the outermost entry;
  * entries beyond MAX_PHASE_DEPTH are counted as drops (and popped again by their returns). */
 static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u64 now)
@@ -27,6 +44,16 @@ static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u6
 	f->entry_ts = now;
 	ps->depth = d + 1;
 	phase_stack_changed(ps);
+}
+
+/* A target's return from a phase function whose entry was not seen: entered before recording
+ * began, or (under a phase budget) before the slice in force began, a call the slices cut. */
+static __always_inline void phase_exit_unmatched(void)
+{
+	if (phases_sliced)
+		count_hit(PHASE_CALLS_VOIDED);
+	else
+		count_drop(INFO_PHASE_EXIT_UNMATCHED);
 }
 
 /* Counts a completed call of `phase` that took `wall` ns. */
@@ -95,11 +122,12 @@ static __always_inline int phase_enter(__u32 phase)
 }
 
 /* The attach cookie is the phase id. */
-SEC("uprobe")
-int uprobe__phase_enter(struct pt_regs *ctx)
+static __always_inline int phase_enter_cookie(struct pt_regs *ctx)
 {
 	return phase_enter(bpf_get_attach_cookie(ctx));
 }
+
+PHASE_PROGRAM("uprobe", uprobe__phase_enter, phase_enter_cookie)
 
 /* Kernels without attach cookies: one entry program per phase id (see PROBE_FOR). */
 static __noinline int phase_enter_id(struct pt_regs *ctx, __u32 phase)
@@ -110,8 +138,7 @@ static __noinline int phase_enter_id(struct pt_regs *ctx, __u32 phase)
 PROBES_FOR_PHASE_IDS(uprobe__phase_enter_, phase_enter_id)
 
 /* Return of a phase function (native code): a uretprobe. */
-SEC("uretprobe")
-int uretprobe__phase_exit(struct pt_regs *ctx)
+static __always_inline int phase_exit(struct pt_regs *ctx)
 {
 	if (phases_paused)
 		return 0;
@@ -121,7 +148,7 @@ int uretprobe__phase_exit(struct pt_regs *ctx)
 	if (!tp || tp->own.depth == 0) {
 		/* Entered before we attached. */
 		if (is_active(bpf_get_current_pid_tgid() >> 32))
-			count_drop(INFO_PHASE_EXIT_UNMATCHED);
+			phase_exit_unmatched();
 		return 0;
 	}
 	__u64 now = bpf_ktime_get_ns();
@@ -130,6 +157,8 @@ int uretprobe__phase_exit(struct pt_regs *ctx)
 	thread_view(tp, &tp->own);
 	return 0;
 }
+
+PHASE_PROGRAM("uretprobe", uretprobe__phase_exit, phase_exit)
 
 /* Whether `phase` is the innermost phase of `ps`. */
 static __always_inline bool phase_on_top(struct phase_stack *ps, __u32 phase)
@@ -144,8 +173,7 @@ static __always_inline bool phase_on_top(struct phase_stack *ps, __u32 phase)
 /* The first instruction after an inlined copy of a phase function (native code), where its
  * caller goes on: the copy's end. The caller also gets there on paths that skipped the copy,
  * with nothing to end (needs attach cookies: the phase must be known). */
-SEC("uprobe")
-int uprobe__phase_leave(struct pt_regs *ctx)
+static __always_inline int phase_leave(struct pt_regs *ctx)
 {
 	if (phases_paused)
 		return 0;
@@ -159,6 +187,8 @@ int uprobe__phase_leave(struct pt_regs *ctx)
 	thread_view(tp, &tp->own);
 	return 0;
 }
+
+PHASE_PROGRAM("uprobe", uprobe__phase_leave, phase_leave)
 
 /* The phase state of the goroutine `key`, NULL when it has none or only of an earlier phase
  * slice (which is deleted: the goroutine may never enter a phase again). */
@@ -206,11 +236,12 @@ static __always_inline int go_phase_enter(struct pt_regs *ctx, __u32 phase)
 }
 
 /* The attach cookie is the phase id. */
-SEC("uprobe")
-int uprobe__go_phase_enter(struct pt_regs *ctx)
+static __always_inline int go_phase_enter_cookie(struct pt_regs *ctx)
 {
 	return go_phase_enter(ctx, bpf_get_attach_cookie(ctx));
 }
+
+PHASE_PROGRAM("uprobe", uprobe__go_phase_enter, go_phase_enter_cookie)
 
 static __noinline int go_phase_enter_id(struct pt_regs *ctx, __u32 phase)
 {
@@ -232,7 +263,7 @@ static __always_inline int go_phase_end(struct pt_regs *ctx, bool leave)
 		return 0;
 	if (!gp || gp->stack.depth == 0) {
 		if (is_active(tgid))
-			count_drop(INFO_PHASE_EXIT_UNMATCHED);
+			phase_exit_unmatched();
 		return 0;
 	}
 	__u64 now = bpf_ktime_get_ns();
@@ -252,18 +283,20 @@ static __always_inline int go_phase_end(struct pt_regs *ctx, bool leave)
 
 /* A return instruction of a Go phase function (never a uretprobe, which would corrupt moving
  * goroutine stacks). */
-SEC("uprobe")
-int uprobe__go_phase_return(struct pt_regs *ctx)
+static __always_inline int go_phase_return(struct pt_regs *ctx)
 {
 	return go_phase_end(ctx, false);
 }
 
+PHASE_PROGRAM("uprobe", uprobe__go_phase_return, go_phase_return)
+
 /* The first instruction after an inlined copy of a Go phase function (needs attach cookies). */
-SEC("uprobe")
-int uprobe__go_phase_leave(struct pt_regs *ctx)
+static __always_inline int go_phase_leave(struct pt_regs *ctx)
 {
 	return go_phase_end(ctx, true);
 }
+
+PHASE_PROGRAM("uprobe", uprobe__go_phase_leave, go_phase_leave)
 
 /*
  * The Go scheduler's switch points, which change the goroutine an OS thread runs without a
@@ -321,11 +354,12 @@ static __always_inline int go_sched(struct pt_regs *ctx, __u64 cookie)
 }
 
 /* The attach cookie is the enum go_sched_point, with GO_SCHED_CURRENT_G. */
-SEC("uprobe")
-int uprobe__go_sched(struct pt_regs *ctx)
+static __always_inline int go_sched_cookie(struct pt_regs *ctx)
 {
 	return go_sched(ctx, bpf_get_attach_cookie(ctx));
 }
+
+PHASE_PROGRAM("uprobe", uprobe__go_sched, go_sched_cookie)
 
 static __noinline int go_sched_point(struct pt_regs *ctx, __u64 cookie)
 {

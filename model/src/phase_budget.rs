@@ -32,6 +32,17 @@ pub struct PhaseBudgetInfo {
     /// a slice is never seen, and one of length d is seen with probability 1 − d/slice.
     pub slices: u64,
     pub shortest_slice_ns: u64,
+    /// Calls a slice's start or end cut, never counted (slices lengthen while they are many).
+    #[serde(default)]
+    pub calls_voided: u64,
+    /// The probes stayed attached throughout (cheap enough for the budget): the totals are
+    /// exact, not extrapolated.
+    #[serde(default)]
+    pub attached_throughout: bool,
+    /// Whether `overhead_while_attached` was measured (the targets' CPU time per syscall in
+    /// and out of slices), else estimated from the calls at an assumed cost per call.
+    #[serde(default)]
+    pub slowdown_measured: bool,
     /// Estimated slowdown of the targets while the probes were attached.
     pub overhead_while_attached: f64,
 }
@@ -69,13 +80,33 @@ impl PhaseBudgetInfo {
         ratio(self.counted_own_ns, self.own_ns)
     }
 
-    /// The factor from the slices' totals to the whole (1 when nothing was counted).
+    /// The factor from the slices' totals to the whole (1 when nothing was counted, or all).
     pub fn scale(&self) -> f64 {
+        if self.attached_throughout {
+            return 1.0;
+        }
         let c = self.coverage();
         if c > 0.0 {
             1.0 / c
         } else {
             1.0
+        }
+    }
+
+    /// How far the own-CPU extrapolation can be trusted: the own time in slices is their CPU
+    /// time less the probes' (a share s/(1+s) of it at slowdown s), so an error of 10% in the
+    /// probes' cost moves it, and the totals, by about s × 10%.
+    pub fn cpu_sensitivity(&self) -> String {
+        let moved = 10.0 * self.overhead_while_attached;
+        if moved >= 100.0 {
+            format!(
+                "where the probes took {:.0}x the targets' own time: a 10% error in their cost \
+                 would move the totals {moved:.0}%, so the totals cannot be told (per-call figures \
+                 hold)",
+                self.overhead_while_attached
+            )
+        } else {
+            format!("which a 10% error in the probes' cost would move {moved:.0}%")
         }
     }
 
@@ -91,6 +122,8 @@ impl PhaseBudgetInfo {
         self.syscalls_in_slices += b.syscalls_in_slices;
         self.syscalls += b.syscalls;
         self.slices += b.slices;
+        self.calls_voided += b.calls_voided;
+        self.attached_throughout &= b.attached_throughout;
         self.shortest_slice_ns = match (self.shortest_slice_ns, b.shortest_slice_ns) {
             (0, x) | (x, 0) => x,
             (x, y) => x.min(y),
@@ -101,6 +134,13 @@ impl PhaseBudgetInfo {
 
     /// In words, for reports: how the phases were taken and how far to trust their totals.
     pub fn describe(&self) -> String {
+        if self.attached_throughout {
+            return format!(
+                "budget {:.2}%: the phase probes cost {:.2}% of the targets' CPU time, within it, and stayed attached throughout: totals exact",
+                self.budget * 100.0,
+                self.overhead_while_attached * 100.0
+            );
+        }
         let by = match self.basis() {
             Basis::Syscalls => format!(
                 "{} of the targets' {} {} ({:.2}%; by their own CPU time: {:.2}%)",
@@ -111,14 +151,21 @@ impl PhaseBudgetInfo {
                 100.0 * self.cpu_coverage()
             ),
             Basis::OwnCpu => format!(
-                "{:.2}% of the targets' own CPU time (too few syscalls in slices to count by: {})",
+                "{:.2}% of the targets' own CPU time (too few syscalls in slices to count by: {}), \
+                 {}",
                 100.0 * self.coverage(),
-                self.syscalls_in_slices
+                self.syscalls_in_slices,
+                self.cpu_sensitivity()
             ),
+        };
+        let how = if self.slowdown_measured {
+            "measured by CPU time per syscall in and out of slices"
+        } else {
+            "estimated from the calls"
         };
         let mut s = format!(
             "budget {:.2}%: phase probes attached in {} slices (shortest {:.0} ms, {:.0}% slowdown \
-             while attached), which saw {by}; totals estimated from it, per-call figures from \
+             while attached, {how}), which saw {by}; totals estimated from it, per-call figures from \
              calls that began and ended inside a slice (a call of d ms is seen with probability \
              1 − d/slice)",
             self.budget * 100.0,
@@ -126,7 +173,13 @@ impl PhaseBudgetInfo {
             self.shortest_slice_ns as f64 / 1e6,
             100.0 * self.overhead_while_attached,
         );
-        if self.counted_own_ns == 0 {
+        if self.calls_voided > 0 {
+            s += &format!(
+                "; {} calls cut by a slice's start or end were not counted (the totals' extrapolation covers them, per-call figures lean to shorter calls)",
+                self.calls_voided
+            );
+        }
+        if self.counted_own_ns == 0 && self.syscalls_in_slices == 0 {
             s += "; no slice counted anything: no phase totals (record longer or raise --phase-budget)";
         }
         s
@@ -140,10 +193,15 @@ fn ratio(part: u64, whole: u64) -> f64 {
     (part as f64 / whole as f64).min(1.0)
 }
 
-/// Scales the named phases' totals (ids 1..) by `scale`, the inverse of the coverage; the
-/// maximum stays what was seen. `(none)` is emptied: its totals mix the slices' time outside
-/// phases with everything outside slices, and estimate nothing.
-pub fn extrapolate(stats: &mut [PhaseStats], scale: f64) {
+/// Scales the named phases' totals (ids 1..) by `info`'s scale, the inverse of the coverage;
+/// the maximum stays what was seen. `(none)` is emptied: its totals mix the slices' time
+/// outside phases with everything outside slices, and estimate nothing. Nothing changes when
+/// the probes stayed attached throughout.
+pub fn extrapolate(stats: &mut [PhaseStats], info: &PhaseBudgetInfo) {
+    if info.attached_throughout {
+        return;
+    }
+    let scale = info.scale();
     let up = |v: &mut u64| *v = (*v as f64 * scale).round() as u64;
     for (id, st) in stats.iter_mut().enumerate() {
         if id == 0 {
@@ -189,6 +247,9 @@ mod tests {
             own_ns: 1000,
             slices: 3,
             shortest_slice_ns: 20_000_000,
+            calls_voided: 0,
+            attached_throughout: false,
+            slowdown_measured: false,
             overhead_while_attached: 0.5,
             syscall: "write".into(),
             syscalls_in_slices: 100,
@@ -213,7 +274,7 @@ mod tests {
             ..PhaseStats::default()
         };
         let mut stats = vec![phase.clone(), phase];
-        extrapolate(&mut stats, 1.0 / info.coverage());
+        extrapolate(&mut stats, &info);
         assert_eq!(stats[0], PhaseStats::default());
         assert_eq!(
             (stats[1].calls, stats[1].wall_ns, stats[1].wall_max_ns),

@@ -161,7 +161,7 @@ impl Summary {
                     "cpu_coverage": b.cpu_coverage(),
                     "shortest_slice_ns": b.shortest_slice_ns,
                     "overhead_while_attached": b.overhead_while_attached,
-                    "estimated": true,
+                    "estimated": !b.attached_throughout,
                 })
             }),
             probe_cost: probe_cost_json(profile),

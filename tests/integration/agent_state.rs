@@ -293,3 +293,55 @@ fn agent_allocation_budget_estimates_per_phase() {
     let ratio = bytes as f64 / true_bytes as f64;
     assert!((0.67..1.5).contains(&ratio), "{bytes} vs {true_bytes}");
 }
+
+// Checks the agent's phase budget window by window: every stored window says how its phases
+// were taken, and the merged calls of each phase (each window's own estimate, or its exact
+// count where the probes could stay) land within 10% of the workload's truth.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn agent_phase_budget_estimates_per_window() {
+    require_root!();
+    let _g = bpf_lock();
+    let (port, _coll, truth) = validator_sim_with_agent(
+        "agent-phase-budget",
+        &[
+            "--blocks",
+            "3000",
+            "--burn-ms",
+            "0",
+            "--flushes",
+            "10",
+            "--sleep-ms",
+            "1",
+            "--flush-to",
+            "/dev/null",
+        ],
+        "phase_budget = \"5%\"\n",
+    );
+    let t = Transport::Http;
+    let m = merged(&t, port, "host-c");
+    let (status, list) = http_get(&format!(
+        "http://127.0.0.1:{port}/api/v1/windows?sel=host%3Dhost-c"
+    ));
+    assert_eq!(status, 200);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    for w in list.as_array().unwrap() {
+        let body = crate::store_sums::download(&format!(
+            "http://127.0.0.1:{port}/api/v1/windows/{}",
+            w["id"]
+        ));
+        let p = phaseprof_model::read_profile(&mut &body[..]).unwrap();
+        let info = (p.meta.phase_budget).expect("every window says how its phases were taken");
+        assert_eq!(info.budget, 0.05);
+    }
+    eprintln!("merged phase budget: {}", m["phase_budget"]);
+    for name in ["propose", "replay", "finalize"] {
+        let calls = num(&phase_json(&m, name)["calls"]) as f64;
+        let want = num(&truth["calls"][name]) as f64;
+        eprintln!("{name}: {calls} calls (truth {want})");
+        assert!(
+            (calls / want - 1.0).abs() < 0.10,
+            "{name}: {calls} calls against {want}"
+        );
+    }
+}

@@ -23,6 +23,7 @@ mod hostile_bodies;
 mod hostile_local;
 mod inlined;
 mod kernels;
+mod phase_budget;
 mod phases;
 mod phases_exec;
 mod real_servers;

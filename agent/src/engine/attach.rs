@@ -154,6 +154,9 @@ impl Engine<'_> {
 
     /// Attaches phase probes, returning their links.
     pub(super) fn attach_phase_probes(&self, probes: &[ProbeSpec]) -> Result<Vec<Link>> {
+        if self.phase_links_multi() {
+            return self.attach_phase_probes_multi(probes);
+        }
         let cookies = self.features.attach_cookie;
         let mut links = Vec::with_capacity(probes.len());
         for p in probes {
@@ -182,6 +185,49 @@ impl Engine<'_> {
             let link = prog
                 .attach_uprobe_with_opts(-1, &p.path, p.offset as usize, opts)
                 .with_context(|| format!("attaching the {} in {}", p.what, p.path.display()))?;
+            links.push(link);
+        }
+        Ok(links)
+    }
+
+    /// Whether phase probes go on multi-uprobe links (Linux 6.6, with cookies): one per program
+    /// and file, which attach and detach (a phase budget's slices) all at once.
+    pub fn phase_links_multi(&self) -> bool {
+        self.features.uprobe_multi && self.features.attach_cookie
+    }
+
+    /// Attaches phase probes on one multi-uprobe link per program and file.
+    fn attach_phase_probes_multi(&self, probes: &[ProbeSpec]) -> Result<Vec<Link>> {
+        let progs = &self.skel.progs;
+        type Sites = (Vec<usize>, Vec<u64>);
+        let mut groups: std::collections::BTreeMap<(Uprobe, &std::path::Path), Sites> =
+            Default::default();
+        for p in probes {
+            let (offsets, cookies) = groups.entry((p.program, &p.path)).or_default();
+            offsets.push(p.offset as usize);
+            cookies.push(p.cookie);
+        }
+        let mut links = Vec::with_capacity(groups.len());
+        for ((program, path), (offsets, cookies)) in groups {
+            let prog = match program {
+                Uprobe::PhaseEnter => &progs.uprobe__phase_enter_multi,
+                Uprobe::PhaseExit => &progs.uretprobe__phase_exit_multi,
+                Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter_multi,
+                Uprobe::GoPhaseReturn => &progs.uprobe__go_phase_return_multi,
+                Uprobe::PhaseLeave => &progs.uprobe__phase_leave_multi,
+                Uprobe::GoPhaseLeave => &progs.uprobe__go_phase_leave_multi,
+                Uprobe::GoSched => &progs.uprobe__go_sched_multi,
+                other => bail!("{other:?} is not a phase probe"),
+            };
+            let opts = libbpf_rs::UprobeMultiOpts {
+                offsets,
+                cookies,
+                retprobe: program.retprobe(),
+                ..Default::default()
+            };
+            let link = prog
+                .attach_uprobe_multi_with_opts(-1, path, "", opts)
+                .with_context(|| format!("attaching the phase probes in {}", path.display()))?;
             links.push(link);
         }
         Ok(links)

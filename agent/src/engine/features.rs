@@ -136,11 +136,11 @@ impl KernelFeatures {
                     .to_string(),
             ));
         }
-        if events.contains(&EventKind::Alloc) && !self.uprobe_multi {
+        if (phases || events.contains(&EventKind::Alloc)) && !self.uprobe_multi {
             out.push((
                 "uprobe_multi",
-                "alloc: uprobe_multi links need Linux 6.6 (per-process filtering: 6.10); using \
-                 per-function uprobes"
+                "uprobe_multi links need Linux 6.6 (per-process filtering: 6.10); allocator and \
+                 phase probes one link each (a phase budget's detaches take a grace period each)"
                     .to_string(),
             ));
         }
@@ -325,7 +325,13 @@ mod tests {
         let names: Vec<_> = lines.iter().map(|(k, _)| *k).collect();
         assert_eq!(
             names,
-            ["task_storage", "atomic_or", "task_pt_regs", "attach_cookie"]
+            [
+                "task_storage",
+                "atomic_or",
+                "task_pt_regs",
+                "attach_cookie",
+                "uprobe_multi"
+            ]
         );
         assert_eq!(old.summary(&[], false)["uprobe_multi"], "no");
         let new = KernelFeatures::all("6.18.0");

@@ -145,7 +145,10 @@ fn choose_programs(
     progs
         .perf_event__pagefault
         .set_autoload(has(EventKind::Pagefault));
-    let phases = cfg.phase_ids > 0;
+    // Phase probes: multi-uprobes where the kernel has them (see `phase_links_multi`), else
+    // one link per probe.
+    let phases_multi = cfg.phase_ids > 0 && multi && cookies;
+    let phases = cfg.phase_ids > 0 && !phases_multi;
     progs.uretprobe__phase_exit.set_autoload(phases);
     progs.uprobe__go_phase_return.set_autoload(phases);
     progs.uprobe__phase_enter.set_autoload(phases && cookies);
@@ -154,6 +157,17 @@ fn choose_programs(
     progs.uprobe__phase_leave.set_autoload(phases && cookies);
     progs.uprobe__go_phase_leave.set_autoload(phases && cookies);
     progs.uprobe__go_sched.set_autoload(phases && cookies);
+    for prog in [
+        &mut progs.uretprobe__phase_exit_multi,
+        &mut progs.uprobe__go_phase_return_multi,
+        &mut progs.uprobe__phase_enter_multi,
+        &mut progs.uprobe__go_phase_enter_multi,
+        &mut progs.uprobe__phase_leave_multi,
+        &mut progs.uprobe__go_phase_leave_multi,
+        &mut progs.uprobe__go_sched_multi,
+    ] {
+        prog.set_autoload(phases_multi);
+    }
     // Without cookies: the programs of each phase id in use, and of each scheduler point.
     for mut prog in open.open_object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();

@@ -37,6 +37,11 @@ impl Engine<'_> {
         self.probe_hits(types::probe_counter::HITS_GO_SCHED)
     }
 
+    /// Under a phase budget: the calls in flight at a slice's end so far (never counted).
+    pub fn phase_calls_voided(&self) -> Result<u64> {
+        self.probe_hits(types::probe_counter::PHASE_CALLS_VOIDED)
+    }
+
     /// Under a phase budget: the targets' syscalls so far by number, all and those made while
     /// a slice was in force, summed over CPUs.
     pub fn sliced_syscalls(&self) -> Result<SlicedSyscalls> {

@@ -254,9 +254,11 @@ impl AgentConfig {
                 Some(share)
             }
         };
+        let phases = targets.iter().any(|t| t.phases.is_some());
         let phase_budget = match raw.phase_budget.as_deref() {
             Some("exact") => None,
-            None => Some(DEFAULT_PHASE_BUDGET),
+            // Without phases there is nothing to duty-cycle.
+            None => phases.then_some(DEFAULT_PHASE_BUDGET),
             Some(b) => Some(
                 phaseprof_model::units::parse_percent(b)
                     .map_err(|e| anyhow::anyhow!("{file}: phase_budget: {e} (or \"exact\")"))?,
@@ -382,5 +384,35 @@ mod tests {
             "{base}{alloc}alloc_budget=\"1\"\n[[target]]\nname=\"a\""
         ))
         .contains("alloc_budget: `1`: give a percentage like 1%"));
+    }
+
+    // Checks the phase budget: 1% with phases unless said otherwise (none without phases),
+    // "exact" for probes always attached, a clear refusal of anything else.
+    #[test]
+    fn phase_budget_defaults_to_one_percent() {
+        let base = "collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"\nphases=\"/p.toml\"\n";
+        let parse = |extra: &str| {
+            AgentConfig::parse("a.toml", &format!("{base}{extra}[[target]]\nname=\"a\""))
+        };
+        assert_eq!(parse("").unwrap().phase_budget, Some(0.01));
+        assert_eq!(
+            parse("phase_budget=\"exact\"\n").unwrap().phase_budget,
+            None
+        );
+        assert_eq!(
+            parse("phase_budget=\"3%\"\n").unwrap().phase_budget,
+            Some(0.03)
+        );
+        let none =
+            "collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"\n[[target]]\nname=\"a\"";
+        assert_eq!(
+            AgentConfig::parse("a.toml", none).unwrap().phase_budget,
+            None
+        );
+        let e = parse("phase_budget=\"lots\"\n").unwrap_err().to_string();
+        assert!(
+            e.contains("phase_budget:") && e.contains("\"exact\""),
+            "{e}"
+        );
     }
 }

@@ -20,6 +20,8 @@ struct Marks {
     cpu_ns: u64,
     probe_ns: f64,
     syscalls: SlicedSyscalls,
+    /// Calls in flight at slices' ends, never counted.
+    voided: u64,
 }
 
 impl Marks {
@@ -36,6 +38,10 @@ struct Tally {
     counted_own_ns: u64,
     slices: u64,
     shortest: Option<Duration>,
+    /// The probes were detached at least once.
+    detached: bool,
+    /// The targets' CPU time (probes included) while counted.
+    cpu_in_ns: u64,
 }
 
 impl Tally {
@@ -45,8 +51,25 @@ impl Tally {
     }
 }
 
+/// A slice in which the targets ran less than this found them idle: it spends nothing.
+const MIN_SLICE_CPU_NS: u64 = 2_000_000;
+
+/// How soon a slice follows one that found the targets idle, while no slice has spent.
+const IDLE_RETRY: Duration = Duration::from_secs(1);
+
+/// The longest a slice is made for calls that outlast shorter ones.
+const MAX_SLICE: Duration = Duration::from_secs(2);
+
 pub struct PhaseBudget {
     duty: DutyCycle,
+    /// The shortest slice: grows while calls outlast slices.
+    min_slice: Duration,
+    /// When the slice in force next has its cost checked (it ends there unless cheap enough).
+    check_at: Instant,
+    /// When a slice may follow ones that found the targets idle (see IDLE_RETRY).
+    idle_retry_at: Instant,
+    /// The voided calls and the calls counted at the last look (`lengthen_if_calls_voided`).
+    voided_seen: (u64, u64),
     started: Instant,
     in_force: bool,
     /// When the current slice's spending began (before attaching), and its counting (every
@@ -63,6 +86,11 @@ pub struct PhaseBudget {
     /// windows that counted nothing (extrapolated in the next that does).
     window_mark: Option<Marks>,
     window: Tally,
+    /// Whether the slowdown has been measured by syscalls (else estimated from the calls).
+    slowdown_measured: bool,
+    /// Whether the window in progress began with a slice in force (the first one does: its
+    /// slice starts at the first tick).
+    window_began_in_force: bool,
     cpu: CpuClock,
 }
 
@@ -71,6 +99,10 @@ impl PhaseBudget {
         let now = Instant::now();
         PhaseBudget {
             duty: DutyCycle::new(budget),
+            min_slice: Duration::ZERO,
+            check_at: now,
+            idle_retry_at: now,
+            voided_seen: (0, 0),
             started: now,
             in_force: false,
             slice_start: now,
@@ -81,6 +113,8 @@ impl PhaseBudget {
             total: Tally::default(),
             window_mark: None,
             window: Tally::default(),
+            window_began_in_force: true,
+            slowdown_measured: false,
             cpu: CpuClock::default(),
         }
     }
@@ -95,6 +129,7 @@ impl PhaseBudget {
             cpu_ns: self.cpu.read(pids.iter().copied()),
             probe_ns: cost.probe_ns(engine)?,
             syscalls: engine.sliced_syscalls()?,
+            voided: engine.phase_calls_voided()?,
         };
         self.first.get_or_insert_with(|| m.clone());
         self.window_mark.get_or_insert_with(|| m.clone());
@@ -104,17 +139,22 @@ impl PhaseBudget {
     /// When `tick` next has something to do, so the recording loop wakes up for it.
     pub fn next_deadline(&self) -> Instant {
         if self.in_force {
-            self.counting_since + self.duty.slice()
+            self.check_at
+        } else if self.duty.spent_ns == 0.0 {
+            self.idle_retry_at
         } else {
-            Instant::now() + Duration::from_millis(10)
+            self.started + self.duty.attach_at()
         }
     }
 
     /// Adds the counted stretch since `at_count` up to `now` (a slice in force).
     fn count_until(&mut self, now: &Marks) {
         let own = self.at_count.own_until(now);
+        let cpu = now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
         self.total.counted_own_ns += own;
         self.window.counted_own_ns += own;
+        self.total.cpu_in_ns += cpu;
+        self.window.cpu_in_ns += cpu;
         self.at_count = now.clone();
     }
 
@@ -131,28 +171,113 @@ impl PhaseBudget {
             self.marks(engine, cost, pids)?;
         }
         let now = Instant::now();
-        if self.in_force && now - self.counting_since >= self.duty.slice() {
-            engine.end_phase_slice();
+        if self.in_force && now >= self.check_at {
             let m = self.marks(engine, cost, pids)?;
-            self.count_until(&m);
             let probe_ns = (m.probe_ns - self.at_slice.probe_ns).max(0.0);
             let own = self.at_slice.own_until(&m);
+            // Spending covers the whole stretch, attaching included.
+            let slice_cpu = m.cpu_ns.saturating_sub(self.at_slice.cpu_ns);
+            let slowdown = match self.measured_slowdown(&m) {
+                Some(s) => {
+                    self.slowdown_measured = true;
+                    s
+                }
+                // Probes estimated to take (nearly) all of the slice's CPU: at least 100x.
+                None => probe_ns / own.max(slice_cpu / 100).max(1) as f64,
+            };
+            // A measured slowdown holds over the slice's whole CPU time; an estimate from the
+            // calls, over its own time (the duty cycle keeps its last when too small to say).
+            let over = if self.slowdown_measured {
+                slice_cpu
+            } else {
+                own
+            };
+            if slice_cpu >= MIN_SLICE_CPU_NS {
+                self.duty
+                    .slice_done(self.slice_start.elapsed(), slowdown, over);
+            } else {
+                // The targets hardly ran: the probes cost nothing, and measured nothing.
+                self.idle_retry_at = now + IDLE_RETRY;
+            }
+            (self.at_slice, self.slice_start) = (m.clone(), now);
+            if self.duty.measured && self.duty.cost <= self.duty.budget {
+                // Cheap enough to stay: the slice goes on, its calls all counted.
+                self.check_at = now + self.slice_length();
+                return Ok(());
+            }
+            engine.end_phase_slice();
+            (self.total.detached, self.window.detached) = (true, true);
+            self.count_until(&m);
             let length = now - self.counting_since;
             self.total.slice(length);
             self.window.slice(length);
             self.in_force = false;
-            // Spending covers the whole slice, attaching included.
-            let slowdown = if own == 0 { 0.0 } else { probe_ns / own as f64 };
-            self.duty
-                .slice_done(self.slice_start.elapsed(), slowdown, own);
-            self.duty.on_ns += length.as_nanos() as u64;
-        } else if !self.in_force && self.duty.may_attach(now - self.started) {
+            self.lengthen_if_calls_voided(engine, cost)?;
+        } else if !self.in_force
+            && (self.total.slices == 0
+                || (self.duty.spent_ns == 0.0 && now >= self.idle_retry_at)
+                || self.duty.may_attach(now - self.started))
+        {
+            // The first slice at once (it measures the probes' cost), and again every
+            // IDLE_RETRY while slices found the targets idle (they spent nothing); later ones
+            // when the budget has accrued theirs.
             self.slice_start = now;
             engine.start_phase_slice()?;
             let m = self.marks(engine, cost, pids)?;
             (self.at_slice, self.at_count) = (m.clone(), m);
             self.counting_since = Instant::now();
+            self.check_at = self.counting_since + self.slice_length();
             self.in_force = true;
+        }
+        Ok(())
+    }
+
+    /// The probes' slowdown of the targets measured so far (up to `now`): their CPU time per
+    /// syscall (the commonest in slices) while the probes were in force over the same outside,
+    /// less one. Exact counts both, and no cost per call assumed; None until each side has
+    /// MIN_SYSCALLS_IN_SLICES of that syscall and a few ms of CPU time.
+    fn measured_slowdown(&self, now: &Marks) -> Option<f64> {
+        let first = self.first.as_ref()?;
+        let info = self.info(self.total, first, now);
+        let cpu_all = now.cpu_ns.saturating_sub(first.cpu_ns);
+        let cpu_in = self.total.cpu_in_ns + now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
+        let cpu_out = cpu_all.saturating_sub(cpu_in);
+        let (sys_in, sys_out) = (
+            info.syscalls_in_slices,
+            info.syscalls.saturating_sub(info.syscalls_in_slices),
+        );
+        let enough = phaseprof_model::phase_budget::MIN_SYSCALLS_IN_SLICES;
+        if sys_in < enough || sys_out < enough || cpu_in < 2_000_000 || cpu_out < 2_000_000 {
+            return None;
+        }
+        let per_in = cpu_in as f64 / sys_in as f64;
+        let per_out = cpu_out as f64 / sys_out as f64;
+        Some((per_in / per_out - 1.0).max(0.0))
+    }
+
+    /// How long a slice stays before its cost is checked: the duty cycle's length, or longer
+    /// where calls outlast it (`lengthen_if_calls_voided`).
+    fn slice_length(&self) -> Duration {
+        self.duty.slice().max(self.min_slice)
+    }
+
+    /// After a slice: when more than 5% as many calls were in flight at slices' ends (never
+    /// counted) as were counted since the last look, the target's calls outlast the slices,
+    /// and would be undercounted: slices double, up to MAX_SLICE.
+    fn lengthen_if_calls_voided(
+        &mut self,
+        engine: &Engine<'_>,
+        cost: &PhaseProbeOverhead,
+    ) -> Result<()> {
+        let voided = engine.phase_calls_voided()?;
+        let calls = cost.calls(engine)?;
+        let (v, c) = (
+            voided.saturating_sub(self.voided_seen.0),
+            calls.saturating_sub(self.voided_seen.1),
+        );
+        self.voided_seen = (voided, calls);
+        if v * 20 > c && self.min_slice < MAX_SLICE {
+            self.min_slice = (self.slice_length() * 2).min(MAX_SLICE);
         }
         Ok(())
     }
@@ -170,8 +295,13 @@ impl PhaseBudget {
         if self.in_force {
             self.count_until(&m);
         }
-        let w = std::mem::take(&mut self.window);
+        let mut w = std::mem::take(&mut self.window);
+        if self.in_force {
+            w.slices += 1; // goes on into the next window
+        }
         let mut info = self.info(w, &from, &m);
+        info.attached_throughout = self.window_began_in_force && !w.detached;
+        self.window_began_in_force = self.in_force;
         if info.counted_own_ns == 0 && info.syscalls_in_slices == 0 {
             // Nothing counted: the window's time and syscalls are left to the next that counts
             // (its span starts at the same mark), so that sums over windows stay unbiased.
@@ -193,13 +323,13 @@ impl PhaseBudget {
         let m = self.marks(engine, cost, pids)?;
         if self.in_force {
             self.count_until(&m);
-            let length = self.counting_since.elapsed();
-            self.total.slice(length);
-            self.duty.on_ns += length.as_nanos() as u64;
+            self.total.slice(self.counting_since.elapsed());
         }
         let first = self.first.clone().unwrap_or_default();
-        let info = self.info(self.total, &first, &m);
-        if info.counted_own_ns == 0 {
+        let mut info = self.info(self.total, &first, &m);
+        // The first slice starts at the first tick: only a detach breaks the exact count.
+        info.attached_throughout = !self.total.detached;
+        if info.counted_own_ns == 0 && info.syscalls_in_slices == 0 {
             eprintln!("phaseprof: the phase budget allowed no slice in so short a recording: no phase totals (record longer or raise --phase-budget)");
         }
         Ok(info)
@@ -229,6 +359,9 @@ impl PhaseBudget {
             syscalls: delta(&s.all, &f.all, nr),
             slices: t.slices,
             shortest_slice_ns: t.shortest.map_or(0, |d| d.as_nanos() as u64),
+            calls_voided: to.voided.saturating_sub(from.voided),
+            attached_throughout: false,
+            slowdown_measured: self.slowdown_measured,
             overhead_while_attached: self.duty.cost,
         }
     }

@@ -64,6 +64,11 @@ impl PhaseProbeOverhead {
         }
     }
 
+    /// The calls counted so far (of every phase).
+    pub fn calls(&self, engine: &Engine<'_>) -> Result<u64> {
+        Ok(self.counts(engine, &[])?.calls)
+    }
+
     /// The probes' estimated time so far, in ns (a counter: calls and switch-point hits).
     pub fn probe_ns(&self, engine: &Engine<'_>) -> Result<f64> {
         Ok(self.counts(engine, &[])?.cost_ns)

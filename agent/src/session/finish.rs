@@ -47,7 +47,7 @@ impl Session<'_> {
             (self.engine).phase_stats(self.phase_names.len() + 1, &self.cost_names)?
         };
         if let Some(info) = phase_budget {
-            phaseprof_model::phase_budget::extrapolate(&mut phase_stats, info.scale());
+            phaseprof_model::phase_budget::extrapolate(&mut phase_stats, &info);
             self.meta_mut().phase_budget = Some(info);
         }
         if let Some((info, scale)) = alloc {

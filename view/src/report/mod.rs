@@ -403,6 +403,7 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
         profile.lost.phase_issues().is_empty(),
     ) {
         (_, false) => "INCOMPLETE: see `phases:` above",
+        (Some(b), true) if b.attached_throughout => "exact",
         (Some(_), true) => "ESTIMATED under a budget",
         (None, true) => "exact",
     };

@@ -3,8 +3,9 @@
 //! proxy: 8 publishing clients, 2 subscribing), the server's CPU time per message measured from
 //! its threads' schedstat over the benchmark's run, in rounds alternating bare, `record -p` with
 //! the default events, with cpu samples only, with goroutine phases on two hot functions, with
-//! Go's sampled allocations, and those at a 1% budget; beside each, the slowdown phaseprof
-//! printed (its probes' cost measured from its cpu samples). The phases' extra CPU (against cpu
+//! those at a 1% phase budget, with Go's sampled allocations, and those at a 1% budget; beside
+//! each, the slowdown phaseprof printed (its probes' cost measured from its cpu samples), and
+//! under a phase budget its estimated phase calls per message beside the exact run's. The phases' extra CPU (against cpu
 //! samples only) is also set against the phase probes' time `report` prints and the model's
 //! hits × cost per hit.
 use std::process::{Command, Stdio};
@@ -12,13 +13,16 @@ use std::process::{Command, Stdio};
 use phaseprof_e2e::{go_third_party, http_get, root, NatsServer};
 
 use super::defaults::BPFTRACE_DEFAULTS;
-use super::redis::{attach, Under};
+use super::redis::{attach, phase_calls, versus_exact, Under};
 
 use super::measure::{cpu_exact, median};
 
 /// Messages published per round (8 clients; 2 subscribers: 400,000 delivered): ~0.2 s of the
 /// server's CPU bare, so that a few % stand out of the rounds' noise.
 const MSGS: &str = "200000";
+/// Messages of a round under a budget: at 1%, goroutine phase probes that slow the server ~40x
+/// are attached for a 20 ms slice at the start, and rarely again in a round this long.
+const BUDGET_MSGS: &str = "2000000";
 
 /// The server: its pid, client port and monitoring port, and natscli's `nats`.
 struct Server {
@@ -57,16 +61,19 @@ struct Round {
     probe_samples: Option<(u64, u64)>,
     /// The probes' time phaseprof printed (measured from its cpu samples), per message.
     printed_per_msg: Option<f64>,
+    /// Phase calls per message (estimated under a budget).
+    calls_per_msg: Option<f64>,
 }
 
 /// Runs the benchmark once against the server, bare or under `how`.
-fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under) -> Round {
+fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under, long: bool) -> Round {
     let pid = srv.pid;
     let mut rec = attach(pp, tmp, pid, how);
+    let msgs = if long { BUDGET_MSGS } else { MSGS };
     // Subscribers first (the server's own count says when they are in), then the publishers.
     let (subs, in0) = (srv.varz("subscriptions"), srv.varz("in_msgs"));
     let subject = "phaseprof.bench";
-    let mut sub = (srv.bench(&["sub", subject, "--msgs", MSGS, "--clients", "2"]))
+    let mut sub = (srv.bench(&["sub", subject, "--msgs", msgs, "--clients", "2"]))
         .spawn()
         .expect("nats bench sub");
     while srv.varz("subscriptions") < subs + 2 {
@@ -77,7 +84,7 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under) -> Round {
         "pub",
         subject,
         "--msgs",
-        MSGS,
+        msgs,
         "--clients",
         "8",
         "--size",
@@ -89,7 +96,7 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under) -> Round {
         .expect("nats bench pub")
         .success());
     assert!(sub.wait().unwrap().success());
-    let published = MSGS.parse::<f64>().unwrap();
+    let published = msgs.parse::<f64>().unwrap();
     let cpu_per_msg = (cpu_exact(pid) - c0) * 1e9 / published;
     // The server's own count: every message arrived (besides a few of its own events).
     assert!((srv.varz("in_msgs") - in0) as f64 >= published);
@@ -99,6 +106,7 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under) -> Round {
         model_per_msg: None,
         probe_samples: None,
         printed_per_msg: None,
+        calls_per_msg: None,
     };
     if let Some(mut c) = rec.take() {
         // SAFETY: signalling a child we spawned; SIGINT makes it write its file.
@@ -114,6 +122,7 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under) -> Round {
             .unwrap();
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         r.printed_per_msg = report["probe_cost"]["ns"].as_f64().map(|ns| ns / published);
+        r.calls_per_msg = phase_calls(&report).map(|n| n / published);
         let probes = &report["phase_probes"];
         r.measured_per_msg = probes["measured_ns"].as_f64().map(|ns| ns / published);
         r.model_per_msg = probes["model_ns"].as_f64().map(|ns| ns / published);
@@ -144,7 +153,13 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
     let phases = root().join("tests/workloads/nats-driver/phases.toml");
     let phases = phases.to_str().unwrap();
     let with_phases = ["--events", "cpu", "--phases", phases];
-    let rows: [(&str, Under); 7] = [
+    // Under a budget with the default events: the syscalls counted in and out of slices are
+    // what the totals are extrapolated by.
+    let phases_budget = ["--phases", phases, "--phase-budget", "1%"];
+    // The last rows run long rounds (BUDGET_MSGS): a budget's cost is set against the same
+    // recording without phases in rounds of the same length.
+    let long_from = 7;
+    let rows: [(&str, Under); 10] = [
         ("bare", Under::Bare),
         ("record -p (default events)", Under::Phaseprof(&[])),
         (
@@ -167,18 +182,26 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
             "--events cpu,alloc --alloc-budget 1%",
             Under::Phaseprof(&["--events", "cpu,alloc", "--alloc-budget", "1%"]),
         ),
+        ("bare", Under::Bare),
+        ("record -p (default events)", Under::Phaseprof(&[])),
+        (
+            "+ goroutine phases, --phase-budget 1%",
+            Under::Phaseprof(&phases_budget),
+        ),
     ];
     let mut cpu: Vec<Vec<f64>> = vec![vec![]; rows.len()];
     let mut printed: Vec<Vec<f64>> = vec![vec![]; rows.len()];
+    let mut calls: Vec<Vec<f64>> = vec![vec![]; rows.len()];
     let (mut measured, mut model, mut own, mut all) = (vec![], vec![], 0, 0);
     for _ in 0..rounds {
         for (i, (_, how)) in rows.iter().enumerate() {
             if matches!(how, Under::Bpftrace(_)) && !has_bpftrace {
                 continue;
             }
-            let r = round(pp, tmp, &srv, *how);
+            let r = round(pp, tmp, &srv, *how, i >= long_from);
             cpu[i].push(r.cpu_per_msg);
             printed[i].extend(r.printed_per_msg);
+            calls[i].extend(r.calls_per_msg);
             if i == 4 {
                 measured.extend(r.measured_per_msg);
                 model.extend(r.model_per_msg);
@@ -196,19 +219,31 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
     let medians: Vec<f64> = (cpu.into_iter())
         .map(|v| if v.is_empty() { f64::NAN } else { median(v) })
         .collect();
-    let b = medians[0];
-    for (i, (name, _)) in rows.iter().enumerate() {
+    let mut exact_calls = None;
+    for (i, (name, how)) in rows.iter().enumerate() {
         let m = medians[i];
         if m.is_nan() {
             continue;
         }
+        if i == long_from {
+            println!("  {BUDGET_MSGS} messages a round:");
+        }
+        let b = medians[if i >= long_from { long_from } else { 0 }];
         let mut line = format!("  {name:<48} {m:>7.0} ns  {:.3}x bare", m / b);
+        if i == long_from + 2 {
+            let base = medians[long_from + 1];
+            line += &format!(" ({:+.1}% vs the default events)", 100.0 * (m / base - 1.0));
+        }
         if !printed[i].is_empty() {
             let p = median(printed[i].clone());
             line += &format!(
                 "; printed: probes {p:.0} ns (from its cpu samples) vs {:+.0} ns measured",
                 m - b
             );
+        }
+        if let (false, Under::Phaseprof(flags)) = (calls[i].is_empty(), how) {
+            let c = median(calls[i].clone());
+            line += &versus_exact(&mut exact_calls, c, "phase calls", flags);
         }
         println!("{line}");
     }

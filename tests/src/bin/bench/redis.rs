@@ -2,9 +2,10 @@
 //! (`redis-benchmark` SET and GET, 10 clients, over a unix socket; server and client pinned to
 //! CPUs 0 and 1): the server's CPU time per command from its threads' schedstat, in rounds
 //! alternating bare, bpftrace doing the same work, and `record -p`: the default events, the
-//! defaults plus six phases (exact), allocations (exact) and allocations at a 1% budget. Beside
-//! each measured slowdown, what phaseprof printed: the probes' cost it measured from its cpu
-//! samples (`report --json` `probe_cost.slowdown`) and, for allocations, its estimate.
+//! defaults plus six phases (exact, and at a 1% budget), allocations (exact) and allocations at a
+//! 1% budget. Beside each measured slowdown, what phaseprof printed: the probes' cost it measured
+//! from its cpu samples (`report --json` `probe_cost.slowdown`) and, for allocations, its
+//! estimate; under a budget, the totals per command beside the exact run's.
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 
@@ -15,8 +16,8 @@ use super::measure::{cpu_exact, median};
 
 /// Requests per round: 2 × this many commands (SET and GET).
 const REQUESTS: &str = "100000";
-/// Requests of a round under an allocation budget: at 1%, probes that cost the server 2.4x its
-/// CPU may be attached for one 20 ms slice in about 7 s (the first after 9 s).
+/// Requests of a round under a budget: at 1%, probes that cost the server 2-2.4x its CPU may be
+/// attached for one 20 ms slice in about 7 s (allocations: the first after 9 s).
 const BUDGET_REQUESTS: &str = "2000000";
 
 /// The server, killed when dropped.
@@ -141,12 +142,16 @@ pub(super) fn attach(pp: &std::path::Path, tmp: &str, pid: u32, how: Under) -> O
     }
 }
 
-fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under) -> Round {
+/// Whether a row's flags set a budget (its totals are estimated).
+pub(super) fn is_budget(flags: &[&str]) -> bool {
+    flags.contains(&"--alloc-budget") || flags.contains(&"--phase-budget")
+}
+
+fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under, long: bool) -> Round {
     let pid = srv.child.id();
     let tracer = attach(pp, tmp, pid, how);
     let (c0, n0) = (cpu_exact(pid), srv.commands());
-    let budget = matches!(how, Under::Phaseprof(f) if f.contains(&"--alloc-budget"));
-    let requests = if budget { BUDGET_REQUESTS } else { REQUESTS };
+    let requests = if long { BUDGET_REQUESTS } else { REQUESTS };
     let ok = Command::new("taskset")
         .args([
             "-c",
@@ -245,42 +250,88 @@ pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace:
     let phases = phases.to_str().unwrap();
     let (bt_phases, bt_alloc) = (bpftrace_phases(&exe), bpftrace_alloc(lib));
     let with_phases = ["--phases", phases];
-    let rows: Vec<(&str, Under)> = [
-        ("bare", Under::Bare),
-        ("record -p (default events)", Under::Phaseprof(&[])),
-        (
+    let phases_budget = ["--phases", phases, "--phase-budget", "1%"];
+    let alloc_budget = ["--events", "cpu,alloc", "--alloc-budget", "1%"];
+    // Budgets need long rounds (BUDGET_REQUESTS), whose CPU per command differs from short
+    // ones' (the server warms up): their rows are set against long rows of their own.
+    let row = |name, how, long, against| Row {
+        name,
+        how,
+        long,
+        against,
+    };
+    let rows: Vec<Row> = [
+        row("bare", Under::Bare, false, None),
+        row(
+            "record -p (default events)",
+            Under::Phaseprof(&[]),
+            false,
+            None,
+        ),
+        row(
             "  bpftrace, the same events",
             Under::Bpftrace(BPFTRACE_DEFAULTS),
+            false,
+            None,
         ),
-        (
+        row(
             "+ --phases (6 functions, exact)",
             Under::Phaseprof(&with_phases),
+            false,
+            None,
         ),
-        (
+        row(
             "  bpftrace, the same events and uprobes",
             Under::Bpftrace(&bt_phases),
+            false,
+            None,
         ),
-        (
+        row(
             "--events cpu,alloc (exact)",
             Under::Phaseprof(&["--events", "cpu,alloc"]),
+            false,
+            None,
         ),
-        (
+        row(
             "  bpftrace, the same allocator probes",
             Under::Bpftrace(&bt_alloc),
+            false,
+            None,
         ),
-        (
+        row("bare", Under::Bare, true, None),
+        row(
+            "record -p (default events)",
+            Under::Phaseprof(&[]),
+            true,
+            None,
+        ),
+        row(
+            "+ --phases --phase-budget 1%",
+            Under::Phaseprof(&phases_budget),
+            true,
+            Some("record -p (default events)"),
+        ),
+        row(
+            "record -p --events cpu",
+            Under::Phaseprof(&["--events", "cpu"]),
+            true,
+            None,
+        ),
+        row(
             "--events cpu,alloc --alloc-budget 1%",
-            Under::Phaseprof(&["--events", "cpu,alloc", "--alloc-budget", "1%"]),
+            Under::Phaseprof(&alloc_budget),
+            true,
+            Some("record -p --events cpu"),
         ),
     ]
     .into_iter()
-    .filter(|(_, how)| has_bpftrace || !matches!(how, Under::Bpftrace(_)))
+    .filter(|r| has_bpftrace || !matches!(r.how, Under::Bpftrace(_)))
     .collect();
     let mut cpu: Vec<Vec<f64>> = vec![vec![]; rows.len()];
     let mut reports: Vec<Vec<serde_json::Value>> = vec![vec![]; rows.len()];
     for _ in 0..rounds {
-        for (i, (_, how)) in rows.iter().enumerate() {
-            let r = round(pp, tmp, &srv, *how);
+        for (i, r) in rows.iter().enumerate() {
+            let r = round(pp, tmp, &srv, r.how, r.long);
             cpu[i].push(r.cpu_per_cmd);
             reports[i].extend(r.report);
         }
@@ -288,65 +339,111 @@ pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace:
     print_rows(&rows, cpu, &reports, rounds);
 }
 
-/// The rows: CPU per command and × bare; phaseprof's printed estimates beside the measured
-/// slowdown; for allocations, the totals per command against the exact run's.
-fn print_rows(
-    rows: &[(&str, Under)],
-    cpu: Vec<Vec<f64>>,
-    reports: &[Vec<serde_json::Value>],
-    rounds: usize,
-) {
+/// A row of the table: how the server runs, in short or long rounds, and the row (of the same
+/// length) a budget's cost is set against.
+struct Row<'a> {
+    name: &'a str,
+    how: Under<'a>,
+    long: bool,
+    against: Option<&'a str>,
+}
+
+/// The rows: CPU per command and × the bare row of the same length; phaseprof's printed
+/// estimates beside the measured slowdown; under a budget, the slowdown against its row and the
+/// totals per command against the exact run's.
+fn print_rows(rows: &[Row], cpu: Vec<Vec<f64>>, reports: &[Vec<serde_json::Value>], rounds: usize) {
     println!(
-        "redis-server 7.0 (Debian) driven by redis-benchmark (SET+GET, {REQUESTS} requests each \
-         ({BUDGET_REQUESTS} under the budget), 10 clients, unix socket), server CPU per command, \
-         median of {rounds} alternating rounds:"
+        "redis-server 7.0 (Debian) driven by redis-benchmark (SET+GET, 10 clients, unix socket), \
+         server CPU per command, median of {rounds} alternating rounds; {REQUESTS} requests a \
+         round, then {BUDGET_REQUESTS} a round for the budgets:"
     );
-    let bare = median(cpu[0].clone());
+    let medians: Vec<f64> = cpu.into_iter().map(median).collect();
+    let find = |name: &str, long: bool| {
+        let i = rows.iter().position(|r| r.name == name && r.long == long)?;
+        Some(medians[i])
+    };
     let mut exact_allocs_per_cmd = None;
-    for (i, (name, how)) in rows.iter().enumerate() {
-        let m = median(cpu[i].clone());
+    let mut exact_calls_per_cmd = None;
+    for (i, row) in rows.iter().enumerate() {
+        if row.long && matches!(row.how, Under::Bare) {
+            println!("  {BUDGET_REQUESTS} requests a round:");
+        }
+        let m = medians[i];
+        let bare = find("bare", row.long).unwrap_or(f64::NAN);
+        let name = row.name;
         let mut line = format!("  {name:<42} {m:>7.0} ns  {:.3}x bare", m / bare);
-        if let Under::Phaseprof(flags) = how {
-            let med = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| {
-                let v: Vec<f64> = reports[i].iter().filter_map(f).collect();
-                (!v.is_empty()).then(|| median(v))
-            };
-            if let Some(printed) =
-                med(&|r| Some(r["probe_cost"]["ns"].as_f64()? / r["commands"].as_f64()?))
-            {
-                line += &format!(
-                    "; printed: probes {printed:.0} ns (from its cpu samples), {:+.0}% vs the {:.0} ns measured",
-                    100.0 * (printed / (m - bare) - 1.0),
-                    m - bare
-                );
-            }
-            let alloc = |r: &serde_json::Value| r["events"]["alloc"].clone();
-            if let Some(est) = med(&|r| alloc(r)["estimated_overhead"].as_f64()) {
-                let attached = med(&|r| alloc(r)["attached_fraction"].as_f64()).unwrap_or(1.0);
-                line += &format!(
-                    "; alloc estimate {:+.1}% while attached ({:.1}% of the time)",
-                    100.0 * est,
-                    100.0 * attached
-                );
-            }
-            if let Some(per_cmd) =
-                med(&|r| Some(alloc(r)["count"].as_f64()? / r["commands"].as_f64()?))
-            {
-                match exact_allocs_per_cmd {
-                    None if !flags.contains(&"--alloc-budget") => {
-                        exact_allocs_per_cmd = Some(per_cmd);
-                        line += &format!("; {per_cmd:.2} allocations a command");
-                    }
-                    Some(exact) => {
-                        line += &format!(
-                            "; {per_cmd:.2} allocations a command, {:+.1}% vs exact",
-                            100.0 * (per_cmd / exact - 1.0)
-                        );
-                    }
-                    None => {}
-                }
+        let Under::Phaseprof(flags) = row.how else {
+            println!("{line}");
+            continue;
+        };
+        if let Some(base) = row.against.and_then(|a| find(a, row.long)) {
+            line += &format!(
+                " ({:+.1}% vs {})",
+                100.0 * (m / base - 1.0),
+                row.against.unwrap()
+            );
+        }
+        let med = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| {
+            let v: Vec<f64> = reports[i].iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| median(v))
+        };
+        if let Some(printed) =
+            med(&|r| Some(r["probe_cost"]["ns"].as_f64()? / r["commands"].as_f64()?))
+        {
+            line += &format!(
+                "; printed: probes {printed:.0} ns (from its cpu samples), {:+.0}% vs the {:.0} ns measured",
+                100.0 * (printed / (m - bare) - 1.0),
+                m - bare
+            );
+        }
+        let alloc = |r: &serde_json::Value| r["events"]["alloc"].clone();
+        if let Some(est) = med(&|r| alloc(r)["estimated_overhead"].as_f64()) {
+            let attached = med(&|r| alloc(r)["attached_fraction"].as_f64()).unwrap_or(1.0);
+            line += &format!(
+                "; alloc estimate {:+.1}% while attached ({:.1}% of the time)",
+                100.0 * est,
+                100.0 * attached
+            );
+        }
+        if let Some(per_cmd) = med(&|r| Some(phase_calls(r)? / r["commands"].as_f64()?)) {
+            line += &versus_exact(&mut exact_calls_per_cmd, per_cmd, "phase calls", flags);
+            if let Some(c) = med(&|r| r["phase_budget"]["coverage"].as_f64()) {
+                line += &format!(" (slices saw {:.2}% of its work)", 100.0 * c);
             }
         }
+        if let Some(per_cmd) = med(&|r| Some(alloc(r)["count"].as_f64()? / r["commands"].as_f64()?))
+        {
+            line += &versus_exact(&mut exact_allocs_per_cmd, per_cmd, "allocations", flags);
+        }
         println!("{line}");
+    }
+}
+
+/// The named phases' calls of a report (None without phases).
+pub(super) fn phase_calls(r: &serde_json::Value) -> Option<f64> {
+    let phases = r["phases"].as_array()?;
+    let named = phases.iter().filter(|p| p["name"] != "(none)");
+    let calls: f64 = named.filter_map(|p| p["calls"].as_f64()).sum();
+    (calls > 0.0).then_some(calls)
+}
+
+/// `per_cmd` of `what` in words: the exact run's (the first row without a budget, kept in
+/// `exact`), or a budgeted run's beside it.
+pub(super) fn versus_exact(
+    exact: &mut Option<f64>,
+    per_cmd: f64,
+    what: &str,
+    flags: &[&str],
+) -> String {
+    match *exact {
+        None if !is_budget(flags) => {
+            *exact = Some(per_cmd);
+            format!("; {per_cmd:.3} {what} a request")
+        }
+        Some(e) => format!(
+            "; {per_cmd:.3} {what} a request, {:+.1}% vs exact",
+            100.0 * (per_cmd / e - 1.0)
+        ),
+        None => String::new(),
     }
 }
