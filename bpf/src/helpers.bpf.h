@@ -117,7 +117,8 @@ static __always_inline __u32 view_of(struct thread_phase *tp, __u64 *mask)
 static __always_inline __u32 thread_phase_of(__u64 *mask)
 {
 	*mask = 1;
-	if (!phases_enabled)
+	/* Between a phase budget's slices no thread is in a phase (see view_current). */
+	if (!phases_enabled || phases_paused)
 		return PHASE_NONE;
 	struct thread_phase *tp = thread_local(&thread_phases, false);
 	if (!tp)
@@ -204,6 +205,8 @@ static __always_inline struct phase_stats *phase_stats_of(__u32 id, __u32 win)
  * not once per caller and path. */
 __noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns, __u32 win)
 {
+	if (mask == 1 && phases_sliced)
+		return 0; /* (none) under a phase budget: its totals are not kept */
 	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
 		__u32 id = lowest_bit(mask);
 		mask &= mask - 1;
@@ -229,6 +232,8 @@ __noinline int phases_add_time(__u64 mask, __u32 field, __u64 ns, __u32 win)
 /* Counts one allocation of `bytes` in every phase of `mask`. */
 __noinline int phases_add_alloc(__u64 mask, __u64 bytes, __u32 win)
 {
+	if (mask == 1 && phases_sliced)
+		return 0; /* (none) under a phase budget: its totals are not kept */
 	for (int i = 0; i < MAX_PHASE_DEPTH + 1 && mask; i++) {
 		__u32 id = lowest_bit(mask);
 		mask &= mask - 1;
@@ -244,6 +249,8 @@ __noinline int phases_add_alloc(__u64 mask, __u64 bytes, __u32 win)
 /* Counts a syscall of `nr` taking `ns` in every phase of `mask`, with its cost rules. */
 __noinline int phases_add_syscall(__u64 mask, __u32 nr, __u64 ns, __u32 win)
 {
+	if (mask == 1 && phases_sliced)
+		return 0; /* (none) under a phase budget: its totals are not kept */
 	__u8 costs = syscall_cost_bits[nr & (MAX_SYSCALL_NR - 1)];
 	if (nr >= MAX_SYSCALL_NR)
 		costs = 0;

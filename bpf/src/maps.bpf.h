@@ -75,8 +75,8 @@ bool alloc_paused = false;
  * bumped by user space at the start and the end of every slice, so a call whose entry or exit
  * fell outside one is never counted and no event is charged to a phase entered in an earlier
  * slice; `phases_paused` is set outside slices and while the probes are being attached or
- * detached; `phases_sliced` says the budget is on (the syscalls in and out of slices are
- * counted: `sliced_syscalls`). */
+ * detached (no probe counts, and no thread's phases hold: see view_current); `phases_sliced`
+ * says the budget is on (the syscalls in and out of slices are counted: `sliced_syscalls`). */
 __u32 phase_generation = 0;
 bool phases_paused = false;
 bool phases_sliced = false;

@@ -124,6 +124,7 @@ impl PhaseBudgetInfo {
         self.slices += b.slices;
         self.calls_voided += b.calls_voided;
         self.attached_throughout &= b.attached_throughout;
+        self.slowdown_measured &= b.slowdown_measured;
         self.shortest_slice_ns = match (self.shortest_slice_ns, b.shortest_slice_ns) {
             (0, x) | (x, 0) => x,
             (x, y) => x.min(y),
@@ -194,20 +195,19 @@ fn ratio(part: u64, whole: u64) -> f64 {
 }
 
 /// Scales the named phases' totals (ids 1..) by `info`'s scale, the inverse of the coverage;
-/// the maximum stays what was seen. `(none)` is emptied: its totals mix the slices' time
-/// outside phases with everything outside slices, and estimate nothing. Nothing changes when
-/// the probes stayed attached throughout.
+/// the maximum stays what was seen (nothing is scaled when the probes stayed attached
+/// throughout). `(none)` is emptied: under a budget the kernel keeps no totals of it (they
+/// would mix the slices' time outside phases with everything between slices).
 pub fn extrapolate(stats: &mut [PhaseStats], info: &PhaseBudgetInfo) {
+    if let Some(none) = stats.first_mut() {
+        *none = PhaseStats::default();
+    }
     if info.attached_throughout {
         return;
     }
     let scale = info.scale();
     let up = |v: &mut u64| *v = (*v as f64 * scale).round() as u64;
-    for (id, st) in stats.iter_mut().enumerate() {
-        if id == 0 {
-            *st = PhaseStats::default();
-            continue;
-        }
+    for st in stats.iter_mut().skip(1) {
         for v in [
             &mut st.calls,
             &mut st.wall_ns,

@@ -20,7 +20,7 @@ struct Marks {
     cpu_ns: u64,
     probe_ns: f64,
     syscalls: SlicedSyscalls,
-    /// Calls in flight at slices' ends, never counted.
+    /// Calls a slice's start or end cut, never counted.
     voided: u64,
 }
 
@@ -82,8 +82,8 @@ pub struct PhaseBudget {
     at_slice: Marks,
     first: Option<Marks>,
     total: Tally,
-    /// A session cut in windows: the window's marks and tally, and the own time of earlier
-    /// windows that counted nothing (extrapolated in the next that does).
+    /// A session cut in windows: where the window's span starts (a window that counted nothing
+    /// leaves it where it was, for the next that does) and what it counted.
     window_mark: Option<Marks>,
     window: Tally,
     /// Whether the slowdown has been measured by syscalls (else estimated from the calls).
@@ -261,7 +261,7 @@ impl PhaseBudget {
         self.duty.slice().max(self.min_slice)
     }
 
-    /// After a slice: when more than 5% as many calls were in flight at slices' ends (never
+    /// After a slice: when slices' starts and ends cut more than 5% as many calls (never
     /// counted) as were counted since the last look, the target's calls outlast the slices,
     /// and would be undercounted: slices double, up to MAX_SLICE.
     fn lengthen_if_calls_voided(

@@ -24,7 +24,11 @@ impl Session<'_> {
             }
             None => None,
         };
+        // A session cut in windows ends with its last window's phase totals, and their budget.
         let phase_budget = match &mut self.phase_budget {
+            Some(b) if self.took_windows => {
+                Some(b.window_info(&self.engine, &self.phase_cost, &pids)?)
+            }
             Some(b) => Some(b.finish(&self.engine, &self.phase_cost, &pids)?),
             None => None,
         };
