@@ -185,16 +185,9 @@ impl PhaseBudget {
                 // Probes estimated to take (nearly) all of the slice's CPU: at least 100x.
                 None => probe_ns / own.max(slice_cpu / 100).max(1) as f64,
             };
-            // A measured slowdown holds over the slice's whole CPU time; an estimate from the
-            // calls, over its own time (the duty cycle keeps its last when too small to say).
-            let over = if self.slowdown_measured {
-                slice_cpu
-            } else {
-                own
-            };
             if slice_cpu >= MIN_SLICE_CPU_NS {
                 self.duty
-                    .slice_done(self.slice_start.elapsed(), slowdown, over);
+                    .slice_done(self.slice_start.elapsed(), slowdown, slice_cpu);
             } else {
                 // The targets hardly ran: the probes cost nothing, and measured nothing.
                 self.idle_retry_at = now + IDLE_RETRY;
