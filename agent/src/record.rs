@@ -219,7 +219,7 @@ pub fn open_session<'obj>(
     if opts.phase_budget.is_some() {
         engine.slice_phases();
         if !engine_cfg.events.contains(&EventKind::Syscall) {
-            eprintln!("phaseprof: --phase-budget without syscall events: phase totals are extrapolated by the targets' own CPU time less the probes' estimated time, which says little where the probes cost more than the targets' own work (add syscall to --events to extrapolate by syscalls)");
+            eprintln!("phaseprof: a phase budget without syscall events: phase totals are extrapolated by the targets' own CPU time less the probes' estimated time, which says little where the probes cost more than the targets' own work (record syscall events to extrapolate by syscalls)");
         }
     }
     plan.attach(&mut engine, |p| p)?;

@@ -44,9 +44,10 @@ pub struct EngineArgs {
     #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
     pub alloc_budget: Option<f64>,
     /// With phases: keep the slowdown the phase probes cause under this share of the target's
-    /// CPU time (e.g. 1%) by attaching them for slices of the recording. Phase totals are then
-    /// estimated from the slices (by the target's CPU time) and the report says with what
-    /// coverage; a call is counted only if it began and ended inside one slice.
+    /// CPU time (e.g. 1%) by attaching them for slices of the recording (probes that cost less
+    /// stay attached: exact). Phase totals are then estimated from the slices (by the target's
+    /// commonest syscall, counted in and out of slices) and the report says with what coverage;
+    /// a call is counted only if it began and ended inside one slice.
     #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
     pub phase_budget: Option<f64>,
 }
@@ -70,9 +71,7 @@ impl EngineArgs {
             ..EngineConfig::default()
         })
     }
-}
 
-impl EngineArgs {
     /// Checks `--phase-budget` against whether phases are probed (`phases`).
     pub fn check_phase_budget(&self, phases: bool) -> Result<()> {
         if self.phase_budget.is_none() {
