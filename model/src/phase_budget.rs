@@ -32,9 +32,16 @@ pub struct PhaseBudgetInfo {
     /// a slice is never seen, and one of length d is seen with probability 1 − d/slice.
     pub slices: u64,
     pub shortest_slice_ns: u64,
+    /// Wall time the slices counted, in all (over `slices`, their mean length).
+    #[serde(default)]
+    pub counted_ns: u64,
     /// Calls a slice's start or end cut, never counted (slices lengthen while they are many).
     #[serde(default)]
     pub calls_voided: u64,
+    /// Windows no slice fell in, whose totals are the last slices' rates at their own
+    /// syscalls or CPU time (see `carry`).
+    #[serde(default)]
+    pub carried_windows: u64,
     /// The probes stayed attached throughout (cheap enough for the budget): the totals are
     /// exact, not extrapolated.
     #[serde(default)]
@@ -47,9 +54,16 @@ pub struct PhaseBudgetInfo {
     pub overhead_while_attached: f64,
 }
 
-/// Syscalls inside slices below which they are too few to extrapolate by (their count's own
-/// noise, √n, would pass 5%).
+/// Syscalls inside slices (and outside) below which they are too few to measure the probes'
+/// slowdown by (their count's own noise, √n, would pass 5%).
 pub const MIN_SYSCALLS_IN_SLICES: u64 = 400;
+
+/// Syscalls inside slices below which they are never extrapolated by.
+const FEWEST_SYSCALLS_TO_COUNT_BY: u64 = 25;
+
+/// The own-CPU extrapolation's error where the probes cost nothing: the targets' CPU time also
+/// goes to work outside any phase, which need not keep pace with the phases'.
+const CPU_ERROR_FLOOR: f64 = 0.02;
 
 /// What the totals were extrapolated by.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -59,12 +73,24 @@ pub enum Basis {
 }
 
 impl PhaseBudgetInfo {
+    /// The basis with the smaller expected error: syscalls err by about 1/√n for n in slices
+    /// (a slice's edges cut the unit of work they come in), own CPU time by the probes' share
+    /// of it (see `cpu_sensitivity`).
     pub fn basis(&self) -> Basis {
-        if self.syscalls_in_slices >= MIN_SYSCALLS_IN_SLICES {
+        let n = self.syscalls_in_slices;
+        if n >= FEWEST_SYSCALLS_TO_COUNT_BY && self.syscall_error() <= self.cpu_error() {
             Basis::Syscalls
         } else {
             Basis::OwnCpu
         }
+    }
+
+    fn syscall_error(&self) -> f64 {
+        1.0 / (self.syscalls_in_slices.max(1) as f64).sqrt()
+    }
+
+    fn cpu_error(&self) -> f64 {
+        (0.1 * self.overhead_while_attached).max(CPU_ERROR_FLOOR)
     }
 
     /// The share of the targets' work in which phases were counted, by the basis.
@@ -122,7 +148,9 @@ impl PhaseBudgetInfo {
         self.syscalls_in_slices += b.syscalls_in_slices;
         self.syscalls += b.syscalls;
         self.slices += b.slices;
+        self.counted_ns += b.counted_ns;
         self.calls_voided += b.calls_voided;
+        self.carried_windows += b.carried_windows;
         self.attached_throughout &= b.attached_throughout;
         self.slowdown_measured &= b.slowdown_measured;
         self.shortest_slice_ns = match (self.shortest_slice_ns, b.shortest_slice_ns) {
@@ -152,10 +180,12 @@ impl PhaseBudgetInfo {
                 100.0 * self.cpu_coverage()
             ),
             Basis::OwnCpu => format!(
-                "{:.2}% of the targets' own CPU time (too few syscalls in slices to count by: {}), \
-                 {}",
+                "{:.2}% of the targets' own CPU time (the {} {} in slices, ±{:.0}%, were too few \
+                 to count by), {}",
                 100.0 * self.coverage(),
                 self.syscalls_in_slices,
+                self.syscall,
+                100.0 * self.syscall_error(),
                 self.cpu_sensitivity()
             ),
         };
@@ -168,7 +198,7 @@ impl PhaseBudgetInfo {
             "budget {:.2}%: phase probes attached in {} slices (shortest {:.0} ms, {:.0}% slowdown \
              while attached, {how}), which saw {by}; totals estimated from it, per-call figures from \
              calls that began and ended inside a slice (a call of d ms is seen with probability \
-             1 − d/slice)",
+             1 − d/slice, and counts as 1/(1 − d/slice) calls in the totals)",
             self.budget * 100.0,
             self.slices,
             self.shortest_slice_ns as f64 / 1e6,
@@ -176,8 +206,19 @@ impl PhaseBudgetInfo {
         );
         if self.calls_voided > 0 {
             s += &format!(
-                "; {} calls cut by a slice's start or end were not counted (the totals' extrapolation covers them, per-call figures lean to shorter calls)",
+                "; {} calls cut by a slice's start or end were not counted (the totals weigh the calls counted by how likely a call of their length was to be cut)",
                 self.calls_voided
+            );
+        }
+        if self.carried_windows > 0 {
+            s += &format!(
+                "; {} windows had no slice of their own: their totals are the previous slices' \
+                 rates, by their own {}",
+                self.carried_windows,
+                match self.basis() {
+                    Basis::Syscalls => "syscalls",
+                    Basis::OwnCpu => "CPU time",
+                }
             );
         }
         if self.counted_own_ns == 0 && self.syscalls_in_slices == 0 {
@@ -205,31 +246,98 @@ pub fn extrapolate(stats: &mut [PhaseStats], info: &PhaseBudgetInfo) {
     if info.attached_throughout {
         return;
     }
-    let scale = info.scale();
-    let up = |v: &mut u64| *v = (*v as f64 * scale).round() as u64;
+    unbias_slice_edges(stats, info);
+    scale_totals(stats, info.scale());
+}
+
+/// A window no slice fell in (`info`, which counted nothing): its named phases' totals are
+/// those the last window that counted (`last`, as counted, and `last_info`) saw per syscall or
+/// per ns of own CPU time in its slices, at this window's. Its per-call maxima are not known.
+pub fn carry(
+    last: &[PhaseStats],
+    last_info: &PhaseBudgetInfo,
+    info: &PhaseBudgetInfo,
+) -> Vec<PhaseStats> {
+    let (now, then) = match last_info.basis() {
+        Basis::Syscalls => (info.syscalls, last_info.syscalls_in_slices),
+        Basis::OwnCpu => (info.own_ns, last_info.counted_own_ns),
+    };
+    let mut stats = last.to_vec();
+    if let Some(none) = stats.first_mut() {
+        *none = PhaseStats::default();
+    }
+    for st in stats.iter_mut() {
+        st.wall_max_ns = 0;
+    }
+    unbias_slice_edges(&mut stats, last_info);
+    scale_totals(&mut stats, now as f64 / then.max(1) as f64);
+    stats
+}
+
+/// The weight no counted call passes: calls nearly as long as a slice are rarely seen whole,
+/// and say little.
+const MAX_EDGE_WEIGHT: f64 = 10.0;
+
+/// A call of length d that began in a slice of length T ended in it (and was counted) with
+/// probability (T − d)/T, its start being anywhere in the slice: each counted call stands for
+/// T/(T − d) of those that began in it (by its wall histogram bucket, T the slices' mean
+/// length). The counts (calls, the histogram) take the calls' weights; the sums (times,
+/// syscalls, bytes, costs) the weights by time, a longer call's share of them being larger.
+fn unbias_slice_edges(stats: &mut [PhaseStats], info: &PhaseBudgetInfo) {
+    if info.slices == 0 || info.counted_ns == 0 {
+        return;
+    }
+    let slice = info.counted_ns as f64 / info.slices as f64;
     for st in stats.iter_mut().skip(1) {
-        for v in [
-            &mut st.calls,
-            &mut st.wall_ns,
-            &mut st.cpu_ns,
-            &mut st.offcpu_ns,
-            &mut st.cpu_wait_ns,
-            &mut st.gowait_ns,
-            &mut st.syscalls,
-            &mut st.syscall_ns,
-            &mut st.alloc_bytes,
-            &mut st.allocs,
-            &mut st.frees,
-            &mut st.page_faults,
-        ] {
-            up(v);
+        let (mut calls, mut weighed, mut time, mut weighed_time) = (0.0, 0.0, 0.0, 0.0);
+        for (idx, n) in st.wall_hist.iter_mut() {
+            let (lo, hi) = crate::phase_stats::wall_bucket_bounds(*idx);
+            let d = (lo + hi) as f64 / 2.0;
+            let w = (slice / (slice - d).max(slice / MAX_EDGE_WEIGHT)).max(1.0);
+            let c = *n as f64;
+            (calls, weighed) = (calls + c, weighed + c * w);
+            (time, weighed_time) = (time + c * d, weighed_time + c * d * w);
+            *n = (c * w).round() as u64;
         }
+        if calls > 0.0 {
+            let by_time = if time > 0.0 { weighed_time / time } else { 1.0 };
+            scale_phase(st, weighed / calls, by_time);
+        }
+    }
+}
+
+/// The named phases' totals (ids 1..) times `scale`.
+fn scale_totals(stats: &mut [PhaseStats], scale: f64) {
+    for st in stats.iter_mut().skip(1) {
+        scale_phase(st, scale, scale);
         for (_, n) in st.wall_hist.iter_mut() {
-            up(n);
+            *n = (*n as f64 * scale).round() as u64;
         }
-        for v in st.costs.values_mut() {
-            up(v);
-        }
+    }
+}
+
+/// A phase's calls times `by_calls`, its sums (times, syscalls, bytes, costs) times `by_time`
+/// (its histogram is the caller's).
+fn scale_phase(st: &mut PhaseStats, by_calls: f64, by_time: f64) {
+    st.calls = (st.calls as f64 * by_calls).round() as u64;
+    let up = |v: &mut u64| *v = (*v as f64 * by_time).round() as u64;
+    for v in [
+        &mut st.wall_ns,
+        &mut st.cpu_ns,
+        &mut st.offcpu_ns,
+        &mut st.cpu_wait_ns,
+        &mut st.gowait_ns,
+        &mut st.syscalls,
+        &mut st.syscall_ns,
+        &mut st.alloc_bytes,
+        &mut st.allocs,
+        &mut st.frees,
+        &mut st.page_faults,
+    ] {
+        up(v);
+    }
+    for v in st.costs.values_mut() {
+        up(v);
     }
 }
 
@@ -247,7 +355,9 @@ mod tests {
             own_ns: 1000,
             slices: 3,
             shortest_slice_ns: 20_000_000,
+            counted_ns: 0,
             calls_voided: 0,
+            carried_windows: 0,
             attached_throughout: false,
             slowdown_measured: false,
             overhead_while_attached: 0.5,
@@ -284,5 +394,86 @@ mod tests {
         assert!(info
             .describe()
             .contains("25.00% of the targets' own CPU time"));
+    }
+
+    // Checks a window without slices: the last slices' calls per syscall at its own syscalls,
+    // no maximum, (none) empty.
+    #[test]
+    fn a_window_without_slices_carries_the_last_rates() {
+        let last_info = PhaseBudgetInfo {
+            budget: 0.01,
+            syscall: "write".into(),
+            syscalls_in_slices: 1000,
+            syscalls: 10_000,
+            counted_own_ns: 5_000,
+            own_ns: 50_000,
+            overhead_while_attached: 0.5,
+            ..PhaseBudgetInfo::default()
+        };
+        let info = PhaseBudgetInfo {
+            syscalls: 3_000,
+            own_ns: 1_000,
+            ..last_info.clone()
+        };
+        let last = vec![
+            PhaseStats {
+                calls: 7,
+                ..PhaseStats::default()
+            },
+            PhaseStats {
+                calls: 100,
+                wall_ns: 1_000,
+                wall_max_ns: 40,
+                ..PhaseStats::default()
+            },
+        ];
+        let carried = carry(&last, &last_info, &info);
+        assert_eq!(carried[0], PhaseStats::default());
+        assert_eq!(
+            (carried[1].calls, carried[1].wall_ns, carried[1].wall_max_ns),
+            (300, 3_000, 0)
+        );
+        // Counted by own CPU time (too few syscalls), by it: 1,000 of 5,000 ns.
+        let by_cpu = PhaseBudgetInfo {
+            syscalls_in_slices: 10,
+            ..last_info
+        };
+        assert_eq!(carry(&last, &by_cpu, &info)[1].calls, 20);
+    }
+
+    // Checks the slices' edges: calls half a slice long are seen half the time and count
+    // twice, short ones once; the time sums grow by the weights by time.
+    #[test]
+    fn calls_the_slices_edges_cut_are_made_up_for() {
+        let bucket_of = |ns: u64| {
+            (0..2000u32)
+                .find(|&i| crate::phase_stats::wall_bucket_bounds(i).1 > ns)
+                .unwrap()
+        };
+        let (long, short) = (bucket_of(10_000_000), bucket_of(1_000));
+        let (lo, hi) = crate::phase_stats::wall_bucket_bounds(long);
+        let d = (lo + hi) as f64 / 2.0;
+        let info = PhaseBudgetInfo {
+            slices: 2,
+            counted_ns: 40_000_000,
+            syscalls_in_slices: 1_000,
+            syscalls: 1_000,
+            ..PhaseBudgetInfo::default()
+        };
+        let phase = PhaseStats {
+            calls: 20,
+            wall_ns: 10 * d as u64,
+            wall_hist: vec![(short, 10), (long, 10)],
+            ..PhaseStats::default()
+        };
+        let mut stats = vec![PhaseStats::default(), phase];
+        extrapolate(&mut stats, &info);
+        let w = 20e6 / (20e6 - d);
+        assert_eq!(
+            stats[1].wall_hist,
+            vec![(short, 10), (long, (10.0 * w).round() as u64)]
+        );
+        assert_eq!(stats[1].calls, (10.0 + 10.0 * w).round() as u64);
+        assert!((stats[1].wall_ns as f64 / (10.0 * d) / w - 1.0).abs() < 1e-3);
     }
 }

@@ -160,6 +160,12 @@ impl Summary {
                     "syscalls": b.syscalls,
                     "cpu_coverage": b.cpu_coverage(),
                     "shortest_slice_ns": b.shortest_slice_ns,
+                    "counted_ns": b.counted_ns,
+                    "carried_windows": b.carried_windows,
+                    "basis": match b.basis() {
+                        crate::phase_budget::Basis::Syscalls => "syscalls",
+                        crate::phase_budget::Basis::OwnCpu => "cpu",
+                    },
                     "overhead_while_attached": b.overhead_while_attached,
                     "estimated": !b.attached_throughout,
                 })

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use phaseprof_model::PhaseBudgetInfo;
+use phaseprof_model::{PhaseBudgetInfo, PhaseStats};
 
 use super::probe_overhead::PhaseProbeOverhead;
 use crate::duty_cycle::DutyCycle;
@@ -22,6 +22,8 @@ struct Marks {
     syscalls: SlicedSyscalls,
     /// Calls a slice's start or end cut, never counted.
     voided: u64,
+    /// When taken (CLOCK_MONOTONIC).
+    mono_ns: u64,
 }
 
 impl Marks {
@@ -36,6 +38,8 @@ impl Marks {
 #[derive(Clone, Copy, Default)]
 struct Tally {
     counted_own_ns: u64,
+    /// Wall time the probes were counting.
+    counted_ns: u64,
     slices: u64,
     shortest: Option<Duration>,
     /// The probes were detached at least once.
@@ -91,6 +95,9 @@ pub struct PhaseBudget {
     /// Whether the window in progress began with a slice in force (the first one does: its
     /// slice starts at the first tick).
     window_began_in_force: bool,
+    /// The last window that counted: its named phases' totals as counted, what counted them
+    /// and the syscall's number (a window no slice falls in carries its rates: `carry`).
+    last_counted: Option<(Vec<PhaseStats>, PhaseBudgetInfo, usize)>,
     cpu: CpuClock,
 }
 
@@ -115,6 +122,7 @@ impl PhaseBudget {
             window: Tally::default(),
             window_began_in_force: true,
             slowdown_measured: false,
+            last_counted: None,
             cpu: CpuClock::default(),
         }
     }
@@ -130,6 +138,7 @@ impl PhaseBudget {
             probe_ns: cost.probe_ns(engine)?,
             syscalls: engine.sliced_syscalls()?,
             voided: engine.phase_calls_voided()?,
+            mono_ns: crate::engine::monotonic_ns(),
         };
         self.first.get_or_insert_with(|| m.clone());
         self.window_mark.get_or_insert_with(|| m.clone());
@@ -143,7 +152,7 @@ impl PhaseBudget {
         } else if self.duty.spent_ns == 0.0 {
             self.idle_retry_at
         } else {
-            self.started + self.duty.attach_at()
+            (self.started + self.duty.attach_at()).max(self.idle_retry_at)
         }
     }
 
@@ -151,8 +160,11 @@ impl PhaseBudget {
     fn count_until(&mut self, now: &Marks) {
         let own = self.at_count.own_until(now);
         let cpu = now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
+        let counted = now.mono_ns.saturating_sub(self.at_count.mono_ns);
         self.total.counted_own_ns += own;
         self.window.counted_own_ns += own;
+        self.total.counted_ns += counted;
+        self.window.counted_ns += counted;
         self.total.cpu_in_ns += cpu;
         self.window.cpu_in_ns += cpu;
         self.at_count = now.clone();
@@ -173,23 +185,18 @@ impl PhaseBudget {
         let now = Instant::now();
         if self.in_force && now >= self.check_at {
             let m = self.marks(engine, cost, pids)?;
-            let probe_ns = (m.probe_ns - self.at_slice.probe_ns).max(0.0);
-            let own = self.at_slice.own_until(&m);
-            // Spending covers the whole stretch, attaching included.
+            let fired = m.probe_ns > self.at_slice.probe_ns;
             let slice_cpu = m.cpu_ns.saturating_sub(self.at_slice.cpu_ns);
-            let slowdown = match self.measured_slowdown(&m) {
-                Some(s) => {
-                    self.slowdown_measured = true;
-                    s
-                }
-                // Probes estimated to take (nearly) all of the slice's CPU: at least 100x.
-                None => probe_ns / own.max(slice_cpu / 100).max(1) as f64,
-            };
-            if slice_cpu >= MIN_SLICE_CPU_NS {
+            if fired || slice_cpu >= MIN_SLICE_CPU_NS {
+                // Spending covers the whole stretch, attaching included, at the slowdown over
+                // every slice so far: a lightly loaded target runs too little in one slice to
+                // tell it, and must not be sliced for free.
+                let (slowdown, cpu_in) = self.slowdown_so_far(&m);
                 self.duty
-                    .slice_done(self.slice_start.elapsed(), slowdown, slice_cpu);
+                    .slice_done(self.slice_start.elapsed(), slowdown, cpu_in);
             } else {
-                // The targets hardly ran: the probes cost nothing, and measured nothing.
+                // No probe fired and the targets hardly ran: the probes cost nothing, and
+                // measured nothing.
                 self.idle_retry_at = now + IDLE_RETRY;
             }
             (self.at_slice, self.slice_start) = (m.clone(), now);
@@ -207,13 +214,15 @@ impl PhaseBudget {
             self.in_force = false;
             self.lengthen_if_calls_voided(engine, cost)?;
         } else if !self.in_force
+            && now >= self.idle_retry_at
             && (self.total.slices == 0
-                || (self.duty.spent_ns == 0.0 && now >= self.idle_retry_at)
+                || self.duty.spent_ns == 0.0
                 || self.duty.may_attach(now - self.started))
         {
             // The first slice at once (it measures the probes' cost), and again every
             // IDLE_RETRY while slices found the targets idle (they spent nothing); later ones
-            // when the budget has accrued theirs.
+            // when the budget has accrued theirs, but not sooner than IDLE_RETRY after one that
+            // found them idle (an idle target is not attached to and detached from at once).
             self.slice_start = now;
             engine.start_phase_slice()?;
             let m = self.marks(engine, cost, pids)?;
@@ -223,6 +232,22 @@ impl PhaseBudget {
             self.in_force = true;
         }
         Ok(())
+    }
+
+    /// The probes' slowdown of the targets over every slice so far (up to `now`, a slice in
+    /// force), with the targets' CPU time in slices it was told from: measured where the
+    /// syscalls allow (`measured_slowdown`), else estimated from the calls at their cost per
+    /// call (probes estimated to take nearly all of the CPU count as at least 100x).
+    fn slowdown_so_far(&mut self, now: &Marks) -> (f64, u64) {
+        let cpu_in = self.total.cpu_in_ns + now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
+        if let Some(s) = self.measured_slowdown(now) {
+            self.slowdown_measured = true;
+            return (s, cpu_in);
+        }
+        let own_in = self.total.counted_own_ns + self.at_count.own_until(now);
+        let probe_in = cpu_in.saturating_sub(own_in);
+        let slowdown = probe_in as f64 / own_in.max(cpu_in / 100).max(1) as f64;
+        (slowdown, cpu_in)
     }
 
     /// The probes' slowdown of the targets measured so far (up to `now`): their CPU time per
@@ -295,14 +320,39 @@ impl PhaseBudget {
         let mut info = self.info(w, &from, &m);
         info.attached_throughout = self.window_began_in_force && !w.detached;
         self.window_began_in_force = self.in_force;
-        if info.counted_own_ns == 0 && info.syscalls_in_slices == 0 {
-            // Nothing counted: the window's time and syscalls are left to the next that counts
-            // (its span starts at the same mark), so that sums over windows stay unbiased.
+        let counted = info.counted_own_ns > 0 || info.syscalls_in_slices > 0;
+        if let (false, Some((_, _, nr))) = (counted, &self.last_counted) {
+            // No slice fell in the window: it carries the last slices' rates, by the syscall
+            // they counted by.
+            info = self.info_by(w, &from, &m, Some(*nr));
+            info.carried_windows = 1;
+        } else if !counted {
+            // Nothing counted yet: the window's time and syscalls are left to the first that
+            // counts (its span starts at the same mark), so that sums over windows stay
+            // unbiased.
             (info.own_ns, info.syscalls) = (0, 0);
-        } else {
-            self.window_mark = Some(m);
+            return Ok(info);
         }
+        self.window_mark = Some(m);
         Ok(info)
+    }
+
+    /// A window's named phase totals (`stats`, as the kernel counted them in its slices) as
+    /// estimates for the whole window (`info`, from `window_info`): extrapolated from its
+    /// slices, or the last slices' rates where none fell in it.
+    pub fn estimate_window(&mut self, stats: &mut Vec<PhaseStats>, info: &PhaseBudgetInfo) {
+        use phaseprof_model::phase_budget::{carry, extrapolate};
+        match &self.last_counted {
+            Some((last, last_info, _)) if info.carried_windows > 0 => {
+                *stats = carry(last, last_info, info);
+            }
+            _ if info.counted_own_ns > 0 || info.syscalls_in_slices > 0 => {
+                let nr = phaseprof_model::syscall_nr(&info.syscall).unwrap_or(0) as usize;
+                self.last_counted = Some((stats.clone(), info.clone(), nr));
+                extrapolate(stats, info);
+            }
+            _ => extrapolate(stats, info),
+        }
     }
 
     /// At the end of the recording: what was counted (`scale` takes the named phases' totals up
@@ -333,6 +383,11 @@ impl PhaseBudget {
     /// (a read, a write), where others vary with how its work batches up, which a slowdown
     /// changes (fewer `epoll_wait`s per request while the probes are in force).
     fn info(&self, t: Tally, from: &Marks, to: &Marks) -> PhaseBudgetInfo {
+        self.info_by(t, from, to, None)
+    }
+
+    /// `info`, counted by syscall `nr` when the targets made none inside slices.
+    fn info_by(&self, t: Tally, from: &Marks, to: &Marks, nr: Option<usize>) -> PhaseBudgetInfo {
         let delta = |to: &[u64], from: &[u64], nr: usize| {
             to.get(nr)
                 .copied()
@@ -340,12 +395,16 @@ impl PhaseBudget {
                 .saturating_sub(from.get(nr).copied().unwrap_or(0))
         };
         let (s, f) = (&to.syscalls, &from.syscalls);
-        let nr = (0..s.in_slices.len())
-            .max_by_key(|&nr| delta(&s.in_slices, &f.in_slices, nr))
-            .unwrap_or(0);
+        let commonest =
+            (0..s.in_slices.len()).max_by_key(|&nr| delta(&s.in_slices, &f.in_slices, nr));
+        let nr = match (commonest, nr) {
+            (Some(c), _) if delta(&s.in_slices, &f.in_slices, c) > 0 => c,
+            (c, nr) => nr.or(c).unwrap_or(0),
+        };
         PhaseBudgetInfo {
             budget: self.duty.budget,
             counted_own_ns: t.counted_own_ns,
+            counted_ns: t.counted_ns,
             own_ns: from.own_until(to),
             syscall: phaseprof_model::syscall_name(nr as u32),
             syscalls_in_slices: delta(&s.in_slices, &f.in_slices, nr),
@@ -353,6 +412,7 @@ impl PhaseBudget {
             slices: t.slices,
             shortest_slice_ns: t.shortest.map_or(0, |d| d.as_nanos() as u64),
             calls_voided: to.voided.saturating_sub(from.voided),
+            carried_windows: 0,
             attached_throughout: false,
             slowdown_measured: self.slowdown_measured,
             overhead_while_attached: self.duty.cost,

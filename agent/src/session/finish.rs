@@ -51,7 +51,10 @@ impl Session<'_> {
             (self.engine).phase_stats(self.phase_names.len() + 1, &self.cost_names)?
         };
         if let Some(info) = phase_budget {
-            phaseprof_model::phase_budget::extrapolate(&mut phase_stats, &info);
+            match &mut self.phase_budget {
+                Some(b) if self.took_windows => b.estimate_window(&mut phase_stats, &info),
+                _ => phaseprof_model::phase_budget::extrapolate(&mut phase_stats, &info),
+            }
             self.meta_mut().phase_budget = Some(info);
         }
         if let Some((info, scale)) = alloc {

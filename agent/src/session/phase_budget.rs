@@ -30,7 +30,7 @@ impl Session<'_> {
         };
         let pids: Vec<u32> = self.live.iter().copied().collect();
         let info = b.window_info(&self.engine, &self.phase_cost, &pids)?;
-        phaseprof_model::phase_budget::extrapolate(&mut p.phase_stats, &info);
+        b.estimate_window(&mut p.phase_stats, &info);
         p.meta.phase_budget = Some(info);
         Ok(())
     }

@@ -1,9 +1,9 @@
 //! A window's counters in the rows, each named once here: drops (`lost.*`), named costs
-//! (`cost.*`), unwinding counts (`unwind.*`), the targets' CPU time, late names and the phase
-//! probes' cost. `add` reads them from a window as it is split into rows; `restore` writes the
+//! (`cost.*`), unwinding counts (`unwind.*`), the targets' CPU time, late names, the phase
+//! probes' cost and how a phase budget counted. `add` reads them from a window as it is split into rows; `restore` writes the
 //! sums back into the profile rebuilt from them. A counter added to the profile is added to
 //! the table below, and nowhere else in the collector.
-use phaseprof_model::{Meta, PhaseProbeCost, Profile, UnwindInfo};
+use phaseprof_model::{Meta, PhaseBudgetInfo, PhaseProbeCost, Profile, UnwindInfo};
 
 use super::Aggregate;
 
@@ -48,6 +48,30 @@ fn set_unwind(p: &mut Profile, set: impl FnOnce(&mut UnwindInfo)) {
 fn probes(m: &mut Meta) -> &mut PhaseProbeCost {
     m.phase_probes.get_or_insert_with(PhaseProbeCost::default)
 }
+
+fn budget(p: &Profile) -> Option<&PhaseBudgetInfo> {
+    p.meta.phase_budget.as_ref()
+}
+
+/// The merged phase budget: the earliest window's (its budget, syscall and shortest slice),
+/// with the sums written into it.
+fn set_budget(p: &mut Profile, set: impl FnOnce(&mut PhaseBudgetInfo)) {
+    set(p.meta.phase_budget.get_or_insert_with(Default::default));
+}
+
+/// A counter of a phase budget's (`PhaseBudgetInfo`), by its name and field.
+macro_rules! budget_counter {
+    ($name:literal, $field:ident) => {
+        Counter {
+            name: $name,
+            get: |p| Some(budget(p)?.$field),
+            set: |p, v| set_budget(p, |b| b.$field = v),
+        }
+    };
+}
+
+/// The windows with a phase budget (the slowdown while attached is their mean).
+const PHASE_BUDGET_WINDOWS: &str = "windows_with_phase_budget";
 
 /// A counter of the walks (`UnwindInfo`), by its name and field.
 macro_rules! unwind_counter {
@@ -130,6 +154,38 @@ const GROUPS: &[Group] = &[
             },
         ],
     },
+    // Sums over the windows; whether the probes stayed attached (or the slowdown was measured)
+    // in all of them, as the number of windows where they did not.
+    Group {
+        windows: PHASE_BUDGET_WINDOWS,
+        known: Known::InAnyWindow,
+        clear: |_| {},
+        counters: &[
+            budget_counter!("phase_budget.counted_own_ns", counted_own_ns),
+            budget_counter!("phase_budget.own_ns", own_ns),
+            budget_counter!("phase_budget.syscalls_in_slices", syscalls_in_slices),
+            budget_counter!("phase_budget.syscalls", syscalls),
+            budget_counter!("phase_budget.slices", slices),
+            budget_counter!("phase_budget.counted_ns", counted_ns),
+            budget_counter!("phase_budget.calls_voided", calls_voided),
+            budget_counter!("phase_budget.carried_windows", carried_windows),
+            Counter {
+                name: "phase_budget.detached_windows",
+                get: |p| Some(u64::from(!budget(p)?.attached_throughout)),
+                set: |p, v| set_budget(p, |b| b.attached_throughout = v == 0),
+            },
+            Counter {
+                name: "phase_budget.unmeasured_windows",
+                get: |p| Some(u64::from(!budget(p)?.slowdown_measured)),
+                set: |p, v| set_budget(p, |b| b.slowdown_measured = v == 0),
+            },
+            Counter {
+                name: "phase_budget.overhead_ppm",
+                get: |p| Some((budget(p)?.overhead_while_attached * 1e6).round() as u64),
+                set: |p, v| set_budget(p, |b| b.overhead_while_attached = v as f64 / 1e6),
+            },
+        ],
+    },
     // Unwinding counts go where the earliest window said how stacks were walked.
     Group {
         windows: "windows",
@@ -195,6 +251,48 @@ pub fn restore(p: &mut Profile, agg: &Aggregate) {
             .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.to_string(), *v)))
             .collect()
     };
+    if let (Some(b), Some(n)) = (&mut p.meta.phase_budget, counter(PHASE_BUDGET_WINDOWS)) {
+        b.overhead_while_attached /= n.max(1) as f64;
+    }
     p.lost.by_reason = named(LOST_REASON);
     p.costs = named(COST);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the merged phase budget: the windows' sums as the model's own merge makes them,
+    // probes attached throughout only if in every window.
+    #[test]
+    fn a_phase_budget_adds_up_over_windows() {
+        let window = |syscalls: u64, attached: bool| {
+            let mut p = Profile::default();
+            p.meta.phase_budget = Some(PhaseBudgetInfo {
+                budget: 0.01,
+                syscall: "write".into(),
+                syscalls_in_slices: syscalls / 10,
+                syscalls,
+                counted_own_ns: 10,
+                own_ns: 100,
+                slices: 2,
+                shortest_slice_ns: 20_000_000,
+                counted_ns: 30_000_000,
+                carried_windows: u64::from(!attached),
+                attached_throughout: attached,
+                overhead_while_attached: 0.5,
+                ..PhaseBudgetInfo::default()
+            });
+            p
+        };
+        let (a, b) = (window(1_000, true), window(3_000, false));
+        let mut agg = Aggregate::default();
+        add(&mut agg, &a);
+        add(&mut agg, &b);
+        let mut merged = a.clone();
+        restore(&mut merged, &agg);
+        let mut want = a.meta.phase_budget.clone().unwrap();
+        want.absorb(b.meta.phase_budget.as_ref().unwrap());
+        assert_eq!(merged.meta.phase_budget, Some(want));
+    }
 }
