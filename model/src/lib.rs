@@ -17,6 +17,7 @@ pub mod phase_budget;
 pub mod phase_stats;
 pub mod probe_cost;
 pub mod profile;
+pub mod slice_basis;
 pub mod split;
 pub mod stats;
 pub mod summary;

@@ -92,6 +92,8 @@ fn merge_alloc_info(a: &mut Option<AllocInfo>, wa: f64, b: &Option<AllocInfo>, w
     a.estimated_overhead = mean(a.estimated_overhead, b.estimated_overhead);
     a.budget = a.budget.or(b.budget);
     a.go_sampled |= b.go_sampled;
+    a.syscalls_in_slices += b.syscalls_in_slices;
+    a.syscalls += b.syscalls;
 }
 
 impl Merger {
@@ -268,6 +270,8 @@ mod tests {
             ns_per_hit: 1_000.0,
             ns_per_hit_measured: false,
             go_sampled: false,
+            syscalls_in_slices: 0,
+            syscalls: 0,
         };
         (c.meta.alloc, d.meta.alloc) = (Some(info(1.0)), Some(info(0.2)));
         d.meta.end_unix_ns = 40; // 10 ns attached throughout, then 30 ns a fifth of the time

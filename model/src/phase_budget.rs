@@ -1,13 +1,7 @@
 //! Phases recorded under a budget (`--phase-budget`): the phase probes were attached for slices
 //! of the recording only, so the named phases' totals are estimates, extrapolated from the
 //! slices, and per-call figures come from the calls that began and ended inside a slice.
-//!
-//! The extrapolation is by the targets' syscalls when they made enough inside slices: the
-//! kernel counts them exactly in and out of slices, and the probes' cost does not change how
-//! many a unit of work makes (a server slowed by its probes serves fewer requests in a slice,
-//! and makes fewer syscalls in proportion). Else it is by the targets' own CPU time, their CPU
-//! time less the probes' estimated time, which an error in the probes' cost per call moves the
-//! more the larger their share of the CPU while attached.
+//! The extrapolation is by the targets' syscalls or their own CPU time (see `slice_basis`).
 use serde::{Deserialize, Serialize};
 
 use crate::phase_stats::PhaseStats;
@@ -58,39 +52,12 @@ pub struct PhaseBudgetInfo {
 /// slowdown by (their count's own noise, √n, would pass 5%).
 pub const MIN_SYSCALLS_IN_SLICES: u64 = 400;
 
-/// Syscalls inside slices below which they are never extrapolated by.
-const FEWEST_SYSCALLS_TO_COUNT_BY: u64 = 25;
-
-/// The own-CPU extrapolation's error where the probes cost nothing: the targets' CPU time also
-/// goes to work outside any phase, which need not keep pace with the phases'.
-const CPU_ERROR_FLOOR: f64 = 0.02;
-
-/// What the totals were extrapolated by.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Basis {
-    Syscalls,
-    OwnCpu,
-}
+pub use crate::slice_basis::Basis;
 
 impl PhaseBudgetInfo {
-    /// The basis with the smaller expected error: syscalls err by about 1/√n for n in slices
-    /// (a slice's edges cut the unit of work they come in), own CPU time by the probes' share
-    /// of it (see `cpu_sensitivity`).
+    /// The basis that errs less (see `slice_basis`).
     pub fn basis(&self) -> Basis {
-        let n = self.syscalls_in_slices;
-        if n >= FEWEST_SYSCALLS_TO_COUNT_BY && self.syscall_error() <= self.cpu_error() {
-            Basis::Syscalls
-        } else {
-            Basis::OwnCpu
-        }
-    }
-
-    fn syscall_error(&self) -> f64 {
-        1.0 / (self.syscalls_in_slices.max(1) as f64).sqrt()
-    }
-
-    fn cpu_error(&self) -> f64 {
-        (0.1 * self.overhead_while_attached).max(CPU_ERROR_FLOOR)
+        crate::slice_basis::basis(self.syscalls_in_slices, self.overhead_while_attached)
     }
 
     /// The share of the targets' work in which phases were counted, by the basis.
@@ -185,7 +152,7 @@ impl PhaseBudgetInfo {
                 100.0 * self.coverage(),
                 self.syscalls_in_slices,
                 self.syscall,
-                100.0 * self.syscall_error(),
+                100.0 * crate::slice_basis::syscall_error(self.syscalls_in_slices),
                 self.cpu_sensitivity()
             ),
         };

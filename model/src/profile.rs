@@ -256,6 +256,20 @@ pub struct AllocInfo {
     /// Go targets: allocations are Go's own heap-profile samples, weighed by its rate, so
     /// totals are estimates.
     pub go_sampled: bool,
+    /// Under a budget: the targets' read and write syscalls while allocations were counted,
+    /// and in all (the kernel's per-process counts), which the totals are extrapolated by
+    /// when they err less than the targets' own CPU time (see `slice_basis`).
+    #[serde(default)]
+    pub syscalls_in_slices: u64,
+    #[serde(default)]
+    pub syscalls: u64,
+}
+
+impl AllocInfo {
+    /// What a budget's totals were extrapolated by.
+    pub fn basis(&self) -> crate::slice_basis::Basis {
+        crate::slice_basis::basis(self.syscalls_in_slices, self.estimated_overhead)
+    }
 }
 
 /// Events of one key: (kind, process, thread, innermost phase, phase set, stack, syscall),

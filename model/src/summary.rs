@@ -162,10 +162,7 @@ impl Summary {
                     "shortest_slice_ns": b.shortest_slice_ns,
                     "counted_ns": b.counted_ns,
                     "carried_windows": b.carried_windows,
-                    "basis": match b.basis() {
-                        crate::phase_budget::Basis::Syscalls => "syscalls",
-                        crate::phase_budget::Basis::OwnCpu => "cpu",
-                    },
+                    "basis": b.basis().name(),
                     "overhead_while_attached": b.overhead_while_attached,
                     "estimated": !b.attached_throughout,
                 })
@@ -219,6 +216,9 @@ fn alloc_json(profile: &Profile) -> serde_json::Value {
         "sample_bytes": info.sample_bytes,
         "live_bytes": live_bytes,
         "attached_fraction": info.attached_fraction,
+        "basis": info.budget.map(|_| info.basis().name()),
+        "syscalls_in_slices": info.syscalls_in_slices,
+        "syscalls": info.syscalls,
         "ns_per_hit": info.ns_per_hit,
         "ns_per_hit_measured": info.ns_per_hit_measured,
         "estimated_overhead": info.estimated_overhead,

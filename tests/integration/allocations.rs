@@ -255,3 +255,45 @@ fn page_faults_by_phase() {
         "{in_replay} of {total} faults under replay"
     );
 }
+
+// Checks an allocation budget's totals against the workload's own count: validator-sim's
+// blocks each make 100 small allocations and 10 writes, so the slices' share of its writes
+// (the kernel's per-process count) is their share of its allocations; the report says it
+// extrapolated by them and the probes' slowdown measured by them, and the count lands within
+// 5% of the truth (the basis errs by 1/√n for n writes in slices).
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn allocation_budget_totals_by_syscalls() {
+    require_root!();
+    let _g = bpf_lock();
+    let sim = rust_workload("validator-sim");
+    let (out, truth) = record_workload(
+        "alloc-budget",
+        &["--events", "cpu,alloc", "--alloc-budget", "5%"],
+        &sim,
+        &[
+            "--blocks",
+            "3000",
+            "--burn-ms",
+            "1",
+            "--small-allocs",
+            "100",
+            "--flushes",
+            "10",
+        ],
+    );
+    let report = report_json(&out);
+    let alloc = alloc_events(&report);
+    eprintln!("{alloc}");
+    assert_eq!(alloc["exact"], false);
+    assert_eq!(alloc["basis"], "syscalls", "{alloc}");
+    let (count, want) = (num(&alloc["count"]) as f64, num(&truth["allocs"]) as f64);
+    eprintln!(
+        "allocations {count} vs truth {want}: {:+.2}%",
+        (count / want - 1.0) * 100.0
+    );
+    assert!(
+        rel_diff(count, want) < 0.05,
+        "allocations {count} vs truth {want}"
+    );
+}

@@ -9,7 +9,7 @@ use phaseprof_model::AllocInfo;
 
 use super::go_rate::GoRate;
 use super::sites::{self, AllocKind, AllocSite};
-use crate::duty_cycle::{overhead, own_cpu_ns, DutyCycle};
+use crate::duty_cycle::{overhead, own_cpu_ns, slowdown_by_syscalls, DutyCycle};
 use crate::engine::Engine;
 use crate::probe_costs::ALLOC_HIT_NS;
 
@@ -37,11 +37,11 @@ pub struct AllocRecorder {
     hits_total: u64,
     cpu_while_on: u64,
     /// Duty cycling: the targets' own CPU time (probes excluded) while allocations were
-    /// counted, and their CPU time at the first and the latest tick. Totals are extrapolated by
-    /// CPU time, not wall time: while attached the target runs slower, so it allocates less
-    /// per second than it does unprobed.
+    /// counted, and their CPU time at the latest tick (the counter starts at 0 as each target
+    /// is added, as the syscalls' does). Totals are extrapolated by CPU time (or syscalls), not
+    /// wall time: while attached the target runs slower, so it allocates less per second than
+    /// it does unprobed.
     counted_own_ns: u64,
-    cpu_first: Option<u64>,
     cpu_last: u64,
     go_sampled: bool,
     go_rates: Vec<GoRate>,
@@ -52,6 +52,16 @@ pub struct AllocRecorder {
     window: WindowDuty,
     /// The targets' CPU time (every mark above is of this counter).
     cpu: crate::targets::CpuClock,
+    /// The targets' read and write syscalls: at the latest tick, the slice in force's start
+    /// and the last window, and those made while counted (a budget's totals are extrapolated
+    /// by them when they err less than the CPU time: `AllocInfo::basis`).
+    io: crate::targets::IoSyscallClock,
+    sys_last: u64,
+    sys_at_slice: u64,
+    sys_at_window: u64,
+    sys_in_slices: u64,
+    /// The probes' slowdown while attached, measured by the syscalls (`slowdown_by_syscalls`).
+    slowdown: Option<f64>,
     /// What a probe hit costs, in ns of the targets' CPU: measured while recording
     /// (`calibrate`), ALLOC_HIT_NS until then.
     ns_per_hit: f64,
@@ -67,28 +77,34 @@ struct WindowDuty {
     counted_own_ns: u64,
     /// The targets' own CPU time of earlier windows in which no slice counted anything: their
     /// allocations are extrapolated in the next window that counted some, so that sums over
-    /// windows (the collector's merged views) stay unbiased.
+    /// windows (the collector's merged views) stay unbiased; the same for their syscalls.
     uncounted_own_ns: u64,
+    uncounted_sys: u64,
+    /// The targets' read and write syscalls while counted.
+    sys_in: u64,
     hits_mark: u64,
     cpu_mark: u64,
+    sys_mark: u64,
     on_mark: Option<Instant>,
     started: Option<Instant>,
 }
 
 impl WindowDuty {
-    /// Adds what the attached stretch since the marks counted, `hits` and `cpu` being the
-    /// counters now; the marks move to now.
-    fn count_until(&mut self, hits: u64, cpu: u64, now: Instant, ns_per_hit: f64) {
+    /// Adds what the attached stretch since the marks counted, `hits`, `cpu` and `sys` being
+    /// the counters now; the marks move to now.
+    fn count_until(&mut self, (hits, cpu, sys): (u64, u64, u64), now: Instant, ns_per_hit: f64) {
         let (h, c) = (
             hits.saturating_sub(self.hits_mark),
             cpu.saturating_sub(self.cpu_mark),
         );
         self.hits += h;
         self.counted_own_ns += own_cpu_ns(c, h, ns_per_hit);
+        self.sys_in += sys.saturating_sub(self.sys_mark);
         if let Some(on) = self.on_mark {
             self.on_ns += (now - on).as_nanos() as u64;
         }
-        (self.hits_mark, self.cpu_mark, self.on_mark) = (hits, cpu, Some(now));
+        (self.hits_mark, self.cpu_mark, self.sys_mark) = (hits, cpu, sys);
+        self.on_mark = Some(now);
     }
 }
 
@@ -114,7 +130,6 @@ impl AllocRecorder {
             hits_total: 0,
             cpu_while_on: 0,
             counted_own_ns: 0,
-            cpu_first: None,
             cpu_last: 0,
             go_sampled: false,
             go_rates: Vec::new(),
@@ -122,6 +137,12 @@ impl AllocRecorder {
             cpu_at_window: 0,
             window: WindowDuty::default(),
             cpu: crate::targets::CpuClock::default(),
+            io: crate::targets::IoSyscallClock::default(),
+            sys_last: 0,
+            sys_at_slice: 0,
+            sys_at_window: 0,
+            sys_in_slices: 0,
+            slowdown: None,
             ns_per_hit: ALLOC_HIT_NS,
             measured_cost: false,
         }
@@ -131,6 +152,12 @@ impl AllocRecorder {
     fn cpu_now(&mut self) -> u64 {
         let pids: Vec<u32> = self.sites.keys().copied().collect();
         self.cpu.read(pids.into_iter())
+    }
+
+    /// The targets' read and write syscalls so far (see `IoSyscallClock`).
+    fn sys_now(&mut self) -> u64 {
+        let pids: Vec<u32> = self.sites.keys().copied().collect();
+        self.io.read(pids.into_iter())
     }
 
     /// A probe hit's cost as measured while recording (`UprobeHitCost`), in ns.
@@ -184,8 +211,9 @@ impl AllocRecorder {
             engine.attach_alloc(pid, &probe_specs(&found))?;
         }
         self.sites.insert(pid, found);
-        // Its CPU time counts from now on.
+        // Its CPU time and syscalls count from now on.
         self.cpu_now();
+        self.sys_now();
         Ok(())
     }
 
@@ -195,6 +223,9 @@ impl AllocRecorder {
     pub fn window_info(&mut self, engine: &Engine<'_>) -> Result<(AllocInfo, f64)> {
         let hits = engine.alloc_probe_hits()?;
         let cpu = self.cpu_now();
+        let sys = self.sys_now();
+        let sys_all = sys.saturating_sub(self.sys_at_window);
+        self.sys_at_window = sys;
         let now = Instant::now();
         let (h, c) = (
             hits.saturating_sub(self.hits_at_window),
@@ -210,6 +241,8 @@ impl AllocRecorder {
             ns_per_hit: self.ns_per_hit,
             ns_per_hit_measured: self.measured_cost,
             go_sampled: self.go_sampled,
+            syscalls_in_slices: 0,
+            syscalls: 0,
         };
         let ns_per_hit = self.ns_per_hit;
         let Some(duty) = &self.duty else {
@@ -217,23 +250,24 @@ impl AllocRecorder {
         };
         let w = &mut self.window;
         if self.attached {
-            w.count_until(hits, cpu, now, ns_per_hit);
+            w.count_until((hits, cpu, sys), now, ns_per_hit);
         }
         let wall = now - w.started.unwrap_or(self.started);
         let own = own_cpu_ns(c, h, ns_per_hit) + w.uncounted_own_ns;
-        let scale = if w.counted_own_ns == 0 {
-            1.0
-        } else {
-            (own as f64 / w.counted_own_ns as f64).max(1.0)
-        };
         info.budget = Some(duty.budget);
         info.attached_fraction = (w.on_ns as f64 / wall.as_nanos().max(1) as f64).min(1.0);
-        info.estimated_overhead = overhead(h, own_cpu_ns(c, h, ns_per_hit), ns_per_hit);
-        let uncounted = if w.counted_own_ns == 0 { own } else { 0 };
+        // The slowdown while attached, as `record` says it.
+        info.estimated_overhead =
+            (self.slowdown).unwrap_or_else(|| overhead(w.hits, w.counted_own_ns, ns_per_hit));
+        (info.syscalls_in_slices, info.syscalls) = (w.sys_in, sys_all + w.uncounted_sys);
+        let scale = extrapolation(&info, (w.counted_own_ns, own));
+        let counted = w.counted_own_ns > 0;
         *w = WindowDuty {
-            uncounted_own_ns: uncounted,
+            uncounted_own_ns: if counted { 0 } else { own },
+            uncounted_sys: if counted { 0 } else { info.syscalls },
             hits_mark: hits,
             cpu_mark: cpu,
+            sys_mark: sys,
             on_mark: self.attached.then_some(now),
             started: Some(now),
             ..WindowDuty::default()
@@ -319,8 +353,9 @@ impl AllocRecorder {
     /// next when the budget allows.
     fn duty_tick(&mut self, engine: &mut Engine<'_>, now: Instant) -> Result<()> {
         let cpu_now = self.cpu_now();
-        self.cpu_first.get_or_insert(cpu_now);
         self.cpu_last = self.cpu_last.max(cpu_now);
+        // Every tick: a target that exits takes its counts with it.
+        self.sys_last = self.sys_now();
         let ns_per_hit = self.ns_per_hit;
         let Some(duty) = &mut self.duty else {
             return Ok(());
@@ -335,14 +370,25 @@ impl AllocRecorder {
             self.cpu_while_on += cpu;
             self.counted_own_ns += own;
             let counted = now - self.measure_start;
-            self.window
-                .count_until(self.hits_at_slice + hits, cpu_now, now, ns_per_hit);
+            let sys = self.sys_last;
+            self.sys_in_slices += sys.saturating_sub(self.sys_at_slice);
+            let marks = (self.hits_at_slice + hits, cpu_now, sys);
+            self.window.count_until(marks, now, ns_per_hit);
             self.window.on_mark = None;
             engine.detach_alloc();
             self.attached = false;
+            // The slowdown measured by the syscalls once they are enough, over every slice so
+            // far (no cost per hit assumed); until then estimated from the hits.
+            let all = (cpu_now, sys);
+            let measured = slowdown_by_syscalls((self.cpu_while_on, self.sys_in_slices), all);
+            self.slowdown = measured.or(self.slowdown);
+            let (cost, cpu) = match measured {
+                Some(m) => (m, self.cpu_while_on),
+                None => (cost, own),
+            };
             // Spending covers the whole slice, attach and detach included; totals are
             // extrapolated from the counted window alone.
-            duty.slice_done(self.slice_start.elapsed(), cost, own);
+            duty.slice_done(self.slice_start.elapsed(), cost, cpu);
             duty.on_ns += counted.as_nanos() as u64;
         } else if !self.attached && duty.may_attach(now - self.started) {
             // The slice (and its spending) starts before attaching, which takes milliseconds;
@@ -366,10 +412,12 @@ impl AllocRecorder {
             engine.pause_alloc(false);
             self.hits_at_slice = engine.alloc_probe_hits()?;
             self.cpu_at_slice = self.cpu_now();
+            self.sys_at_slice = self.sys_now();
             self.measure_start = Instant::now();
             self.attached = true;
             let w = &mut self.window;
             (w.hits_mark, w.cpu_mark) = (self.hits_at_slice, self.cpu_at_slice);
+            w.sys_mark = self.sys_at_slice;
             w.on_mark = Some(self.measure_start);
         }
         Ok(())
@@ -386,9 +434,11 @@ impl AllocRecorder {
         let (hits, cpu) = if self.duty.is_some() {
             let cpu_now = self.cpu_now();
             self.cpu_last = self.cpu_last.max(cpu_now);
+            self.sys_last = self.sys_last.max(self.sys_now());
             if self.attached {
                 let h = engine.alloc_probe_hits()? - self.hits_at_slice;
                 let c = self.cpu_last.saturating_sub(self.cpu_at_slice);
+                self.sys_in_slices += self.sys_last.saturating_sub(self.sys_at_slice);
                 if let Some(d) = &mut self.duty {
                     d.on_ns += (now - self.measure_start).as_nanos() as u64;
                 }
@@ -403,32 +453,45 @@ impl AllocRecorder {
             let c = self.cpu_now().saturating_sub(self.cpu_at_report);
             (self.hits_total + h, self.cpu_while_on + c)
         };
-        let (fraction, scale) = match &self.duty {
-            Some(d) => {
-                let f = (d.on_ns as f64 / total.as_nanos().max(1) as f64).min(1.0);
-                let span = self.cpu_last.saturating_sub(self.cpu_first.unwrap_or(0));
-                let all_own = own_cpu_ns(span, hits, ns_per_hit);
-                if self.counted_own_ns == 0 {
-                    eprintln!("phaseprof: the allocation budget allowed no slice in so short a recording: no allocations recorded (record longer or raise --alloc-budget)");
-                    (f, 1.0)
-                } else {
-                    (f, (all_own as f64 / self.counted_own_ns as f64).max(1.0))
-                }
-            }
-            None => (1.0, 1.0),
-        };
-        let info = AllocInfo {
+        let mut info = AllocInfo {
             sample_bytes: self.sample_bytes,
             probes: self.probes.clone(),
             budget: self.duty.as_ref().map(|d| d.budget),
-            attached_fraction: fraction,
-            estimated_overhead: self.overhead(hits, cpu),
+            attached_fraction: 1.0,
+            estimated_overhead: self.slowdown.unwrap_or(self.overhead(hits, cpu)),
             ns_per_hit: self.ns_per_hit,
             ns_per_hit_measured: self.measured_cost,
             go_sampled: self.go_sampled,
+            syscalls_in_slices: 0,
+            syscalls: 0,
         };
+        let Some(d) = &self.duty else {
+            return Ok((info, 1.0));
+        };
+        info.attached_fraction = (d.on_ns as f64 / total.as_nanos().max(1) as f64).min(1.0);
+        info.syscalls_in_slices = self.sys_in_slices;
+        info.syscalls = self.sys_last;
+        let all_own = own_cpu_ns(self.cpu_last, hits, ns_per_hit);
+        if self.counted_own_ns == 0 {
+            eprintln!("phaseprof: the allocation budget allowed no slice in so short a recording: no allocations recorded (record longer or raise --alloc-budget)");
+        }
+        let scale = extrapolation(&info, (self.counted_own_ns, all_own));
         Ok((info, scale))
     }
+}
+
+/// The factor from what a budget's slices counted to the whole: by the targets' syscalls or
+/// their own CPU time (`counted`, of `all`), whichever errs less (`AllocInfo::basis`); 1 when
+/// nothing was counted.
+fn extrapolation(info: &AllocInfo, (counted_own, all_own): (u64, u64)) -> f64 {
+    let (part, whole) = match info.basis() {
+        phaseprof_model::slice_basis::Basis::Syscalls => (info.syscalls_in_slices, info.syscalls),
+        phaseprof_model::slice_basis::Basis::OwnCpu => (counted_own, all_own),
+    };
+    if part == 0 || counted_own == 0 {
+        return 1.0;
+    }
+    (whole as f64 / part as f64).max(1.0)
 }
 /// The engine's probes for a process's allocator sites.
 fn probe_specs(sites: &[AllocSite]) -> Vec<crate::engine::ProbeSpec> {

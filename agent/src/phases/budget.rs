@@ -9,7 +9,7 @@ use anyhow::Result;
 use phaseprof_model::{PhaseBudgetInfo, PhaseStats};
 
 use super::probe_overhead::PhaseProbeOverhead;
-use crate::duty_cycle::DutyCycle;
+use crate::duty_cycle::{slowdown_by_syscalls, DutyCycle};
 use crate::engine::{Engine, SlicedSyscalls};
 use crate::targets::CpuClock;
 
@@ -250,27 +250,14 @@ impl PhaseBudget {
         (slowdown, cpu_in)
     }
 
-    /// The probes' slowdown of the targets measured so far (up to `now`): their CPU time per
-    /// syscall (the commonest in slices) while the probes were in force over the same outside,
-    /// less one. Exact counts both, and no cost per call assumed; None until each side has
-    /// MIN_SYSCALLS_IN_SLICES of that syscall and a few ms of CPU time.
+    /// The probes' slowdown of the targets measured so far (up to `now`) by the syscall the
+    /// targets made most in slices (`slowdown_by_syscalls`).
     fn measured_slowdown(&self, now: &Marks) -> Option<f64> {
         let first = self.first.as_ref()?;
         let info = self.info(self.total, first, now);
         let cpu_all = now.cpu_ns.saturating_sub(first.cpu_ns);
         let cpu_in = self.total.cpu_in_ns + now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
-        let cpu_out = cpu_all.saturating_sub(cpu_in);
-        let (sys_in, sys_out) = (
-            info.syscalls_in_slices,
-            info.syscalls.saturating_sub(info.syscalls_in_slices),
-        );
-        let enough = phaseprof_model::phase_budget::MIN_SYSCALLS_IN_SLICES;
-        if sys_in < enough || sys_out < enough || cpu_in < 2_000_000 || cpu_out < 2_000_000 {
-            return None;
-        }
-        let per_in = cpu_in as f64 / sys_in as f64;
-        let per_out = cpu_out as f64 / sys_out as f64;
-        Some((per_in / per_out - 1.0).max(0.0))
+        slowdown_by_syscalls((cpu_in, info.syscalls_in_slices), (cpu_all, info.syscalls))
     }
 
     /// How long a slice stays before its cost is checked: the duty cycle's length, or longer

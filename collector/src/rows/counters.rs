@@ -49,6 +49,10 @@ fn probes(m: &mut Meta) -> &mut PhaseProbeCost {
     m.phase_probes.get_or_insert_with(PhaseProbeCost::default)
 }
 
+fn alloc(m: &mut Meta) -> &mut phaseprof_model::AllocInfo {
+    m.alloc.get_or_insert_with(Default::default)
+}
+
 fn budget(p: &Profile) -> Option<&PhaseBudgetInfo> {
     p.meta.phase_budget.as_ref()
 }
@@ -183,6 +187,25 @@ const GROUPS: &[Group] = &[
                 name: "phase_budget.overhead_ppm",
                 get: |p| Some((budget(p)?.overhead_while_attached * 1e6).round() as u64),
                 set: |p, v| set_budget(p, |b| b.overhead_while_attached = v as f64 / 1e6),
+            },
+        ],
+    },
+    // An allocation budget's syscalls (what its totals were extrapolated by) add up; the
+    // rest of how allocations were taken is the earliest window's.
+    Group {
+        windows: "windows_with_alloc",
+        known: Known::InAnyWindow,
+        clear: |_| {},
+        counters: &[
+            Counter {
+                name: "alloc.syscalls_in_slices",
+                get: |p| Some(p.meta.alloc.as_ref()?.syscalls_in_slices),
+                set: |p, v| alloc(&mut p.meta).syscalls_in_slices = v,
+            },
+            Counter {
+                name: "alloc.syscalls",
+                get: |p| Some(p.meta.alloc.as_ref()?.syscalls),
+                set: |p, v| alloc(&mut p.meta).syscalls = v,
             },
         ],
     },
