@@ -218,9 +218,6 @@ pub fn open_session<'obj>(
     engine.attach(&engine_cfg)?;
     if opts.phase_budget.is_some() {
         engine.slice_phases();
-        if !engine_cfg.events.contains(&EventKind::Syscall) {
-            eprintln!("phaseprof: a phase budget without syscall events: phase totals are extrapolated by the targets' own CPU time less the probes' estimated time, which says little where the probes cost more than the targets' own work (record syscall events to extrapolate by syscalls)");
-        }
     }
     plan.attach(&mut engine, |p| p)?;
     let mut meta = Meta {

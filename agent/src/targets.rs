@@ -67,6 +67,13 @@ struct TargetsCounter {
 }
 
 impl TargetsCounter {
+    /// Starts counting `pid`: from its birth (a target from its fork or its exec on), else
+    /// from now.
+    fn add(&mut self, pid: u32, from_birth: bool, of: impl Fn(u32) -> u64) {
+        let mark = if from_birth { 0 } else { of(pid) };
+        self.last.entry(pid).or_insert(mark);
+    }
+
     fn read(&mut self, pids: impl Iterator<Item = u32>, of: impl Fn(u32) -> u64) -> u64 {
         for pid in pids {
             let now = of(pid);
@@ -87,6 +94,11 @@ impl CpuClock {
     pub fn read(&mut self, pids: impl Iterator<Item = u32>) -> u64 {
         self.0.read(pids, |pid| cpu_ns(std::iter::once(pid)))
     }
+
+    pub fn add(&mut self, pid: u32, from_birth: bool) {
+        self.0
+            .add(pid, from_birth, |pid| cpu_ns(std::iter::once(pid)))
+    }
 }
 
 /// The targets' read and write syscalls (see `TargetsCounter`), as the kernel counts them for
@@ -98,6 +110,10 @@ pub struct IoSyscallClock(TargetsCounter);
 impl IoSyscallClock {
     pub fn read(&mut self, pids: impl Iterator<Item = u32>) -> u64 {
         self.0.read(pids, io_syscalls)
+    }
+
+    pub fn add(&mut self, pid: u32, from_birth: bool) {
+        self.0.add(pid, from_birth, io_syscalls)
     }
 }
 

@@ -347,13 +347,6 @@ struct go_alloc_sample {
 	__u64 user_stack;
 };
 
-/* Under a phase budget: the targets' syscalls by number, all and those made while a slice was in
- * force (exact either way: what the phases' totals are extrapolated by). */
-struct sliced_syscalls {
-	__u64 all[MAX_SYSCALL_NR];
-	__u64 in_slices[MAX_SYSCALL_NR];
-};
-
 /* Per-CPU probe hit counters (index), for the overhead estimate. */
 enum probe_counter {
 	HITS_ALLOC_ENTRY = 0,

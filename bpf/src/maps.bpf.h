@@ -76,7 +76,8 @@ bool alloc_paused = false;
  * fell outside one is never counted and no event is charged to a phase entered in an earlier
  * slice; `phases_paused` is set outside slices and while the probes are being attached or
  * detached (no probe counts, and no thread's phases hold: see view_current); `phases_sliced`
- * says the budget is on (the syscalls in and out of slices are counted: `sliced_syscalls`). */
+ * says the budget is on (a call cut by a slice's edge is counted as voided, and `(none)` is
+ * not kept). */
 __u32 phase_generation = 0;
 bool phases_paused = false;
 bool phases_sliced = false;
@@ -206,13 +207,6 @@ struct switch_in {
 	__u64 ts;
 	__u64 runtime; /* its se.sum_exec_runtime then */
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct sliced_syscalls);
-} sliced_syscalls SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

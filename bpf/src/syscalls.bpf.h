@@ -59,19 +59,6 @@ static __always_inline __u64 syscall_stack(void *ctx, struct syscall_start *star
 	return user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK);
 }
 
-/* Under a phase budget: counts a target's syscall `nr`, and whether a slice is in force. */
-static __always_inline void count_sliced_syscall(__u32 nr)
-{
-	__u32 zero = 0;
-	struct sliced_syscalls *s = bpf_map_lookup_elem(&sliced_syscalls, &zero);
-	if (!s)
-		return;
-	nr &= MAX_SYSCALL_NR - 1;
-	s->all[nr]++;
-	if (!phases_paused)
-		s->in_slices[nr]++;
-}
-
 SEC("raw_tp/sys_enter")
 int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -100,8 +87,6 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		}
 	}
 
-	if (phases_sliced)
-		count_sliced_syscall(nr);
 	__u64 mask;
 	__u32 phase = thread_phase_of(&mask);
 	struct syscall_key key = {

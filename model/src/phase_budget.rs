@@ -14,8 +14,9 @@ pub struct PhaseBudgetInfo {
     /// in force, and in all: their ratio is the coverage when syscalls are too few.
     pub counted_own_ns: u64,
     pub own_ns: u64,
-    /// The syscall counted by (the targets' commonest inside slices), how many of it the
-    /// targets made while the probes were in force, and in all.
+    /// The syscalls counted by (`READ_WRITE`: the kernel's per-process counts of read and write
+    /// syscalls; stored windows of earlier versions name their commonest syscall), how many
+    /// the targets made while the probes were in force, and in all.
     #[serde(default)]
     pub syscall: String,
     #[serde(default)]
@@ -53,6 +54,11 @@ pub struct PhaseBudgetInfo {
 pub const MIN_SYSCALLS_IN_SLICES: u64 = 400;
 
 pub use crate::slice_basis::Basis;
+
+/// The syscalls a phase budget counts by: the read and write syscalls the kernel counts for
+/// each process (`syscr` + `syscw` of /proc/PID/io), free to read and with no probe on the
+/// syscall path.
+pub const READ_WRITE: &str = "read/write";
 
 impl PhaseBudgetInfo {
     /// The basis that errs less (see `slice_basis`).
@@ -107,10 +113,10 @@ impl PhaseBudgetInfo {
     pub fn absorb(&mut self, b: &PhaseBudgetInfo) {
         self.counted_own_ns += b.counted_own_ns;
         self.own_ns += b.own_ns;
-        // Windows may count by different syscalls (each window was extrapolated by its own):
-        // merged, the sums are of whichever each counted by.
+        // Windows stored by earlier versions counted by their commonest syscall: merged with
+        // others, the sums are of whichever each counted by.
         if self.syscall != b.syscall && !b.syscall.is_empty() {
-            self.syscall = "syscalls".into();
+            self.syscall = "mixed".into();
         }
         self.syscalls_in_slices += b.syscalls_in_slices;
         self.syscalls += b.syscalls;
@@ -139,7 +145,7 @@ impl PhaseBudgetInfo {
         }
         let by = match self.basis() {
             Basis::Syscalls => format!(
-                "{} of the targets' {} {} ({:.2}%; by their own CPU time: {:.2}%)",
+                "{} of the targets' {} {} syscalls ({:.2}%; by their own CPU time: {:.2}%)",
                 self.syscalls_in_slices,
                 self.syscalls,
                 self.syscall,
@@ -147,8 +153,8 @@ impl PhaseBudgetInfo {
                 100.0 * self.cpu_coverage()
             ),
             Basis::OwnCpu => format!(
-                "{:.2}% of the targets' own CPU time (the {} {} in slices, ±{:.0}%, were too few \
-                 to count by), {}",
+                "{:.2}% of the targets' own CPU time (the {} {} syscalls in slices, ±{:.0}%, were \
+                 too few to count by), {}",
                 100.0 * self.coverage(),
                 self.syscalls_in_slices,
                 self.syscall,

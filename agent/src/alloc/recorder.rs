@@ -275,7 +275,11 @@ impl AllocRecorder {
         Ok((info, scale))
     }
 
+    /// A target gone: its last counts read (while its /proc entry is still there), then it is
+    /// left out.
     pub fn remove_target(&mut self, pid: u32) {
+        self.cpu.read(std::iter::once(pid));
+        self.sys_last = self.sys_last.max(self.io.read(std::iter::once(pid)));
         self.sites.remove(&pid);
         self.go_rates.retain(|g| g.pid != pid);
     }

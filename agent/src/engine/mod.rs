@@ -26,7 +26,7 @@ mod stacks;
 mod stats;
 mod unwind_maps;
 
-pub use stats::{SlicedSyscalls, StackUsage};
+pub use stats::StackUsage;
 pub use unwind_maps::{
     FileRowsInfo, TableMapping, DEFAULT_UNWIND_ROWS, ENTRY_BLOCKS, MAX_UNWIND_BLOCKS,
     MAX_UNWIND_MAPPINGS, UNWIND_COUNTERS,

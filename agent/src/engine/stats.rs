@@ -7,15 +7,6 @@ use phaseprof_model::{Lost, PhaseStats, INLINED_UNPROBED};
 
 use super::{pod, Engine};
 
-const MAX_SYSCALL_NR: usize = phaseprof_bpf::limits::MAX_SYSCALL_NR as usize;
-
-/// The targets' syscalls by number (see `Engine::sliced_syscalls`).
-#[derive(Clone, Debug, Default)]
-pub struct SlicedSyscalls {
-    pub all: Vec<u64>,
-    pub in_slices: Vec<u64>,
-}
-
 impl Engine<'_> {
     /// Allocator probe hits so far, summed over CPUs: (entries + returns + frees + Go samples).
     pub fn alloc_probe_hits(&self) -> Result<u64> {
@@ -40,29 +31,6 @@ impl Engine<'_> {
     /// Under a phase budget: the calls in flight at a slice's end so far (never counted).
     pub fn phase_calls_voided(&self) -> Result<u64> {
         self.probe_hits(types::probe_counter::PHASE_CALLS_VOIDED)
-    }
-
-    /// Under a phase budget: the targets' syscalls so far by number, all and those made while
-    /// a slice was in force, summed over CPUs.
-    pub fn sliced_syscalls(&self) -> Result<SlicedSyscalls> {
-        let per_cpu = self
-            .skel
-            .maps
-            .sliced_syscalls
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?
-            .unwrap_or_default();
-        let mut sum = SlicedSyscalls {
-            all: vec![0; MAX_SYSCALL_NR],
-            in_slices: vec![0; MAX_SYSCALL_NR],
-        };
-        for bytes in per_cpu {
-            let s: types::sliced_syscalls = pod(&bytes);
-            for nr in 0..MAX_SYSCALL_NR {
-                sum.all[nr] += s.all[nr];
-                sum.in_slices[nr] += s.in_slices[nr];
-            }
-        }
-        Ok(sum)
     }
 
     /// The ns the scheduler's programs ran at switches to targets since the last call: the

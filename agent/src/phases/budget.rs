@@ -1,8 +1,8 @@
 //! The phase probes under a budget (`--phase-budget 1%`): attached for slices, as much of the
 //! time as the budget allows, their cost per slice estimated from the calls counted (see
 //! `probe_overhead`). The named phases' totals are extrapolated from the slices (by the targets'
-//! syscalls, else their own CPU time: see `PhaseBudgetInfo`), per window (the agent, `attach`)
-//! or over the whole recording.
+//! read and write syscalls or their own CPU time, whichever errs less: see `slice_basis`), per
+//! window (the agent, `attach`) or over the whole recording.
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -10,16 +10,16 @@ use phaseprof_model::{PhaseBudgetInfo, PhaseStats};
 
 use super::probe_overhead::PhaseProbeOverhead;
 use crate::duty_cycle::{slowdown_by_syscalls, DutyCycle};
-use crate::engine::{Engine, SlicedSyscalls};
-use crate::targets::CpuClock;
+use crate::engine::Engine;
+use crate::targets::{CpuClock, IoSyscallClock};
 
-/// The targets' CPU time, the probes' estimated time and the targets' syscalls by number (all,
-/// and in slices), as counters.
+/// The targets' CPU time, the probes' estimated time and the targets' read and write syscalls,
+/// as counters.
 #[derive(Clone, Default)]
 struct Marks {
     cpu_ns: u64,
     probe_ns: f64,
-    syscalls: SlicedSyscalls,
+    syscalls: u64,
     /// Calls a slice's start or end cut, never counted.
     voided: u64,
     /// When taken (CLOCK_MONOTONIC).
@@ -44,8 +44,9 @@ struct Tally {
     shortest: Option<Duration>,
     /// The probes were detached at least once.
     detached: bool,
-    /// The targets' CPU time (probes included) while counted.
+    /// The targets' CPU time (probes included) and syscalls while counted.
     cpu_in_ns: u64,
+    sys_in: u64,
 }
 
 impl Tally {
@@ -84,21 +85,24 @@ pub struct PhaseBudget {
     at_count: Marks,
     /// Counters at the start of the slice in progress (its cost is measured over it).
     at_slice: Marks,
-    first: Option<Marks>,
+    /// The counters' origin (zeros: each target's CPU time and syscalls count from when it
+    /// was added, `target_added`; the engine's counters from its load).
+    first: Marks,
     total: Tally,
     /// A session cut in windows: where the window's span starts (a window that counted nothing
     /// leaves it where it was, for the next that does) and what it counted.
-    window_mark: Option<Marks>,
+    window_mark: Marks,
     window: Tally,
     /// Whether the slowdown has been measured by syscalls (else estimated from the calls).
     slowdown_measured: bool,
     /// Whether the window in progress began with a slice in force (the first one does: its
     /// slice starts at the first tick).
     window_began_in_force: bool,
-    /// The last window that counted: its named phases' totals as counted, what counted them
-    /// and the syscall's number (a window no slice falls in carries its rates: `carry`).
-    last_counted: Option<(Vec<PhaseStats>, PhaseBudgetInfo, usize)>,
+    /// The last window that counted: its named phases' totals as counted, and what counted
+    /// them (a window no slice falls in carries its rates: `carry`).
+    last_counted: Option<(Vec<PhaseStats>, PhaseBudgetInfo)>,
     cpu: CpuClock,
+    io: IoSyscallClock,
 }
 
 impl PhaseBudget {
@@ -116,14 +120,15 @@ impl PhaseBudget {
             counting_since: now,
             at_count: Marks::default(),
             at_slice: Marks::default(),
-            first: None,
+            first: Marks::default(),
             total: Tally::default(),
-            window_mark: None,
+            window_mark: Marks::default(),
             window: Tally::default(),
             window_began_in_force: true,
             slowdown_measured: false,
             last_counted: None,
             cpu: CpuClock::default(),
+            io: IoSyscallClock::default(),
         }
     }
 
@@ -136,13 +141,25 @@ impl PhaseBudget {
         let m = Marks {
             cpu_ns: self.cpu.read(pids.iter().copied()),
             probe_ns: cost.probe_ns(engine)?,
-            syscalls: engine.sliced_syscalls()?,
+            syscalls: self.io.read(pids.iter().copied()),
             voided: engine.phase_calls_voided()?,
             mono_ns: crate::engine::monotonic_ns(),
         };
-        self.first.get_or_insert_with(|| m.clone());
-        self.window_mark.get_or_insert_with(|| m.clone());
         Ok(m)
+    }
+
+    /// A target added: its CPU time and syscalls count from now, or from its birth (a
+    /// command held before its exec, a target's child).
+    pub fn target_added(&mut self, pid: u32, from_birth: bool) {
+        self.cpu.add(pid, from_birth);
+        self.io.add(pid, from_birth);
+    }
+
+    /// A target exited: its last counts, read while its /proc entry is still there (until
+    /// its parent reaps it; `record -- CMD` reaps after this).
+    pub fn target_exited(&mut self, pid: u32) {
+        self.cpu.read(std::iter::once(pid));
+        self.io.read(std::iter::once(pid));
     }
 
     /// When `tick` next has something to do, so the recording loop wakes up for it.
@@ -167,6 +184,9 @@ impl PhaseBudget {
         self.window.counted_ns += counted;
         self.total.cpu_in_ns += cpu;
         self.window.cpu_in_ns += cpu;
+        let sys = now.syscalls.saturating_sub(self.at_count.syscalls);
+        self.total.sys_in += sys;
+        self.window.sys_in += sys;
         self.at_count = now.clone();
     }
 
@@ -178,10 +198,9 @@ impl PhaseBudget {
         cost: &PhaseProbeOverhead,
         pids: &[u32],
     ) -> Result<()> {
-        if self.first.is_none() {
-            // The origin of the totals (the targets' CPU time counts from here).
-            self.marks(engine, cost, pids)?;
-        }
+        // Every tick: a target that exits takes its counts with it.
+        self.cpu.read(pids.iter().copied());
+        self.io.read(pids.iter().copied());
         let now = Instant::now();
         if self.in_force && now >= self.check_at {
             let m = self.marks(engine, cost, pids)?;
@@ -250,14 +269,15 @@ impl PhaseBudget {
         (slowdown, cpu_in)
     }
 
-    /// The probes' slowdown of the targets measured so far (up to `now`) by the syscall the
-    /// targets made most in slices (`slowdown_by_syscalls`).
+    /// The probes' slowdown of the targets measured so far (up to `now`, a slice in force) by
+    /// their syscalls (`slowdown_by_syscalls`).
     fn measured_slowdown(&self, now: &Marks) -> Option<f64> {
-        let first = self.first.as_ref()?;
-        let info = self.info(self.total, first, now);
+        let first = &self.first;
         let cpu_all = now.cpu_ns.saturating_sub(first.cpu_ns);
+        let sys_all = now.syscalls.saturating_sub(first.syscalls);
         let cpu_in = self.total.cpu_in_ns + now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
-        slowdown_by_syscalls((cpu_in, info.syscalls_in_slices), (cpu_all, info.syscalls))
+        let sys_in = self.total.sys_in + now.syscalls.saturating_sub(self.at_count.syscalls);
+        slowdown_by_syscalls((cpu_in, sys_in), (cpu_all, sys_all))
     }
 
     /// How long a slice stays before its cost is checked: the duty cycle's length, or longer
@@ -295,7 +315,7 @@ impl PhaseBudget {
         cost: &PhaseProbeOverhead,
         pids: &[u32],
     ) -> Result<PhaseBudgetInfo> {
-        let from = self.window_mark.clone().unwrap_or_default();
+        let from = self.window_mark.clone();
         let m = self.marks(engine, cost, pids)?;
         if self.in_force {
             self.count_until(&m);
@@ -308,10 +328,8 @@ impl PhaseBudget {
         info.attached_throughout = self.window_began_in_force && !w.detached;
         self.window_began_in_force = self.in_force;
         let counted = info.counted_own_ns > 0 || info.syscalls_in_slices > 0;
-        if let (false, Some((_, _, nr))) = (counted, &self.last_counted) {
-            // No slice fell in the window: it carries the last slices' rates, by the syscall
-            // they counted by.
-            info = self.info_by(w, &from, &m, Some(*nr));
+        if !counted && self.last_counted.is_some() {
+            // No slice fell in the window: it carries the last slices' rates.
             info.carried_windows = 1;
         } else if !counted {
             // Nothing counted yet: the window's time and syscalls are left to the first that
@@ -320,7 +338,7 @@ impl PhaseBudget {
             (info.own_ns, info.syscalls) = (0, 0);
             return Ok(info);
         }
-        self.window_mark = Some(m);
+        self.window_mark = m;
         Ok(info)
     }
 
@@ -330,12 +348,11 @@ impl PhaseBudget {
     pub fn estimate_window(&mut self, stats: &mut Vec<PhaseStats>, info: &PhaseBudgetInfo) {
         use phaseprof_model::phase_budget::{carry, extrapolate};
         match &self.last_counted {
-            Some((last, last_info, _)) if info.carried_windows > 0 => {
+            Some((last, last_info)) if info.carried_windows > 0 => {
                 *stats = carry(last, last_info, info);
             }
             _ if info.counted_own_ns > 0 || info.syscalls_in_slices > 0 => {
-                let nr = phaseprof_model::syscall_nr(&info.syscall).unwrap_or(0) as usize;
-                self.last_counted = Some((stats.clone(), info.clone(), nr));
+                self.last_counted = Some((stats.clone(), info.clone()));
                 extrapolate(stats, info);
             }
             _ => extrapolate(stats, info),
@@ -355,7 +372,7 @@ impl PhaseBudget {
             self.count_until(&m);
             self.total.slice(self.counting_since.elapsed());
         }
-        let first = self.first.clone().unwrap_or_default();
+        let first = self.first.clone();
         let mut info = self.info(self.total, &first, &m);
         // The first slice starts at the first tick: only a detach breaks the exact count.
         info.attached_throughout = !self.total.detached;
@@ -365,37 +382,16 @@ impl PhaseBudget {
         Ok(info)
     }
 
-    /// What `t` counted between the marks `from` and `to`. The syscall counted by is the one
-    /// the targets made most inside slices: a server makes its commonest syscalls per request
-    /// (a read, a write), where others vary with how its work batches up, which a slowdown
-    /// changes (fewer `epoll_wait`s per request while the probes are in force).
+    /// What `t` counted between the marks `from` and `to`.
     fn info(&self, t: Tally, from: &Marks, to: &Marks) -> PhaseBudgetInfo {
-        self.info_by(t, from, to, None)
-    }
-
-    /// `info`, counted by syscall `nr` when the targets made none inside slices.
-    fn info_by(&self, t: Tally, from: &Marks, to: &Marks, nr: Option<usize>) -> PhaseBudgetInfo {
-        let delta = |to: &[u64], from: &[u64], nr: usize| {
-            to.get(nr)
-                .copied()
-                .unwrap_or(0)
-                .saturating_sub(from.get(nr).copied().unwrap_or(0))
-        };
-        let (s, f) = (&to.syscalls, &from.syscalls);
-        let commonest =
-            (0..s.in_slices.len()).max_by_key(|&nr| delta(&s.in_slices, &f.in_slices, nr));
-        let nr = match (commonest, nr) {
-            (Some(c), _) if delta(&s.in_slices, &f.in_slices, c) > 0 => c,
-            (c, nr) => nr.or(c).unwrap_or(0),
-        };
         PhaseBudgetInfo {
             budget: self.duty.budget,
             counted_own_ns: t.counted_own_ns,
             counted_ns: t.counted_ns,
             own_ns: from.own_until(to),
-            syscall: phaseprof_model::syscall_name(nr as u32),
-            syscalls_in_slices: delta(&s.in_slices, &f.in_slices, nr),
-            syscalls: delta(&s.all, &f.all, nr),
+            syscall: phaseprof_model::phase_budget::READ_WRITE.into(),
+            syscalls_in_slices: t.sys_in,
+            syscalls: to.syscalls.saturating_sub(from.syscalls),
             slices: t.slices,
             shortest_slice_ns: t.shortest.map_or(0, |d| d.as_nanos() as u64),
             calls_voided: to.voided.saturating_sub(from.voided),

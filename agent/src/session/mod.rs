@@ -279,6 +279,9 @@ impl<'obj> Session<'obj> {
             Joined::Forked | Joined::ForkedThenExec => 0,
         };
         self.cpu_at_add.insert(pid, mark);
+        if let Some(b) = &mut self.phase_budget {
+            b.target_added(pid, joined != Joined::Attached);
+        }
         let meta = self.agg.builder_mut().meta_mut();
         if meta.pids.is_empty() {
             // The first target names the profile (unless it is already gone again).
@@ -310,6 +313,9 @@ impl<'obj> Session<'obj> {
         self.choose_unwind(pid, exe, Choice::BeforeExec)?;
         self.engine.arm_target(pid)?;
         self.cpu_at_add.insert(pid, 0);
+        if let Some(b) = &mut self.phase_budget {
+            b.target_added(pid, true);
+        }
         let meta = self.agg.builder_mut().meta_mut();
         meta.pids.push(pid);
         self.live.insert(pid);
@@ -415,6 +421,9 @@ impl<'obj> Session<'obj> {
                     }
                     if let Some(alloc) = &mut self.alloc {
                         alloc.remove_target(pid);
+                    }
+                    if let Some(b) = &mut self.phase_budget {
+                        b.target_exited(pid);
                     }
                 }
             }
