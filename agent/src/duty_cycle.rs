@@ -16,14 +16,18 @@ pub fn overhead(hits: u64, target_cpu_ns: u64, ns_per_hit: f64) -> f64 {
     hits as f64 * ns_per_hit / target_cpu_ns as f64
 }
 
+/// Syscalls in slices (and outside) below which they are too few to measure the probes'
+/// slowdown by (their count's own noise, √n, would pass 5%).
+const MIN_SYSCALLS_TO_MEASURE: u64 = 400;
+
 /// The probes' slowdown of the targets measured by their syscalls: their CPU time per syscall
 /// while the probes were in force (`inside`: CPU ns, syscalls) over the same outside (the
 /// whole recording's, `all`, less `inside`), less one. Exact counts both, and no cost per hit
-/// assumed; None until each side has MIN_SYSCALLS_IN_SLICES syscalls and a few ms of CPU time.
+/// assumed; None until each side has MIN_SYSCALLS_TO_MEASURE syscalls and a few ms of CPU time.
 pub fn slowdown_by_syscalls(inside: (u64, u64), all: (u64, u64)) -> Option<f64> {
     let (cpu_in, sys_in) = inside;
     let (cpu_out, sys_out) = (all.0.saturating_sub(cpu_in), all.1.saturating_sub(sys_in));
-    let enough = phaseprof_model::phase_budget::MIN_SYSCALLS_IN_SLICES;
+    let enough = MIN_SYSCALLS_TO_MEASURE;
     if sys_in < enough
         || sys_out < enough
         || cpu_in < MIN_MEASURED_CPU_NS

@@ -49,10 +49,6 @@ pub struct PhaseBudgetInfo {
     pub overhead_while_attached: f64,
 }
 
-/// Syscalls inside slices (and outside) below which they are too few to measure the probes'
-/// slowdown by (their count's own noise, √n, would pass 5%).
-pub const MIN_SYSCALLS_IN_SLICES: u64 = 400;
-
 pub use crate::slice_basis::Basis;
 
 /// The syscalls a phase budget counts by: the read and write syscalls the kernel counts for
