@@ -165,6 +165,7 @@ impl Summary {
                     "basis": b.basis().name(),
                     "overhead_while_attached": b.overhead_while_attached,
                     "estimated": !b.attached_throughout,
+                    "totals_doubtful": b.totals_doubtful(),
                 })
             }),
             probe_cost: probe_cost_json(profile),

@@ -153,8 +153,7 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
     let phases = root().join("tests/workloads/nats-driver/phases.toml");
     let phases = phases.to_str().unwrap();
     let with_phases = ["--events", "cpu", "--phases", phases];
-    // Under a budget with the default events: the syscalls counted in and out of slices are
-    // what the totals are extrapolated by.
+    // Under a budget, with the default events (the row it is set against).
     let phases_budget = ["--phases", phases, "--phase-budget", "1%"];
     // The last rows run long rounds (BUDGET_MSGS): a budget's cost is set against the same
     // recording without phases in rounds of the same length.
