@@ -93,6 +93,7 @@ fn merge_alloc_info(a: &mut Option<AllocInfo>, wa: f64, b: &Option<AllocInfo>, w
     a.budget = a.budget.or(b.budget);
     a.go_sampled |= b.go_sampled;
     a.syscalls_in_slices += b.syscalls_in_slices;
+    a.counted_own_ns += b.counted_own_ns;
     a.syscalls += b.syscalls;
 }
 
@@ -272,6 +273,7 @@ mod tests {
             go_sampled: false,
             syscalls_in_slices: 0,
             syscalls: 0,
+            counted_own_ns: 0,
         };
         (c.meta.alloc, d.meta.alloc) = (Some(info(1.0)), Some(info(0.2)));
         d.meta.end_unix_ns = 40; // 10 ns attached throughout, then 30 ns a fifth of the time

@@ -57,14 +57,13 @@ pub use crate::slice_basis::Basis;
 pub const READ_WRITE: &str = "read/write";
 
 impl PhaseBudgetInfo {
-    /// The basis that errs less (see `slice_basis`); the syscalls, however few, where the
-    /// probes left the targets no own CPU time in slices to scale by (all of it estimated to
-    /// be theirs).
+    /// The basis that errs less (see `slice_basis`).
     pub fn basis(&self) -> Basis {
-        if self.counted_own_ns == 0 && self.syscalls_in_slices > 0 {
-            return Basis::Syscalls;
-        }
-        crate::slice_basis::basis(self.syscalls_in_slices, self.overhead_while_attached)
+        crate::slice_basis::basis(
+            self.syscalls_in_slices,
+            self.overhead_while_attached,
+            self.counted_own_ns,
+        )
     }
 
     /// The share of the targets' work in which phases were counted, by the basis.

@@ -263,12 +263,20 @@ pub struct AllocInfo {
     pub syscalls_in_slices: u64,
     #[serde(default)]
     pub syscalls: u64,
+    /// Under a budget: the targets' own CPU time (the probes' estimated time left out) while
+    /// allocations were counted, in ns.
+    #[serde(default)]
+    pub counted_own_ns: u64,
 }
 
 impl AllocInfo {
     /// What a budget's totals were extrapolated by.
     pub fn basis(&self) -> crate::slice_basis::Basis {
-        crate::slice_basis::basis(self.syscalls_in_slices, self.estimated_overhead)
+        crate::slice_basis::basis(
+            self.syscalls_in_slices,
+            self.estimated_overhead,
+            self.counted_own_ns,
+        )
     }
 }
 

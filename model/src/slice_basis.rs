@@ -30,10 +30,15 @@ const FEWEST_SYSCALLS_TO_COUNT_BY: u64 = 25;
 const CPU_ERROR_FLOOR: f64 = 0.02;
 
 /// The basis with the smaller expected error, for `syscalls_in_slices` made while the probes
-/// slowed the targets by `overhead`: syscalls err by about 1/√n for n in slices (a slice's
-/// edges cut the unit of work they come in), own CPU time by a tenth of the slowdown (what a
-/// 10% error in the probes' cost moves it by).
-pub fn basis(syscalls_in_slices: u64, overhead: f64) -> Basis {
+/// slowed the targets by `overhead` and left them `counted_own_ns` of own CPU time in slices:
+/// syscalls err by about 1/√n for n in slices (a slice's edges cut the unit of work they come
+/// in), own CPU time by a tenth of the slowdown (what a 10% error in the probes' cost moves it
+/// by); the syscalls, however few, where the probes' estimated time took all of the slices'
+/// CPU time (nothing own is left to scale by).
+pub fn basis(syscalls_in_slices: u64, overhead: f64, counted_own_ns: u64) -> Basis {
+    if counted_own_ns == 0 && syscalls_in_slices > 0 {
+        return Basis::Syscalls;
+    }
     if syscalls_in_slices >= FEWEST_SYSCALLS_TO_COUNT_BY
         && syscall_error(syscalls_in_slices) <= cpu_error(overhead)
     {
@@ -56,13 +61,17 @@ fn cpu_error(overhead: f64) -> f64 {
 mod tests {
     use super::*;
 
-    // Checks the choice: few syscalls lose to cheap probes' CPU time, many win over costly ones.
+    // Checks the choice: few syscalls lose to cheap probes' CPU time, many win over costly ones;
+    // with no own CPU time counted, any syscalls win.
     #[test]
     fn the_basis_that_errs_less() {
-        assert_eq!(basis(24, 100.0), Basis::OwnCpu);
-        assert_eq!(basis(100, 0.5), Basis::OwnCpu);
-        assert_eq!(basis(400, 0.5), Basis::Syscalls);
-        assert_eq!(basis(2_000, 0.05), Basis::OwnCpu);
-        assert_eq!(basis(3_000, 0.05), Basis::Syscalls);
+        let own = 1_000_000;
+        assert_eq!(basis(24, 100.0, own), Basis::OwnCpu);
+        assert_eq!(basis(100, 0.5, own), Basis::OwnCpu);
+        assert_eq!(basis(400, 0.5, own), Basis::Syscalls);
+        assert_eq!(basis(2_000, 0.05, own), Basis::OwnCpu);
+        assert_eq!(basis(3_000, 0.05, own), Basis::Syscalls);
+        assert_eq!(basis(3, 0.0, 0), Basis::Syscalls);
+        assert_eq!(basis(0, 0.0, 0), Basis::OwnCpu);
     }
 }

@@ -220,6 +220,7 @@ fn alloc_json(profile: &Profile) -> serde_json::Value {
         "basis": info.budget.map(|_| info.basis().name()),
         "syscalls_in_slices": info.syscalls_in_slices,
         "syscalls": info.syscalls,
+        "counted_own_ns": info.counted_own_ns,
         "ns_per_hit": info.ns_per_hit,
         "ns_per_hit_measured": info.ns_per_hit_measured,
         "estimated_overhead": info.estimated_overhead,

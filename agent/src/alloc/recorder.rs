@@ -243,6 +243,7 @@ impl AllocRecorder {
             go_sampled: self.go_sampled,
             syscalls_in_slices: 0,
             syscalls: 0,
+            counted_own_ns: 0,
         };
         let ns_per_hit = self.ns_per_hit;
         let Some(duty) = &self.duty else {
@@ -260,8 +261,9 @@ impl AllocRecorder {
         info.estimated_overhead =
             (self.slowdown).unwrap_or_else(|| overhead(w.hits, w.counted_own_ns, ns_per_hit));
         (info.syscalls_in_slices, info.syscalls) = (w.sys_in, sys_all + w.uncounted_sys);
-        let scale = extrapolation(&info, (w.counted_own_ns, own));
-        let counted = w.counted_own_ns > 0;
+        info.counted_own_ns = w.counted_own_ns;
+        let scale = extrapolation(&info, own);
+        let counted = w.counted_own_ns > 0 || w.sys_in > 0;
         *w = WindowDuty {
             uncounted_own_ns: if counted { 0 } else { own },
             uncounted_sys: if counted { 0 } else { info.syscalls },
@@ -468,6 +470,7 @@ impl AllocRecorder {
             go_sampled: self.go_sampled,
             syscalls_in_slices: 0,
             syscalls: 0,
+            counted_own_ns: 0,
         };
         let Some(d) = &self.duty else {
             return Ok((info, 1.0));
@@ -475,24 +478,25 @@ impl AllocRecorder {
         info.attached_fraction = (d.on_ns as f64 / total.as_nanos().max(1) as f64).min(1.0);
         info.syscalls_in_slices = self.sys_in_slices;
         info.syscalls = self.sys_last;
+        info.counted_own_ns = self.counted_own_ns;
         let all_own = own_cpu_ns(self.cpu_last, hits, ns_per_hit);
-        if self.counted_own_ns == 0 {
+        if self.counted_own_ns == 0 && self.sys_in_slices == 0 {
             eprintln!("phaseprof: the allocation budget allowed no slice in so short a recording: no allocations recorded (record longer or raise --alloc-budget)");
         }
-        let scale = extrapolation(&info, (self.counted_own_ns, all_own));
+        let scale = extrapolation(&info, all_own);
         Ok((info, scale))
     }
 }
 
 /// The factor from what a budget's slices counted to the whole: by the targets' syscalls or
-/// their own CPU time (`counted`, of `all`), whichever errs less (`AllocInfo::basis`); 1 when
-/// nothing was counted.
-fn extrapolation(info: &AllocInfo, (counted_own, all_own): (u64, u64)) -> f64 {
+/// their own CPU time (`info.counted_own_ns` of `all_own`), whichever errs less
+/// (`AllocInfo::basis`); 1 when nothing was counted.
+fn extrapolation(info: &AllocInfo, all_own: u64) -> f64 {
     let (part, whole) = match info.basis() {
         phaseprof_model::slice_basis::Basis::Syscalls => (info.syscalls_in_slices, info.syscalls),
-        phaseprof_model::slice_basis::Basis::OwnCpu => (counted_own, all_own),
+        phaseprof_model::slice_basis::Basis::OwnCpu => (info.counted_own_ns, all_own),
     };
-    if part == 0 || counted_own == 0 {
+    if part == 0 {
         return 1.0;
     }
     (whole as f64 / part as f64).max(1.0)
@@ -500,4 +504,26 @@ fn extrapolation(info: &AllocInfo, (counted_own, all_own): (u64, u64)) -> f64 {
 /// The engine's probes for a process's allocator sites.
 fn probe_specs(sites: &[AllocSite]) -> Vec<crate::engine::ProbeSpec> {
     sites.iter().flat_map(AllocSite::probe_specs).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the factor: by the syscalls where the probes left no own CPU time in slices (it
+    // was 1, no extrapolation at all), by the own CPU time where cheap probes make it err less,
+    // and 1 when nothing was counted.
+    #[test]
+    fn extrapolation_by_the_basis_that_errs_less() {
+        let info = |sys_in, own_in| AllocInfo {
+            budget: Some(0.01),
+            syscalls_in_slices: sys_in,
+            syscalls: 1_000,
+            counted_own_ns: own_in,
+            ..AllocInfo::default()
+        };
+        assert_eq!(extrapolation(&info(100, 0), 5_000_000), 10.0);
+        assert_eq!(extrapolation(&info(100, 1_000_000), 5_000_000), 5.0);
+        assert_eq!(extrapolation(&info(0, 0), 5_000_000), 1.0);
+    }
 }

@@ -45,9 +45,10 @@ pub struct EngineArgs {
     pub alloc_budget: Option<f64>,
     /// With phases: keep the slowdown the phase probes cause under this share of the target's
     /// CPU time (e.g. 1%) by attaching them for slices of the recording (probes that cost less
-    /// stay attached: exact). Phase totals are then estimated from the slices (by the target's
-    /// commonest syscall, counted in and out of slices) and the report says with what coverage;
-    /// a call is counted only if it began and ended inside one slice.
+    /// stay attached: exact). Phase totals are then estimated from the slices (by the targets'
+    /// read and write syscalls, which the kernel counts in and out of slices, or by their own
+    /// CPU time, whichever errs less) and the report says with what coverage; a call is
+    /// counted only if it began and ended inside one slice.
     #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
     pub phase_budget: Option<f64>,
 }

@@ -207,6 +207,11 @@ const GROUPS: &[Group] = &[
                 get: |p| Some(p.meta.alloc.as_ref()?.syscalls),
                 set: |p, v| alloc(&mut p.meta).syscalls = v,
             },
+            Counter {
+                name: "alloc.counted_own_ns",
+                get: |p| Some(p.meta.alloc.as_ref()?.counted_own_ns),
+                set: |p, v| alloc(&mut p.meta).counted_own_ns = v,
+            },
         ],
     },
     // Unwinding counts go where the earliest window said how stacks were walked.
