@@ -10,6 +10,7 @@ use phaseprof_model::EventKind;
 
 use super::features::Needs;
 use super::load::program_for_cookie;
+use super::uprobe_multi::by_program_and_file;
 use super::{monotonic_ns, Engine, EngineConfig, ProbeSpec, Uprobe};
 use crate::perf_events::{online_cpus, open_cpu_clock, open_page_faults};
 
@@ -199,16 +200,9 @@ impl Engine<'_> {
     /// Attaches phase probes on one multi-uprobe link per program and file.
     fn attach_phase_probes_multi(&self, probes: &[ProbeSpec]) -> Result<Vec<Link>> {
         let progs = &self.skel.progs;
-        type Sites = (Vec<usize>, Vec<u64>);
-        let mut groups: std::collections::BTreeMap<(Uprobe, &std::path::Path), Sites> =
-            Default::default();
-        for p in probes {
-            let (offsets, cookies) = groups.entry((p.program, &p.path)).or_default();
-            offsets.push(p.offset as usize);
-            cookies.push(p.cookie);
-        }
+        let groups = by_program_and_file(probes);
         let mut links = Vec::with_capacity(groups.len());
-        for ((program, path), (offsets, cookies)) in groups {
+        for ((program, path), sites) in groups {
             let prog = match program {
                 Uprobe::PhaseEnter => &progs.uprobe__phase_enter_multi,
                 Uprobe::PhaseExit => &progs.uretprobe__phase_exit_multi,
@@ -219,16 +213,7 @@ impl Engine<'_> {
                 Uprobe::GoSched => &progs.uprobe__go_sched_multi,
                 other => bail!("{other:?} is not a phase probe"),
             };
-            let opts = libbpf_rs::UprobeMultiOpts {
-                offsets,
-                cookies,
-                retprobe: program.retprobe(),
-                ..Default::default()
-            };
-            let link = prog
-                .attach_uprobe_multi_with_opts(-1, path, "", opts)
-                .with_context(|| format!("attaching the phase probes in {}", path.display()))?;
-            links.push(link);
+            links.push(sites.attach(prog, program, -1, path, "phase probes")?);
         }
         Ok(links)
     }
@@ -239,11 +224,8 @@ impl Engine<'_> {
     pub fn attach_alloc(&mut self, pid: u32, probes: &[ProbeSpec]) -> Result<()> {
         self.bump_alloc_generation();
         let progs = &self.skel.progs;
-        // One multi-uprobe link per (program, file): its offsets and their cookies.
-        type Sites = (Vec<usize>, Vec<u64>);
-        let mut groups: std::collections::BTreeMap<(Uprobe, &std::path::Path), Sites> =
-            Default::default();
         let mut links = Vec::new();
+        let mut uprobes = Vec::with_capacity(probes.len());
         for p in probes {
             if p.program == Uprobe::GoAllocSample {
                 if let Some(why) = self.features.cannot(Needs::GoAlloc) {
@@ -262,42 +244,29 @@ impl Engine<'_> {
                 links.push(link);
                 continue;
             }
-            let (offsets, cookies) = groups.entry((p.program, &p.path)).or_default();
-            offsets.push(p.offset as usize);
-            cookies.push(p.cookie);
+            uprobes.push(p);
         }
+        // One multi-uprobe link per (program, file): its offsets and their cookies.
+        let groups = by_program_and_file(uprobes);
         if !(self.features.uprobe_multi && self.features.attach_cookie) {
             // One uprobe per function (kernels before uprobe_multi links).
-            for (&(program, path), (offsets, cookies)) in &groups {
-                for (&offset, &cookie) in offsets.iter().zip(cookies) {
+            for (&(program, path), sites) in &groups {
+                for (offset, cookie) in sites.each() {
                     links.push(self.attach_alloc_one(pid, program, path, offset, cookie)?);
                 }
             }
             self.alloc_links.entry(pid).or_default().extend(links);
             return Ok(());
         }
-        for ((program, path), (offsets, cookies)) in groups {
+        for ((program, path), sites) in groups {
             let prog = match program {
                 Uprobe::Free => &progs.uprobe__free,
                 Uprobe::AllocEnter => &progs.uprobe__alloc_enter,
                 Uprobe::AllocExit => &progs.uretprobe__alloc_exit,
                 other => bail!("{other:?} is not an allocator probe"),
             };
-            let opts = libbpf_rs::UprobeMultiOpts {
-                offsets,
-                cookies,
-                retprobe: program.retprobe(),
-                ..Default::default()
-            };
-            let link = prog
-                .attach_uprobe_multi_with_opts(pid as i32, path, "", opts)
-                .with_context(|| {
-                    format!(
-                        "attaching the allocator probes in {} (pid {pid})",
-                        path.display()
-                    )
-                })?;
-            links.push(link);
+            let what = format!("allocator probes (pid {pid})");
+            links.push(sites.attach(prog, program, pid as i32, path, &what)?);
         }
         self.alloc_links.entry(pid).or_default().extend(links);
         Ok(())

@@ -25,6 +25,7 @@ mod phase_totals;
 mod stacks;
 mod stats;
 mod unwind_maps;
+mod uprobe_multi;
 
 pub use stats::StackUsage;
 pub use unwind_maps::{
