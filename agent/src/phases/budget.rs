@@ -56,11 +56,9 @@ impl Tally {
     }
 }
 
-/// A slice in which the targets ran less than this found them idle: it spends nothing.
+/// A slice in which the targets ran less than this (and no probe fired) found them idle: it
+/// spends nothing, and goes on.
 const MIN_SLICE_CPU_NS: u64 = 2_000_000;
-
-/// How soon a slice follows one that found the targets idle, while no slice has spent.
-const IDLE_RETRY: Duration = Duration::from_secs(1);
 
 /// The longest a slice is made for calls that outlast shorter ones.
 const MAX_SLICE: Duration = Duration::from_secs(2);
@@ -71,8 +69,6 @@ pub struct PhaseBudget {
     min_slice: Duration,
     /// When the slice in force next has its cost checked (it ends there unless cheap enough).
     check_at: Instant,
-    /// When a slice may follow ones that found the targets idle (see IDLE_RETRY).
-    idle_retry_at: Instant,
     /// The voided calls and the calls counted at the last look (`lengthen_if_calls_voided`).
     voided_seen: (u64, u64),
     started: Instant,
@@ -112,7 +108,6 @@ impl PhaseBudget {
             duty: DutyCycle::new(budget),
             min_slice: Duration::ZERO,
             check_at: now,
-            idle_retry_at: now,
             voided_seen: (0, 0),
             started: now,
             in_force: false,
@@ -166,10 +161,8 @@ impl PhaseBudget {
     pub fn next_deadline(&self) -> Instant {
         if self.in_force {
             self.check_at
-        } else if self.duty.spent_ns == 0.0 {
-            self.idle_retry_at
         } else {
-            (self.started + self.duty.attach_at()).max(self.idle_retry_at)
+            self.started + self.duty.attach_at()
         }
     }
 
@@ -206,21 +199,20 @@ impl PhaseBudget {
             let m = self.marks(engine, cost, pids)?;
             let fired = m.probe_ns > self.at_slice.probe_ns;
             let slice_cpu = m.cpu_ns.saturating_sub(self.at_slice.cpu_ns);
-            if fired || slice_cpu >= MIN_SLICE_CPU_NS {
+            let idle = !fired && slice_cpu < MIN_SLICE_CPU_NS;
+            if !idle {
                 // Spending covers the whole stretch, attaching included, at the slowdown over
                 // every slice so far: a lightly loaded target runs too little in one slice to
                 // tell it, and must not be sliced for free.
                 let (slowdown, cpu_in) = self.slowdown_so_far(&m);
                 self.duty
                     .slice_done(self.slice_start.elapsed(), slowdown, cpu_in);
-            } else {
-                // No probe fired and the targets hardly ran: the probes cost nothing, and
-                // measured nothing.
-                self.idle_retry_at = now + IDLE_RETRY;
             }
             (self.at_slice, self.slice_start) = (m.clone(), now);
-            if self.duty.measured && self.duty.cost <= self.duty.budget {
-                // Cheap enough to stay: the slice goes on, its calls all counted.
+            if idle || (self.duty.measured && self.duty.cost <= self.duty.budget) {
+                // Cheap enough to stay, or free while the targets are idle (a slice that found
+                // a program still starting up must not end its exact count): the slice goes
+                // on, its calls all counted, and is checked again a slice later.
                 self.check_at = now + self.slice_length();
                 return Ok(());
             }
@@ -233,15 +225,10 @@ impl PhaseBudget {
             self.in_force = false;
             self.lengthen_if_calls_voided(engine, cost)?;
         } else if !self.in_force
-            && now >= self.idle_retry_at
-            && (self.total.slices == 0
-                || self.duty.spent_ns == 0.0
-                || self.duty.may_attach(now - self.started))
+            && (self.total.slices == 0 || self.duty.may_attach(now - self.started))
         {
-            // The first slice at once (it measures the probes' cost), and again every
-            // IDLE_RETRY while slices found the targets idle (they spent nothing); later ones
-            // when the budget has accrued theirs, but not sooner than IDLE_RETRY after one that
-            // found them idle (an idle target is not attached to and detached from at once).
+            // The first slice at once (it measures the probes' cost), later ones when the
+            // budget has accrued theirs.
             self.slice_start = now;
             engine.start_phase_slice()?;
             let m = self.marks(engine, cost, pids)?;
