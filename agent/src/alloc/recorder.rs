@@ -396,10 +396,7 @@ impl AllocRecorder {
             // extrapolated from the counted window alone.
             duty.slice_done(self.slice_start.elapsed(), cost, cpu);
             duty.on_ns += counted.as_nanos() as u64;
-        } else if !self.attached
-            && duty.may_attach(now - self.started)
-            && !engine.alloc_probes_retiring()
-        {
+        } else if !self.attached && duty.may_attach(now - self.started) {
             // The slice (and its spending) starts before attaching, which takes milliseconds;
             // counting and the cost's measurement start when every probe is in force.
             self.slice_start = now;

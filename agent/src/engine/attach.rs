@@ -331,16 +331,7 @@ impl Engine<'_> {
     /// is a thread's, not the recording's, and is not counted as time attached.
     pub fn detach_alloc(&mut self) {
         let links: Vec<Link> = self.alloc_links.drain().flat_map(|(_, l)| l).collect();
-        self.alloc_retiring = Some(retire(links));
-    }
-
-    /// Whether the allocator probes of the last slice are still being detached: probes attached
-    /// again meanwhile would count each allocation twice where the old breakpoint still runs
-    /// its program during its grace period (as a phase budget's do: `phase_probes_retiring`).
-    pub fn alloc_probes_retiring(&self) -> bool {
-        (self.alloc_retiring)
-            .as_ref()
-            .is_some_and(|r| !r.is_finished())
+        drop(retire(links));
     }
 
     /// Pauses (or resumes) allocation counting without detaching: duty cycling counts only

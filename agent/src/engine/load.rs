@@ -422,7 +422,6 @@ impl<'obj> Engine<'obj> {
             skel,
             links: Vec::new(),
             alloc_links: HashMap::new(),
-            alloc_retiring: None,
             phase_links: Default::default(),
             entry_holds: Default::default(),
             ring,

@@ -208,8 +208,6 @@ pub struct Engine<'obj> {
     entry_holds: entry_holds::EntryHolds,
     /// Allocator probes, by target: detached and re-attached when duty-cycling.
     alloc_links: HashMap<u32, Vec<Link>>,
-    /// The allocator probes of the last slice, being detached (see `alloc_probes_retiring`).
-    alloc_retiring: Option<std::thread::JoinHandle<()>>,
     /// Phase probes: detached and re-attached under a phase budget.
     phase_links: phase_slices::PhaseLinks,
     ring: RingBuffer<'static>,

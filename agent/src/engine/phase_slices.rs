@@ -18,9 +18,6 @@ pub(super) struct PhaseLinks {
     pub sliced: bool,
     /// A slice is in force.
     pub in_force: bool,
-    /// The last slice's probes, being detached off this thread (each waits for a grace period,
-    /// when its breakpoint still traps and runs its program).
-    pub retiring: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Engine<'_> {
@@ -32,15 +29,6 @@ impl Engine<'_> {
         let ptr: *mut bool = &mut self.bss().phases_sliced;
         // SAFETY: as in set_phases_paused.
         unsafe { std::ptr::write_volatile(ptr, true) };
-    }
-
-    /// Whether the last slice's probes are still being detached: a slice started meanwhile
-    /// would have two probes on each site, both counting every call (on 5.10 under emulation a
-    /// detach took longer than the pause between slices, and the calls read 4x).
-    pub fn phase_probes_retiring(&self) -> bool {
-        (self.phase_links.retiring)
-            .as_ref()
-            .is_some_and(|r| !r.is_finished())
     }
 
     /// Attaches the phase probes for a slice; counting starts once every one is in force.
@@ -61,8 +49,7 @@ impl Engine<'_> {
         self.set_phases_paused(true);
         self.bump_phase_generation();
         self.phase_links.in_force = false;
-        let links = std::mem::take(&mut self.phase_links.links);
-        self.phase_links.retiring = Some(retire(links));
+        drop(retire(std::mem::take(&mut self.phase_links.links)));
     }
 
     /// Attaches `probes` now if phases are not duty-cycled or a slice is in force, and keeps

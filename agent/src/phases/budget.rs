@@ -60,9 +60,6 @@ impl Tally {
 /// spends nothing, and goes on.
 const MIN_SLICE_CPU_NS: u64 = 2_000_000;
 
-/// How often a slice that is due looks again whether the last one's probes are gone.
-const RETIRE_POLL: Duration = Duration::from_millis(10);
-
 /// The longest a slice is made for calls that outlast shorter ones.
 const MAX_SLICE: Duration = Duration::from_secs(2);
 
@@ -75,8 +72,6 @@ pub struct PhaseBudget {
     /// The voided calls and the calls counted at the last look (`lengthen_if_calls_voided`).
     voided_seen: (u64, u64),
     started: Instant,
-    /// A slice is due but waits for the last one's probes to be detached until about then.
-    retiring_until: Instant,
     in_force: bool,
     /// When the current slice's spending began (before attaching), and its counting (every
     /// probe in force).
@@ -115,7 +110,6 @@ impl PhaseBudget {
             check_at: now,
             voided_seen: (0, 0),
             started: now,
-            retiring_until: now,
             in_force: false,
             slice_start: now,
             counting_since: now,
@@ -168,7 +162,7 @@ impl PhaseBudget {
         if self.in_force {
             self.check_at
         } else {
-            (self.started + self.duty.attach_at()).max(self.retiring_until)
+            self.started + self.duty.attach_at()
         }
     }
 
@@ -234,11 +228,7 @@ impl PhaseBudget {
             && (self.total.slices == 0 || self.duty.may_attach(now - self.started))
         {
             // The first slice at once (it measures the probes' cost), later ones when the
-            // budget has accrued theirs and the last one's probes are gone.
-            if engine.phase_probes_retiring() {
-                self.retiring_until = now + RETIRE_POLL;
-                return Ok(());
-            }
+            // budget has accrued theirs.
             self.slice_start = now;
             engine.start_phase_slice()?;
             let m = self.marks(engine, cost, pids)?;
