@@ -1,5 +1,6 @@
-//! Multi-uprobe links (Linux 6.6, with cookies): probes grouped by program and file, each group
-//! attached as one link, which attaches and detaches (a budget's slices) all at once.
+//! Probes grouped by program and file: each group attached as one multi-uprobe link (Linux 6.6,
+//! with cookies), which attaches and detaches (a budget's slices) all at once, or site by site
+//! on kernels without them.
 use std::collections::BTreeMap;
 use std::path::Path;
 
