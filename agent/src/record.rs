@@ -38,6 +38,8 @@ pub struct RecordOptions {
     pub alloc_budget: Option<f64>,
     /// Keep the phase probes' slowdown under this fraction (duty cycling; totals estimated).
     pub phase_budget: Option<f64>,
+    /// Keep counting syscalls' slowdown under this fraction (duty cycling; totals estimated).
+    pub syscall_budget: Option<f64>,
     /// Probe allocator functions at their first instruction instead of the chosen one.
     pub alloc_at_entry: bool,
     pub verbose: bool,
@@ -215,6 +217,9 @@ pub fn open_session<'obj>(
     for (_, why) in engine.features.fallbacks(&engine_cfg.events, phases) {
         eprintln!("phaseprof: kernel {}: {why}", engine.features.release);
     }
+    if opts.syscall_budget.is_some() {
+        engine.slice_syscalls();
+    }
     engine.attach(&engine_cfg)?;
     if opts.phase_budget.is_some() {
         engine.slice_phases();
@@ -242,6 +247,9 @@ pub fn open_session<'obj>(
     session.resolve_phases_later(deferred);
     if let Some(budget) = opts.phase_budget {
         session.budget_phases(budget);
+    }
+    if let Some(budget) = opts.syscall_budget {
+        session.budget_syscalls(budget);
     }
     session.unwind_stacks(
         opts.unwind,

@@ -165,6 +165,9 @@ struct syscall_start {
 	__u32 every;
 	__u32 walks;
 	__u64 walks_since;
+	/* syscall_generation at the entry: a syscall that entered in an earlier slice is void. */
+	__u32 generation;
+	__u32 pad;
 	/* Syscall numbers this thread made (sampled stacks: each one's first carries its stack, so
 	 * that rare syscalls have one). */
 	__u64 seen[MAX_SYSCALL_NR / 64];
@@ -359,6 +362,10 @@ enum probe_counter {
 	NS_SWITCH_TO_TARGET,
 	/* Under a phase budget: calls a slice's start or end cut (never counted). */
 	PHASE_CALLS_VOIDED,
+	/* Under a syscall budget: syscalls counted in slices, and those a slice's start or end cut
+	 * (never counted). */
+	SYSCALLS_COUNTED,
+	SYSCALLS_VOIDED,
 	HITS_MAX,
 };
 

@@ -81,6 +81,14 @@ bool alloc_paused = false;
 __u32 phase_generation = 0;
 bool phases_paused = false;
 bool phases_sliced = false;
+/* Syscall budget (duty cycling of raw_tp sys_enter/sys_exit), 0 in exact mode: user space
+ * attaches the two programs for slices and bumps `syscall_generation` at each slice's start and
+ * end, so a syscall whose entry or exit fell outside one is never counted (it is counted as
+ * voided: `syscalls_sliced` says the budget is on). `syscalls_paused` is set from a slice's end
+ * until the next one's start: the programs, detached one after the other, count nothing. */
+__u32 syscall_generation = 0;
+bool syscalls_sliced = false;
+bool syscalls_paused = false;
 /* Threads in `entry_held` (see uprobe__entry_hold); 0 spares every switch-out the lookup. */
 __u32 entry_holds = 0;
 

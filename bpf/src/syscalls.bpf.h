@@ -67,7 +67,8 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	/* Nearly every process on the host is no target: one array load tells. Entries are created
 	 * for targets' threads only (below), so a thread that has one is a target's: its syscalls
 	 * skip the target_pids lookup. */
-	if (stopped || !maybe_target(tgid) || nr == NR_URETPROBE || nr == NR_UPROBE)
+	if (stopped || syscalls_paused || !maybe_target(tgid) || nr == NR_URETPROBE ||
+	    nr == NR_UPROBE)
 		return 0;
 	struct syscall_start *start = thread_local(&syscall_starts, false);
 	if (!start) {
@@ -100,6 +101,8 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	};
 	/* These never return: count them now, with no latency. */
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
+		if (syscalls_sliced)
+			count_hit(SYSCALLS_COUNTED);
 		add_syscall(&key, 1, 0, 0);
 		if (phases_enabled)
 			phases_add_syscall(mask, nr, 0, key.window);
@@ -114,6 +117,7 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
 		start->maps_exec = (BPF_CORE_READ(regs, dx) & PROT_EXEC) != 0;
 	}
+	start->generation = syscall_generation;
 	start->ts = bpf_ktime_get_ns(); /* last: ts != 0 marks the entry valid */
 	return 0;
 }
@@ -124,7 +128,7 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	/* Only targets' threads have an entry: a target's exit skips the target_pids lookup. */
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	if (stopped || !maybe_target(tgid))
+	if (stopped || syscalls_paused || !maybe_target(tgid))
 		return 0;
 	struct syscall_start *start = thread_local(&syscall_starts, false);
 	if (!start || !start->ts) {
@@ -139,8 +143,19 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		if (nr < 0 || nr == NR_URETPROBE || nr == NR_UPROBE)
 			return 0;
 		if (!((nr == NR_CLONE || nr == NR_CLONE3 || nr == NR_FORK || nr == NR_VFORK) &&
-		      ctx->args[1] == 0))
-			count_drop(INFO_SYSCALL_EXIT_UNMATCHED);
+		      ctx->args[1] == 0)) {
+			/* Under a budget: entered before the slice began. */
+			if (syscalls_sliced)
+				count_hit(SYSCALLS_VOIDED);
+			else
+				count_drop(INFO_SYSCALL_EXIT_UNMATCHED);
+		}
+		return 0;
+	}
+	/* Entered in an earlier slice (its exit then was not seen), or before this one began. */
+	if (start->generation != syscall_generation) {
+		start->ts = 0;
+		count_hit(SYSCALLS_VOIDED);
 		return 0;
 	}
 	struct syscall_key key = {
@@ -155,6 +170,8 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u64 delta = bpf_ktime_get_ns() - start->ts;
 	bool maps_exec = start->maps_exec && (long)ctx->args[1] >= 0;
 	start->ts = 0;
+	if (syscalls_sliced)
+		count_hit(SYSCALLS_COUNTED);
 	long ret = (long)ctx->args[1];
 	add_syscall(&key, 1, delta, ret < 0 && ret >= -4095);
 	if (phases_enabled)

@@ -21,6 +21,7 @@ pub mod slice_basis;
 pub mod split;
 pub mod stats;
 pub mod summary;
+pub mod syscall_budget;
 mod syscall_names;
 pub mod syscall_spread;
 pub mod threads;
@@ -37,7 +38,7 @@ pub use format::{
 pub use frames::{display_name, folded_frame_name, is_allocator_frame, is_go_sampling_hook};
 pub use kinds::*;
 pub use lost::{Lost, INLINED_UNPROBED};
-pub use phase_budget::PhaseBudgetInfo;
+pub use phase_budget::BudgetInfo;
 pub use phase_stats::{wall_bucket_bounds, PhaseStats, WALL_SUB_BUCKETS};
 pub use probe_cost::{
     OwnSamples, ProbeCost, OTHER_PROBES_FRAME, OWN_COST_FRAME, SYSCALL_PROBES_FRAME,

@@ -55,10 +55,15 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
             }),
             (a, b) => a.or(b),
         };
-        match (&mut meta.phase_budget, &p.phase_budget) {
-            (Some(a), Some(b)) => a.absorb(b),
-            (a @ None, b) => *a = b.clone(),
-            (Some(_), None) => {}
+        for (into, from) in [
+            (&mut meta.phase_budget, &p.phase_budget),
+            (&mut meta.syscall_budget, &p.syscall_budget),
+        ] {
+            match (into, from) {
+                (Some(a), Some(b)) => a.absorb(b),
+                (a @ None, b) => *a = b.clone(),
+                (Some(_), None) => {}
+            }
         }
         // Addresses named late (see the agent's windows) add up.
         meta.names_late = meta.names_late.saturating_add(p.names_late);

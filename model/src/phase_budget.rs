@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::phase_stats::PhaseStats;
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct PhaseBudgetInfo {
+pub struct BudgetInfo {
     /// Allowed slowdown (0.01 = 1%).
     pub budget: f64,
     /// The targets' own CPU time (the probes' estimated time left out) while the probes were
@@ -56,7 +56,7 @@ pub use crate::slice_basis::Basis;
 /// syscall path.
 pub const READ_WRITE: &str = "read/write";
 
-impl PhaseBudgetInfo {
+impl BudgetInfo {
     /// The basis that errs less (see `slice_basis`).
     pub fn basis(&self) -> Basis {
         crate::slice_basis::basis(
@@ -119,7 +119,7 @@ impl PhaseBudgetInfo {
     }
 
     /// Another window's, added (the collector's and `attach`'s merged views).
-    pub fn absorb(&mut self, b: &PhaseBudgetInfo) {
+    pub fn absorb(&mut self, b: &BudgetInfo) {
         self.counted_own_ns += b.counted_own_ns;
         self.own_ns += b.own_ns;
         // Windows stored by earlier versions counted by their commonest syscall: merged with
@@ -234,7 +234,7 @@ fn ratio(part: u64, whole: u64) -> f64 {
 /// the maximum stays what was seen (nothing is scaled when the probes stayed attached
 /// throughout). `(none)` is emptied: under a budget the kernel keeps no totals of it (they
 /// would mix the slices' time outside phases with everything between slices).
-pub fn extrapolate(stats: &mut [PhaseStats], info: &PhaseBudgetInfo) {
+pub fn extrapolate(stats: &mut [PhaseStats], info: &BudgetInfo) {
     if let Some(none) = stats.first_mut() {
         *none = PhaseStats::default();
     }
@@ -248,11 +248,7 @@ pub fn extrapolate(stats: &mut [PhaseStats], info: &PhaseBudgetInfo) {
 /// A window no slice fell in (`info`, which counted nothing): its named phases' totals are
 /// those the last window that counted (`last`, as counted, and `last_info`) saw per syscall or
 /// per ns of own CPU time in its slices, at this window's. Its per-call maxima are not known.
-pub fn carry(
-    last: &[PhaseStats],
-    last_info: &PhaseBudgetInfo,
-    info: &PhaseBudgetInfo,
-) -> Vec<PhaseStats> {
+pub fn carry(last: &[PhaseStats], last_info: &BudgetInfo, info: &BudgetInfo) -> Vec<PhaseStats> {
     let (now, then) = match last_info.basis() {
         Basis::Syscalls => (info.syscalls, last_info.syscalls_in_slices),
         Basis::OwnCpu => (info.own_ns, last_info.counted_own_ns),
@@ -278,7 +274,7 @@ const MAX_EDGE_WEIGHT: f64 = 10.0;
 /// T/(T − d) of those that began in it (by its wall histogram bucket, T the slices' mean
 /// length). The counts (calls, the histogram) take the calls' weights; the sums (times,
 /// syscalls, bytes, costs) the weights by time, a longer call's share of them being larger.
-fn unbias_slice_edges(stats: &mut [PhaseStats], info: &PhaseBudgetInfo) {
+fn unbias_slice_edges(stats: &mut [PhaseStats], info: &BudgetInfo) {
     if info.slices == 0 || info.counted_ns == 0 {
         return;
     }
@@ -344,7 +340,7 @@ mod tests {
     // keeps the maximum, empties (none); windows add up to the same coverage.
     #[test]
     fn totals_scale_by_the_inverse_of_the_coverage() {
-        let info = PhaseBudgetInfo {
+        let info = BudgetInfo {
             budget: 0.01,
             counted_own_ns: 250,
             own_ns: 1000,
@@ -362,7 +358,7 @@ mod tests {
         };
         // Too few syscalls: by own CPU time; enough, by syscalls.
         assert_eq!(info.coverage(), 0.25);
-        let by_syscalls = PhaseBudgetInfo {
+        let by_syscalls = BudgetInfo {
             syscalls_in_slices: 500,
             syscalls: 4000,
             ..info.clone()
@@ -395,7 +391,7 @@ mod tests {
     // no maximum, (none) empty.
     #[test]
     fn a_window_without_slices_carries_the_last_rates() {
-        let last_info = PhaseBudgetInfo {
+        let last_info = BudgetInfo {
             budget: 0.01,
             syscall: "write".into(),
             syscalls_in_slices: 1000,
@@ -403,9 +399,9 @@ mod tests {
             counted_own_ns: 5_000,
             own_ns: 50_000,
             overhead_while_attached: 0.5,
-            ..PhaseBudgetInfo::default()
+            ..BudgetInfo::default()
         };
-        let info = PhaseBudgetInfo {
+        let info = BudgetInfo {
             syscalls: 3_000,
             own_ns: 1_000,
             ..last_info.clone()
@@ -429,7 +425,7 @@ mod tests {
             (300, 3_000, 0)
         );
         // Counted by own CPU time (too few syscalls), by it: 1,000 of 5,000 ns.
-        let by_cpu = PhaseBudgetInfo {
+        let by_cpu = BudgetInfo {
             syscalls_in_slices: 10,
             ..last_info
         };
@@ -448,12 +444,12 @@ mod tests {
         let (long, short) = (bucket_of(10_000_000), bucket_of(1_000));
         let (lo, hi) = crate::phase_stats::wall_bucket_bounds(long);
         let d = (lo + hi) as f64 / 2.0;
-        let info = PhaseBudgetInfo {
+        let info = BudgetInfo {
             slices: 2,
             counted_ns: 40_000_000,
             syscalls_in_slices: 1_000,
             syscalls: 1_000,
-            ..PhaseBudgetInfo::default()
+            ..BudgetInfo::default()
         };
         let phase = PhaseStats {
             calls: 20,

@@ -123,7 +123,10 @@ pub struct Meta {
     pub phase_probes: Option<PhaseProbeCost>,
     /// Phases recorded under a budget: how much was counted (None: exact, probes always on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase_budget: Option<crate::PhaseBudgetInfo>,
+    pub phase_budget: Option<crate::BudgetInfo>,
+    /// Syscalls recorded under a budget: how much was counted (None: exact, always counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall_budget: Option<crate::BudgetInfo>,
     /// How allocations were recorded, when they were.
     #[serde(default)]
     pub alloc: Option<AllocInfo>,

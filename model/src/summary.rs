@@ -38,6 +38,10 @@ pub struct Summary {
     /// covering `coverage` of the targets' own CPU time (absent: exact).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_budget: Option<serde_json::Value>,
+    /// Syscalls recorded under a budget: their totals are estimates from slices (absent:
+    /// exact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub syscall_budget: Option<serde_json::Value>,
     /// What all of phaseprof's probes cost the targets, measured from the cpu samples taken in
     /// them (absent without cpu samples or the targets' CPU time).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -150,24 +154,8 @@ impl Summary {
             costs,
             phases,
             phase_probes: (m.phase_probes.as_ref()).map(|c| phase_probes_json(profile, c)),
-            phase_budget: m.phase_budget.as_ref().map(|b| {
-                serde_json::json!({
-                    "budget": b.budget,
-                    "coverage": b.coverage(),
-                    "slices": b.slices,
-                    "syscall": b.syscall,
-                    "syscalls_in_slices": b.syscalls_in_slices,
-                    "syscalls": b.syscalls,
-                    "cpu_coverage": b.cpu_coverage(),
-                    "shortest_slice_ns": b.shortest_slice_ns,
-                    "counted_ns": b.counted_ns,
-                    "carried_windows": b.carried_windows,
-                    "basis": b.basis().name(),
-                    "overhead_while_attached": b.overhead_while_attached,
-                    "estimated": !b.attached_throughout,
-                    "totals_doubtful": b.totals_doubtful(),
-                })
-            }),
+            phase_budget: m.phase_budget.as_ref().map(budget_json),
+            syscall_budget: m.syscall_budget.as_ref().map(budget_json),
             probe_cost: probe_cost_json(profile),
             lost: LostSummary {
                 events: profile.lost.events,
@@ -371,6 +359,28 @@ pub fn syscalls_by_name(profile: &Profile) -> BTreeMap<String, CountNs> {
         e.total_ns = e.total_ns.saturating_add(s.value(SYSCALL_NS));
     }
     by_name
+}
+
+/// A budget (phases', syscalls'): how much its slices saw, and by what its totals were scaled.
+fn budget_json(b: &crate::BudgetInfo) -> serde_json::Value {
+    serde_json::json!({
+        "budget": b.budget,
+        "coverage": b.coverage(),
+        "slices": b.slices,
+        "syscall": b.syscall,
+        "syscalls_in_slices": b.syscalls_in_slices,
+        "syscalls": b.syscalls,
+        "cpu_coverage": b.cpu_coverage(),
+        "shortest_slice_ns": b.shortest_slice_ns,
+        "counted_ns": b.counted_ns,
+        "calls_voided": b.calls_voided,
+        "carried_windows": b.carried_windows,
+        "basis": b.basis().name(),
+        "overhead_while_attached": b.overhead_while_attached,
+        "slowdown_measured": b.slowdown_measured,
+        "estimated": !b.attached_throughout,
+        "totals_doubtful": b.totals_doubtful(),
+    })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use phaseprof_model::EventKind;
 use super::engine_args::{parse_events, EngineArgs};
 use super::{on_interrupt, parse_event};
 use crate::record::{record, RecordOptions};
+use crate::syscall_budget::DEFAULT_SYSCALL_BUDGET;
 use crate::targets::TargetSpec;
 
 #[derive(Args, Debug)]
@@ -116,6 +117,7 @@ impl SoakArgs {
             window: Duration::from_secs(1),
             alloc_budget: self.engine.alloc_budget,
             phase_budget: self.engine.phase_budget,
+            syscall_budget: None,
             alloc_at_entry: false,
             verbose: false,
         }))
@@ -130,6 +132,7 @@ pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
         bail!("--window must be at least 100ms");
     }
     args.engine.check_phase_budget(args.phases.is_some())?;
+    let syscall_budget = (args.engine).syscall_budget(&events, Some(DEFAULT_SYSCALL_BUDGET))?;
     let mut engine = args.engine.config(events)?;
     engine.follow_children = !args.no_follow;
     let opts = crate::live_server::AttachOptions {
@@ -143,6 +146,7 @@ pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
             window: args.window,
             alloc_budget: args.engine.alloc_budget,
             phase_budget: args.engine.phase_budget,
+            syscall_budget,
             alloc_at_entry: false,
             verbose: args.verbose,
         },

@@ -90,6 +90,7 @@ impl RecordArgs {
         };
         let events = parse_events(&self.events)?;
         self.engine.check_phase_budget(self.phases.is_some())?;
+        let syscall_budget = self.engine.syscall_budget(&events, None)?;
         let mut engine = self.engine.config(events)?;
         engine.follow_children = !self.no_follow && !matches!(target, TargetSpec::Name(_));
         Ok(RecordOptions {
@@ -99,6 +100,7 @@ impl RecordArgs {
             unwind: self.engine.unwind,
             alloc_budget: self.engine.alloc_budget,
             phase_budget: self.engine.phase_budget,
+            syscall_budget,
             alloc_at_entry: self.alloc_placement == "entry",
             output: self.output,
             phases: self.phases,

@@ -53,10 +53,6 @@ impl Engine<'_> {
             attach(&progs.tp_btf__sched_switch, "tp_btf/sched_switch")?;
             attach(&progs.tp_btf__sched_wakeup, "tp_btf/sched_wakeup")?;
         }
-        if has(EventKind::Syscall) {
-            attach(&progs.raw_tp__sys_enter, "raw_tp/sys_enter")?;
-            attach(&progs.raw_tp__sys_exit, "raw_tp/sys_exit")?;
-        }
 
         if self.features.atomic_or {
             attach(
@@ -77,6 +73,11 @@ impl Engine<'_> {
             &progs.raw_tp__sched_process_exit,
             "raw_tp/sched_process_exit",
         )?;
+        // Under a syscall budget, attached for slices only (`start_syscall_slice`).
+        if has(EventKind::Syscall) && !self.syscall_links.sliced {
+            let links = self.attach_syscall_programs()?;
+            self.syscall_links.links = links;
+        }
         Ok(())
     }
 
@@ -91,6 +92,7 @@ impl Engine<'_> {
         self.retire_entry_holds();
         self.alloc_links.clear();
         self.phase_links.links.clear();
+        self.syscall_links.links.clear();
         self.links.clear();
     }
 

@@ -423,6 +423,7 @@ impl<'obj> Engine<'obj> {
             links: Vec::new(),
             alloc_links: HashMap::new(),
             phase_links: Default::default(),
+            syscall_links: Default::default(),
             entry_holds: Default::default(),
             ring,
             events: rx,

@@ -24,6 +24,7 @@ mod phase_slices;
 mod phase_totals;
 mod stacks;
 mod stats;
+mod syscall_slices;
 mod unwind_maps;
 mod uprobe_multi;
 
@@ -210,6 +211,8 @@ pub struct Engine<'obj> {
     alloc_links: HashMap<u32, Vec<Link>>,
     /// Phase probes: detached and re-attached under a phase budget.
     phase_links: phase_slices::PhaseLinks,
+    /// raw_tp sys_enter/sys_exit: detached and re-attached under a syscall budget.
+    syscall_links: syscall_slices::SyscallLinks,
     ring: RingBuffer<'static>,
     events: Receiver<TargetEvent>,
     /// Go samples with the hash of their stack, which the drain resolves.

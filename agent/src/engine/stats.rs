@@ -42,7 +42,7 @@ impl Engine<'_> {
         Ok(since)
     }
 
-    fn probe_hits(&self, counter: types::probe_counter) -> Result<u64> {
+    pub(super) fn probe_hits(&self, counter: types::probe_counter) -> Result<u64> {
         let per_cpu = self
             .skel
             .maps

@@ -21,6 +21,9 @@
 //! # phase_budget = "1%"          # the default with phases: phase probes attached for slices so
 //! #                              # that they slow the targets by at most this, totals estimated
 //! #                              # (the report says with what coverage); "exact": always on
+//! # syscall_budget = "1%"        # the default with syscall events: syscalls counted in slices
+//! #                              # so that counting slows the targets by at most this, totals
+//! #                              # estimated; "exact": every syscall counted
 //! [labels]
 //! service = "relay"
 //! version = "1.5"
@@ -70,6 +73,7 @@ struct RawConfig {
     stack_entries: Option<u32>,
     alloc_budget: Option<String>,
     phase_budget: Option<String>,
+    syscall_budget: Option<String>,
     phases: Option<PathBuf>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
@@ -160,6 +164,8 @@ pub struct AgentConfig {
     pub alloc_budget: Option<f64>,
     /// The phase probes' share of the targets' CPU time (duty-cycled; None: `exact`, attached).
     pub phase_budget: Option<f64>,
+    /// Counting syscalls' share of the targets' CPU time (sliced; None: `exact`, every one).
+    pub syscall_budget: Option<f64>,
     pub labels: BTreeMap<String, String>,
     pub targets: Vec<Target>,
 }
@@ -254,16 +260,19 @@ impl AgentConfig {
                 Some(share)
             }
         };
+        // Without phases (or syscall events) there is nothing to duty-cycle.
         let phases = targets.iter().any(|t| t.phases.is_some());
-        let phase_budget = match raw.phase_budget.as_deref() {
-            Some("exact") => None,
-            // Without phases there is nothing to duty-cycle.
-            None => phases.then_some(DEFAULT_PHASE_BUDGET),
-            Some(b) => Some(
-                phaseprof_model::units::parse_percent(b)
-                    .map_err(|e| anyhow::anyhow!("{file}: phase_budget: {e} (or \"exact\")"))?,
-            ),
-        };
+        let phase_budget = exact_or_budget(file, "phase_budget", raw.phase_budget.as_deref())?
+            .unwrap_or(phases.then_some(DEFAULT_PHASE_BUDGET));
+        let syscalls = events.contains(&EventKind::Syscall);
+        let syscall_budget =
+            match exact_or_budget(file, "syscall_budget", raw.syscall_budget.as_deref())? {
+                None => syscalls.then_some(crate::syscall_budget::DEFAULT_SYSCALL_BUDGET),
+                Some(Some(_)) if !syscalls => bail!(
+                    "{file}: syscall_budget limits syscall counting: add \"syscall\" to events"
+                ),
+                Some(b) => b,
+            };
         if let Some(addr) = raw.metrics_listen {
             if !addr.ip().is_loopback() && metrics_token.is_none() {
                 bail!(
@@ -286,9 +295,22 @@ impl AgentConfig {
             stack_entries,
             alloc_budget,
             phase_budget,
+            syscall_budget,
             labels: raw.labels,
             targets,
         })
+    }
+}
+
+/// A budget of the config (`key`): None when not given, Some(None) for "exact", else the share.
+fn exact_or_budget(file: &str, key: &str, raw: Option<&str>) -> Result<Option<Option<f64>>> {
+    match raw {
+        None => Ok(None),
+        Some("exact") => Ok(Some(None)),
+        Some(b) => Ok(Some(Some(
+            phaseprof_model::units::parse_percent(b)
+                .map_err(|e| anyhow::anyhow!("{file}: {key}: {e} (or \"exact\")"))?,
+        ))),
     }
 }
 

@@ -56,6 +56,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         window: cfg.window,
         alloc_budget: cfg.alloc_budget,
         phase_budget: cfg.phase_budget,
+        syscall_budget: cfg.syscall_budget,
         alloc_at_entry: false,
         verbose: false,
     };

@@ -7,6 +7,7 @@ use phaseprof_model::Profile;
 
 use super::{unix_ns, Session};
 use crate::engine::Drain;
+use crate::phases::budget::PhaseProbes;
 use crate::symbolize::Naming;
 
 impl Session<'_> {
@@ -27,11 +28,16 @@ impl Session<'_> {
         // A session cut in windows ends with its last window's phase totals, and their budget.
         let phase_budget = match &mut self.phase_budget {
             Some(b) if self.took_windows => {
-                Some(b.window_info(&self.engine, &self.phase_cost, &pids)?)
+                let probes = PhaseProbes(&self.phase_cost);
+                Some((b.slices).window_info(&self.engine, &probes, &pids)?)
             }
-            Some(b) => Some(b.finish(&self.engine, &self.phase_cost, &pids)?),
+            Some(b) => {
+                let probes = PhaseProbes(&self.phase_cost);
+                Some((b.slices).finish(&self.engine, &probes, &pids)?)
+            }
             None => None,
         };
+        let syscall_budget = self.syscall_budget_info()?;
         if let Some(ns) = self.targets_cpu_since_mark() {
             self.meta_mut().targets_cpu_ns = Some(ns);
         }
@@ -89,6 +95,11 @@ impl Session<'_> {
         *b.lost_mut() = lost;
         b.meta_mut().start_unix_ns = unix_ns(start);
         b.meta_mut().end_unix_ns = unix_ns(end);
-        Ok(self.agg.finish())
+        let (budget, windows) = (self.syscall_budget.take(), self.took_windows);
+        let mut p = self.agg.finish();
+        if let (Some(mut b), Some(info)) = (budget, syscall_budget) {
+            b.estimate(&mut p, &info, windows);
+        }
+        Ok(p)
     }
 }

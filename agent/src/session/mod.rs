@@ -25,6 +25,7 @@ mod finish;
 mod phase_budget;
 mod probe_calibration;
 mod stacks;
+mod syscall_budget;
 mod windows;
 
 pub use deferred_phases::DeferredPhases;
@@ -87,6 +88,7 @@ pub struct Session<'obj> {
     phase_cost: PhaseProbeOverhead,
     /// The phase probes' duty cycle, under a phase budget.
     phase_budget: Option<crate::phases::budget::PhaseBudget>,
+    syscall_budget: Option<crate::syscall_budget::SyscallBudget>,
     /// Each target's CPU time (ns, its threads' schedstat) when it was added or at the last
     /// window: with the time at the end, how many cpu samples the recording should hold.
     cpu_at_add: std::collections::BTreeMap<u32, u64>,
@@ -133,6 +135,7 @@ impl<'obj> Session<'obj> {
             unwound: Vec::new(),
             phase_cost,
             phase_budget: None,
+            syscall_budget: None,
             uprobe_cost: Default::default(),
             calibration_cpu: Default::default(),
             verbose,
@@ -179,8 +182,12 @@ impl<'obj> Session<'obj> {
     /// When periodic work is next due (an allocation-probe slice ending), if sooner than usual.
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
         let alloc = self.alloc.as_ref().and_then(|a| a.next_deadline());
-        let phases = self.phase_budget.as_ref().map(|b| b.next_deadline());
-        alloc.into_iter().chain(phases).min()
+        let phases = self.phase_budget.as_ref().map(|b| b.slices.next_deadline());
+        let syscalls = self
+            .syscall_budget
+            .as_ref()
+            .map(|b| b.slices.next_deadline());
+        alloc.into_iter().chain(phases).chain(syscalls).min()
     }
 
     /// Periodic work between drains: the probes' overhead estimates, the allocation probes'
@@ -190,6 +197,7 @@ impl<'obj> Session<'obj> {
             alloc.tick(&mut self.engine)?;
         }
         self.phase_budget_tick()?;
+        self.syscall_budget_tick()?;
         let pids: Vec<u32> = self.live.iter().copied().collect();
         if let Some(line) = self.phase_cost.tick(&self.engine, &pids, false)? {
             eprintln!("{line}");
@@ -279,7 +287,7 @@ impl<'obj> Session<'obj> {
             Joined::Forked | Joined::ForkedThenExec => 0,
         };
         self.cpu_at_add.insert(pid, mark);
-        if let Some(b) = &mut self.phase_budget {
+        for b in self.budgets() {
             b.target_added(pid, joined != Joined::Attached);
         }
         let meta = self.agg.builder_mut().meta_mut();
@@ -304,6 +312,13 @@ impl<'obj> Session<'obj> {
         Ok(())
     }
 
+    /// The budgets' slices (phases', syscalls'), which follow the targets' CPU time and syscalls.
+    fn budgets(&mut self) -> impl Iterator<Item = &mut crate::slice_budget::SliceBudget> {
+        let phases = self.phase_budget.as_mut().map(|b| &mut b.slices);
+        let syscalls = self.syscall_budget.as_mut().map(|b| &mut b.slices);
+        phases.into_iter().chain(syscalls)
+    }
+
     /// Registers a `record -- CMD` child held before its execve of `exe` (see
     /// `targets::HeldChild`).
     pub fn add_held_child(&mut self, pid: u32, exe: &std::path::Path) -> Result<()> {
@@ -313,7 +328,7 @@ impl<'obj> Session<'obj> {
         self.choose_unwind(pid, exe, Choice::BeforeExec)?;
         self.engine.arm_target(pid)?;
         self.cpu_at_add.insert(pid, 0);
-        if let Some(b) = &mut self.phase_budget {
+        for b in self.budgets() {
             b.target_added(pid, true);
         }
         let meta = self.agg.builder_mut().meta_mut();
@@ -422,7 +437,7 @@ impl<'obj> Session<'obj> {
                     if let Some(alloc) = &mut self.alloc {
                         alloc.remove_target(pid);
                     }
-                    if let Some(b) = &mut self.phase_budget {
+                    for b in self.budgets() {
                         b.target_exited(pid);
                     }
                 }

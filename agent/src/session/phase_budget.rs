@@ -4,7 +4,7 @@ use anyhow::Result;
 use phaseprof_model::Profile;
 
 use super::Session;
-use crate::phases::budget::PhaseBudget;
+use crate::phases::budget::{PhaseBudget, PhaseProbes};
 
 impl Session<'_> {
     /// From now on the phase probes are duty-cycled to cost at most `budget` (0.01 = 1%) of the
@@ -17,7 +17,7 @@ impl Session<'_> {
     pub(super) fn phase_budget_tick(&mut self) -> Result<()> {
         if let Some(b) = &mut self.phase_budget {
             let pids: Vec<u32> = self.live.iter().copied().collect();
-            b.tick(&mut self.engine, &self.phase_cost, &pids)?;
+            (b.slices).tick(&mut self.engine, &PhaseProbes(&self.phase_cost), &pids)?;
         }
         Ok(())
     }
@@ -29,7 +29,7 @@ impl Session<'_> {
             return Ok(());
         };
         let pids: Vec<u32> = self.live.iter().copied().collect();
-        let info = b.window_info(&self.engine, &self.phase_cost, &pids)?;
+        let info = (b.slices).window_info(&self.engine, &PhaseProbes(&self.phase_cost), &pids)?;
         b.estimate_window(&mut p.phase_stats, &info);
         p.meta.phase_budget = Some(info);
         Ok(())

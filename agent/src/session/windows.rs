@@ -62,6 +62,7 @@ impl Session<'_> {
         p.phase_stats = self.phase_stats_of_window();
         p.lost = self.lost_since_last_window(self.engine.lost()?);
         self.extrapolate_window_phases(&mut p)?;
+        self.extrapolate_window_syscalls(&mut p)?;
         if let Some(alloc) = &mut self.alloc {
             let (info, scale) = alloc.window_info(&self.engine)?;
             if scale != 1.0 {

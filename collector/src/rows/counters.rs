@@ -3,7 +3,7 @@
 //! probes' cost and how a phase budget counted. `add` reads them from a window as it is split into rows; `restore` writes the
 //! sums back into the profile rebuilt from them. A counter added to the profile is added to
 //! the table below, and nowhere else in the collector.
-use phaseprof_model::{Meta, PhaseBudgetInfo, PhaseProbeCost, Profile, UnwindInfo};
+use phaseprof_model::{BudgetInfo, Meta, PhaseProbeCost, Profile, UnwindInfo};
 
 use super::Aggregate;
 
@@ -53,29 +53,73 @@ fn alloc(m: &mut Meta) -> &mut phaseprof_model::AllocInfo {
     m.alloc.get_or_insert_with(Default::default)
 }
 
-fn budget(p: &Profile) -> Option<&PhaseBudgetInfo> {
-    p.meta.phase_budget.as_ref()
-}
-
-/// The merged phase budget: the earliest window's (its budget, syscall and shortest slice),
-/// with the sums written into it.
-fn set_budget(p: &mut Profile, set: impl FnOnce(&mut PhaseBudgetInfo)) {
-    set(p.meta.phase_budget.get_or_insert_with(Default::default));
-}
-
-/// A counter of a phase budget's (`PhaseBudgetInfo`), by its name and field.
+/// A counter of a budget's (`BudgetInfo`: `phase_budget`, `syscall_budget`), by its field;
+/// named `<budget>.<name>`. The merged budget is the earliest window's (its budget, syscall
+/// and shortest slice), with the sums written into it.
 macro_rules! budget_counter {
-    ($name:literal, $field:ident) => {
+    ($budget:ident, $name:expr, |$b:ident| $get:expr, |$bm:ident, $v:ident| $set:expr) => {
         Counter {
-            name: $name,
-            get: |p| Some(budget(p)?.$field),
-            set: |p, v| set_budget(p, |b| b.$field = v),
+            name: concat!(stringify!($budget), ".", $name),
+            get: |p| {
+                let $b = p.meta.$budget.as_ref()?;
+                Some($get)
+            },
+            set: |p, $v| {
+                let $bm = p.meta.$budget.get_or_insert_with(BudgetInfo::default);
+                $set
+            },
+        }
+    };
+    ($budget:ident, $field:ident) => {
+        budget_counter!($budget, stringify!($field), |b| b.$field, |b, v| b.$field =
+            v)
+    };
+}
+
+/// Sums over the windows of a budget's counters; whether the probes stayed attached (or the
+/// slowdown was measured) in all of them, as the number of windows where they did not.
+macro_rules! budget_group {
+    ($windows:expr, $budget:ident) => {
+        Group {
+            windows: $windows,
+            known: Known::InAnyWindow,
+            clear: |_| {},
+            counters: &[
+                budget_counter!($budget, counted_own_ns),
+                budget_counter!($budget, own_ns),
+                budget_counter!($budget, syscalls_in_slices),
+                budget_counter!($budget, syscalls),
+                budget_counter!($budget, slices),
+                budget_counter!($budget, counted_ns),
+                budget_counter!($budget, calls_voided),
+                budget_counter!($budget, carried_windows),
+                budget_counter!(
+                    $budget,
+                    "detached_windows",
+                    |b| u64::from(!b.attached_throughout),
+                    |b, v| b.attached_throughout = v == 0
+                ),
+                budget_counter!(
+                    $budget,
+                    "unmeasured_windows",
+                    |b| u64::from(!b.slowdown_measured),
+                    |b, v| b.slowdown_measured = v == 0
+                ),
+                budget_counter!(
+                    $budget,
+                    "overhead_ppm",
+                    |b| (b.overhead_while_attached * 1e6).round() as u64,
+                    |b, v| b.overhead_while_attached = v as f64 / 1e6
+                ),
+            ],
         }
     };
 }
 
-/// The windows with a phase budget (the slowdown while attached is their mean).
+/// The windows with a phase budget, and with a syscall budget (the slowdown while attached is
+/// their mean).
 const PHASE_BUDGET_WINDOWS: &str = "windows_with_phase_budget";
+const SYSCALL_BUDGET_WINDOWS: &str = "windows_with_syscall_budget";
 
 /// A counter of the walks (`UnwindInfo`), by its name and field.
 macro_rules! unwind_counter {
@@ -158,38 +202,8 @@ const GROUPS: &[Group] = &[
             },
         ],
     },
-    // Sums over the windows; whether the probes stayed attached (or the slowdown was measured)
-    // in all of them, as the number of windows where they did not.
-    Group {
-        windows: PHASE_BUDGET_WINDOWS,
-        known: Known::InAnyWindow,
-        clear: |_| {},
-        counters: &[
-            budget_counter!("phase_budget.counted_own_ns", counted_own_ns),
-            budget_counter!("phase_budget.own_ns", own_ns),
-            budget_counter!("phase_budget.syscalls_in_slices", syscalls_in_slices),
-            budget_counter!("phase_budget.syscalls", syscalls),
-            budget_counter!("phase_budget.slices", slices),
-            budget_counter!("phase_budget.counted_ns", counted_ns),
-            budget_counter!("phase_budget.calls_voided", calls_voided),
-            budget_counter!("phase_budget.carried_windows", carried_windows),
-            Counter {
-                name: "phase_budget.detached_windows",
-                get: |p| Some(u64::from(!budget(p)?.attached_throughout)),
-                set: |p, v| set_budget(p, |b| b.attached_throughout = v == 0),
-            },
-            Counter {
-                name: "phase_budget.unmeasured_windows",
-                get: |p| Some(u64::from(!budget(p)?.slowdown_measured)),
-                set: |p, v| set_budget(p, |b| b.slowdown_measured = v == 0),
-            },
-            Counter {
-                name: "phase_budget.overhead_ppm",
-                get: |p| Some((budget(p)?.overhead_while_attached * 1e6).round() as u64),
-                set: |p, v| set_budget(p, |b| b.overhead_while_attached = v as f64 / 1e6),
-            },
-        ],
-    },
+    budget_group!(PHASE_BUDGET_WINDOWS, phase_budget),
+    budget_group!(SYSCALL_BUDGET_WINDOWS, syscall_budget),
     // An allocation budget's syscalls (what its totals were extrapolated by) add up; the
     // rest of how allocations were taken is the earliest window's.
     Group {
@@ -279,8 +293,13 @@ pub fn restore(p: &mut Profile, agg: &Aggregate) {
             .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.to_string(), *v)))
             .collect()
     };
-    if let (Some(b), Some(n)) = (&mut p.meta.phase_budget, counter(PHASE_BUDGET_WINDOWS)) {
-        b.overhead_while_attached /= n.max(1) as f64;
+    for (b, windows) in [
+        (&mut p.meta.phase_budget, PHASE_BUDGET_WINDOWS),
+        (&mut p.meta.syscall_budget, SYSCALL_BUDGET_WINDOWS),
+    ] {
+        if let (Some(b), Some(n)) = (b, counter(windows)) {
+            b.overhead_while_attached /= n.max(1) as f64;
+        }
     }
     p.lost.by_reason = named(LOST_REASON);
     p.costs = named(COST);
@@ -296,7 +315,7 @@ mod tests {
     fn a_phase_budget_adds_up_over_windows() {
         let window = |syscalls: u64, attached: bool| {
             let mut p = Profile::default();
-            p.meta.phase_budget = Some(PhaseBudgetInfo {
+            p.meta.phase_budget = Some(BudgetInfo {
                 budget: 0.01,
                 syscall: "write".into(),
                 syscalls_in_slices: syscalls / 10,
@@ -309,7 +328,7 @@ mod tests {
                 carried_windows: u64::from(!attached),
                 attached_throughout: attached,
                 overhead_while_attached: 0.5,
-                ..PhaseBudgetInfo::default()
+                ..BudgetInfo::default()
             });
             p
         };

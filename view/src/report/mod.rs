@@ -12,7 +12,7 @@ use self::alloc::{write_alloc_header, write_live};
 pub use self::tree::TreeView;
 use crate::format::{fmt_bytes, fmt_ns, fmt_value, pct};
 use phaseprof_model::summary::{syscalls_by_name, CountNs};
-use phaseprof_model::{display_name, in_phase, is_go_sampling_hook, EventKind, Profile};
+use phaseprof_model::{display_name, in_phase, is_go_sampling_hook, EventKind, Meta, Profile};
 
 /// Options of `report`, independent of the CLI.
 #[derive(Clone, Debug, Default)]
@@ -109,6 +109,33 @@ fn stack_line(profile: &Profile, stack: u32, max: usize) -> String {
     } else {
         names.join(" ← ")
     }
+}
+
+/// The syscall section's header: whether the counts are exact or estimated under a budget,
+/// and how their stacks were sampled.
+fn write_syscall_header(m: &Meta, grand: u64, out: &mut impl Write) -> std::io::Result<()> {
+    let budget = m.syscall_budget.as_ref();
+    let how = match budget {
+        Some(b) if !b.attached_throughout => "ESTIMATED under a budget",
+        _ => "exact",
+    };
+    match (m.syscall_stack_every, m.syscall_stack_walks_per_sec) {
+        (n, 0) if n > 1 && m.syscall_stacks => writeln!(
+            out,
+            "== syscalls: {grand} calls ({how}); stacks sampled 1 in {n}, counts by stack \
+             estimated =="
+        )?,
+        (n, rate) if n > 1 && m.syscall_stacks => writeln!(
+            out,
+            "== syscalls: {grand} calls ({how}); stacks sampled 1 in {n} (fewer on busy \
+             threads: at most {rate} a second each), counts by stack estimated =="
+        )?,
+        _ => writeln!(out, "== syscalls: {grand} calls ({how}) ==")?,
+    }
+    if let Some(b) = budget {
+        writeln!(out, "   {}", phaseprof_model::syscall_budget::describe(b))?;
+    }
+    Ok(())
 }
 
 /// What phaseprof's probes cost the targets: all of them, measured from the cpu samples taken
@@ -212,19 +239,7 @@ pub fn write_report(
                 }
             }
             EventKind::Offcpu => writeln!(out, "== off-cpu: {} ==", fmt_ns(grand))?,
-            EventKind::Syscall => match (m.syscall_stack_every, m.syscall_stack_walks_per_sec) {
-                (n, 0) if n > 1 && m.syscall_stacks => writeln!(
-                    out,
-                    "== syscalls: {grand} calls (exact); stacks sampled 1 in {n}, counts by \
-                     stack estimated =="
-                )?,
-                (n, rate) if n > 1 && m.syscall_stacks => writeln!(
-                    out,
-                    "== syscalls: {grand} calls (exact); stacks sampled 1 in {n} (fewer on busy \
-                     threads: at most {rate} a second each), counts by stack estimated =="
-                )?,
-                _ => writeln!(out, "== syscalls: {grand} calls ==")?,
-            },
+            EventKind::Syscall => write_syscall_header(m, grand, &mut out)?,
             EventKind::Alloc => write_alloc_header(profile, &mut out)?,
             EventKind::Pagefault => writeln!(out, "== page faults: {grand} ==")?,
             _ => writeln!(out, "== {kind}: {} ==", fmt_value(kind, grand))?,

@@ -1,0 +1,75 @@
+//! The syscall programs (raw_tp sys_enter/sys_exit) duty-cycled (`--syscall-budget`): attached
+//! for a slice, detached between slices. The kernel counts a syscall only when its entry and
+//! its exit both fell inside one slice: user space bumps `syscall_generation` at each slice's
+//! start and end, and a syscall that entered under another generation is voided at its exit.
+use anyhow::{Context, Result};
+use libbpf_rs::Link;
+use phaseprof_bpf::types;
+
+use super::{attach::retire, Engine};
+
+/// The syscall programs' links.
+#[derive(Default)]
+pub(super) struct SyscallLinks {
+    pub links: Vec<Link>,
+    /// Duty-cycled: the programs are attached only during slices.
+    pub sliced: bool,
+}
+
+impl Engine<'_> {
+    /// From now on (call before `attach`) the syscall programs are attached only between
+    /// `start_syscall_slice` and `end_syscall_slice`.
+    pub fn slice_syscalls(&mut self) {
+        self.syscall_links.sliced = true;
+        let ptr: *mut bool = &mut self.bss().syscalls_sliced;
+        // SAFETY: ptr points into the .bss mmap of the loaded object; volatile because BPF
+        // programs read it concurrently.
+        unsafe { std::ptr::write_volatile(ptr, true) };
+        self.set_syscalls_paused(true);
+    }
+
+    /// Attaches the syscall programs for a slice: syscalls entered from here on are counted.
+    pub fn start_syscall_slice(&mut self) -> Result<()> {
+        let links = self.attach_syscall_programs()?;
+        self.syscall_links.links = links;
+        self.bump_syscall_generation();
+        self.set_syscalls_paused(false);
+        Ok(())
+    }
+
+    /// Ends a slice: syscalls in flight are void from here on, then the programs are detached
+    /// (off this thread).
+    pub fn end_syscall_slice(&mut self) {
+        self.set_syscalls_paused(true);
+        self.bump_syscall_generation();
+        drop(retire(std::mem::take(&mut self.syscall_links.links)));
+    }
+
+    /// Under a syscall budget: the syscalls counted so far, and those a slice's edge cut.
+    pub fn syscalls_counted(&self) -> Result<u64> {
+        self.probe_hits(types::probe_counter::SYSCALLS_COUNTED)
+    }
+
+    pub fn syscalls_voided(&self) -> Result<u64> {
+        self.probe_hits(types::probe_counter::SYSCALLS_VOIDED)
+    }
+
+    pub(super) fn attach_syscall_programs(&self) -> Result<Vec<Link>> {
+        let progs = &self.skel.progs;
+        let enter = (progs.raw_tp__sys_enter.attach()).context("attaching raw_tp/sys_enter")?;
+        let exit = (progs.raw_tp__sys_exit.attach()).context("attaching raw_tp/sys_exit")?;
+        Ok(vec![enter, exit])
+    }
+
+    fn set_syscalls_paused(&mut self, paused: bool) {
+        let ptr: *mut bool = &mut self.bss().syscalls_paused;
+        // SAFETY: as in slice_syscalls.
+        unsafe { std::ptr::write_volatile(ptr, paused) };
+    }
+
+    fn bump_syscall_generation(&mut self) {
+        let ptr: *mut u32 = &mut self.bss().syscall_generation;
+        // SAFETY: as in slice_syscalls.
+        unsafe { std::ptr::write_volatile(ptr, std::ptr::read_volatile(ptr).wrapping_add(1)) };
+    }
+}

@@ -1,0 +1,389 @@
+//! Probes under a budget (`--phase-budget 1%`, `--syscall-budget 1%`): attached for slices, as
+//! much of the time as the budget allows, their cost measured by the targets' CPU time per
+//! syscall in and out of slices (or estimated from their hits). What they count is extrapolated
+//! from the slices (by the targets' read and write syscalls or their own CPU time, whichever
+//! errs less: see `slice_basis`), per window (the agent, `attach`) or over the whole recording.
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use phaseprof_model::BudgetInfo;
+
+use crate::duty_cycle::{slowdown_by_syscalls, DutyCycle};
+use crate::engine::Engine;
+use crate::targets::{CpuClock, IoSyscallClock};
+
+/// Probes a budget attaches for slices (the phase probes, the syscall programs).
+pub trait SlicedProbes {
+    /// What they are, for messages ("phase", "syscall").
+    fn what(&self) -> &'static str;
+    /// Attaches them; counting starts once every one is in force.
+    fn start_slice(&self, engine: &mut Engine<'_>) -> Result<()>;
+    /// Stops counting at once and detaches them.
+    fn end_slice(&self, engine: &mut Engine<'_>);
+    /// Their estimated time in the targets so far, ns.
+    fn probe_ns(&self, engine: &Engine<'_>) -> Result<f64>;
+    /// What they counted so far (calls, syscalls), and what a slice's start or end cut.
+    fn counted(&self, engine: &Engine<'_>) -> Result<u64>;
+    fn voided(&self, engine: &Engine<'_>) -> Result<u64>;
+}
+
+/// The targets' CPU time, the probes' estimated time and the targets' read and write syscalls,
+/// as counters.
+#[derive(Clone, Default)]
+struct Marks {
+    cpu_ns: u64,
+    probe_ns: f64,
+    syscalls: u64,
+    /// Calls a slice's start or end cut, never counted.
+    voided: u64,
+    /// When taken (CLOCK_MONOTONIC).
+    mono_ns: u64,
+}
+
+impl Marks {
+    /// The targets' own CPU time from `self` to `now` (the probes' time left out).
+    fn own_until(&self, now: &Marks) -> u64 {
+        let probe = (now.probe_ns - self.probe_ns).max(0.0) as u64;
+        now.cpu_ns.saturating_sub(self.cpu_ns).saturating_sub(probe)
+    }
+}
+
+/// What has been counted since a mark: the whole recording's, or a window's.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    counted_own_ns: u64,
+    /// Wall time the probes were counting.
+    counted_ns: u64,
+    slices: u64,
+    shortest: Option<Duration>,
+    /// The probes were detached at least once.
+    detached: bool,
+    /// The targets' CPU time (probes included) and syscalls while counted.
+    cpu_in_ns: u64,
+    sys_in: u64,
+}
+
+impl Tally {
+    fn slice(&mut self, length: Duration) {
+        self.slices += 1;
+        self.shortest = Some(self.shortest.map_or(length, |s| s.min(length)));
+    }
+}
+
+/// A slice in which the targets ran less than this (and no probe fired) found them idle: it
+/// spends nothing, and goes on.
+const MIN_SLICE_CPU_NS: u64 = 2_000_000;
+
+/// The longest a slice is made for calls that outlast shorter ones.
+const MAX_SLICE: Duration = Duration::from_secs(2);
+
+pub struct SliceBudget {
+    duty: DutyCycle,
+    /// The shortest slice: grows while calls outlast slices.
+    min_slice: Duration,
+    /// When the slice in force next has its cost checked (it ends there unless cheap enough).
+    check_at: Instant,
+    /// The voided calls and the calls counted at the last look (`lengthen_if_calls_voided`).
+    voided_seen: (u64, u64),
+    started: Instant,
+    in_force: bool,
+    /// When the current slice's spending began (before attaching), and its counting (every
+    /// probe in force).
+    slice_start: Instant,
+    counting_since: Instant,
+    /// Counters at the start of the counted stretch in progress (moved by windows).
+    at_count: Marks,
+    /// Counters at the start of the slice in progress (its cost is measured over it).
+    at_slice: Marks,
+    /// The counters' origin (zeros: each target's CPU time and syscalls count from when it
+    /// was added, `target_added`; the engine's counters from its load).
+    first: Marks,
+    total: Tally,
+    /// A session cut in windows: where the window's span starts (a window that counted nothing
+    /// leaves it where it was, for the next that does) and what it counted.
+    window_mark: Marks,
+    window: Tally,
+    /// Whether the slowdown has been measured by syscalls (else estimated from the calls).
+    slowdown_measured: bool,
+    /// Whether the window in progress began with a slice in force (the first one does: its
+    /// slice starts at the first tick).
+    window_began_in_force: bool,
+    /// Whether a window has counted (a window no slice falls in after one carries its rates).
+    window_counted: bool,
+    cpu: CpuClock,
+    io: IoSyscallClock,
+}
+
+impl SliceBudget {
+    pub fn new(budget: f64) -> Self {
+        let now = Instant::now();
+        SliceBudget {
+            duty: DutyCycle::new(budget),
+            min_slice: Duration::ZERO,
+            check_at: now,
+            voided_seen: (0, 0),
+            started: now,
+            in_force: false,
+            slice_start: now,
+            counting_since: now,
+            at_count: Marks::default(),
+            at_slice: Marks::default(),
+            first: Marks::default(),
+            total: Tally::default(),
+            window_mark: Marks::default(),
+            window: Tally::default(),
+            window_began_in_force: true,
+            slowdown_measured: false,
+            window_counted: false,
+            cpu: CpuClock::default(),
+            io: IoSyscallClock::default(),
+        }
+    }
+
+    fn marks(
+        &mut self,
+        engine: &Engine<'_>,
+        probes: &dyn SlicedProbes,
+        pids: &[u32],
+    ) -> Result<Marks> {
+        let m = Marks {
+            cpu_ns: self.cpu.read(pids.iter().copied()),
+            probe_ns: probes.probe_ns(engine)?,
+            syscalls: self.io.read(pids.iter().copied()),
+            voided: probes.voided(engine)?,
+            mono_ns: crate::engine::monotonic_ns(),
+        };
+        Ok(m)
+    }
+
+    /// A target added: its CPU time and syscalls count from now, or from its birth (a
+    /// command held before its exec, a target's child).
+    pub fn target_added(&mut self, pid: u32, from_birth: bool) {
+        self.cpu.add(pid, from_birth);
+        self.io.add(pid, from_birth);
+    }
+
+    /// A target exited: its last counts, read while its /proc entry is still there (until
+    /// its parent reaps it; `record -- CMD` reaps after this).
+    pub fn target_exited(&mut self, pid: u32) {
+        self.cpu.read(std::iter::once(pid));
+        self.io.read(std::iter::once(pid));
+    }
+
+    /// When `tick` next has something to do, so the recording loop wakes up for it.
+    pub fn next_deadline(&self) -> Instant {
+        if self.in_force {
+            self.check_at
+        } else {
+            self.started + self.duty.attach_at()
+        }
+    }
+
+    /// Adds the counted stretch since `at_count` up to `now` (a slice in force).
+    fn count_until(&mut self, now: &Marks) {
+        let own = self.at_count.own_until(now);
+        let cpu = now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
+        let counted = now.mono_ns.saturating_sub(self.at_count.mono_ns);
+        self.total.counted_own_ns += own;
+        self.window.counted_own_ns += own;
+        self.total.counted_ns += counted;
+        self.window.counted_ns += counted;
+        self.total.cpu_in_ns += cpu;
+        self.window.cpu_in_ns += cpu;
+        let sys = now.syscalls.saturating_sub(self.at_count.syscalls);
+        self.total.sys_in += sys;
+        self.window.sys_in += sys;
+        self.at_count = now.clone();
+    }
+
+    /// Called often while recording: ends the slice in force when it is over, or starts the
+    /// next when the budget allows.
+    pub fn tick(
+        &mut self,
+        engine: &mut Engine<'_>,
+        probes: &dyn SlicedProbes,
+        pids: &[u32],
+    ) -> Result<()> {
+        // Every tick: a target that exits takes its counts with it.
+        self.cpu.read(pids.iter().copied());
+        self.io.read(pids.iter().copied());
+        let now = Instant::now();
+        if self.in_force && now >= self.check_at {
+            let m = self.marks(engine, probes, pids)?;
+            let fired = m.probe_ns > self.at_slice.probe_ns;
+            let slice_cpu = m.cpu_ns.saturating_sub(self.at_slice.cpu_ns);
+            let idle = !fired && slice_cpu < MIN_SLICE_CPU_NS;
+            if !idle {
+                // Spending covers the whole stretch, attaching included, at the slowdown over
+                // every slice so far: a lightly loaded target runs too little in one slice to
+                // tell it, and must not be sliced for free.
+                let (slowdown, cpu_in) = self.slowdown_so_far(&m);
+                self.duty
+                    .slice_done(self.slice_start.elapsed(), slowdown, cpu_in);
+            }
+            (self.at_slice, self.slice_start) = (m.clone(), now);
+            if idle || (self.duty.measured && self.duty.cost <= self.duty.budget) {
+                // Cheap enough to stay, or free while the targets are idle (a slice that found
+                // a program still starting up must not end its exact count): the slice goes
+                // on, its calls all counted, and is checked again a slice later.
+                self.check_at = now + self.slice_length();
+                return Ok(());
+            }
+            probes.end_slice(engine);
+            (self.total.detached, self.window.detached) = (true, true);
+            self.count_until(&m);
+            let length = now - self.counting_since;
+            self.total.slice(length);
+            self.window.slice(length);
+            self.in_force = false;
+            self.lengthen_if_calls_voided(engine, probes)?;
+        } else if !self.in_force
+            && (self.total.slices == 0 || self.duty.may_attach(now - self.started))
+        {
+            // The first slice at once (it measures the probes' cost), later ones when the
+            // budget has accrued theirs.
+            self.slice_start = now;
+            probes.start_slice(engine)?;
+            let m = self.marks(engine, probes, pids)?;
+            (self.at_slice, self.at_count) = (m.clone(), m);
+            self.counting_since = Instant::now();
+            self.check_at = self.counting_since + self.slice_length();
+            self.in_force = true;
+        }
+        Ok(())
+    }
+
+    /// The probes' slowdown of the targets over every slice so far (up to `now`, a slice in
+    /// force), with the targets' CPU time in slices it was told from: measured where the
+    /// syscalls allow (`measured_slowdown`), else estimated from the calls at their cost per
+    /// call (probes estimated to take nearly all of the CPU count as at least 100x).
+    fn slowdown_so_far(&mut self, now: &Marks) -> (f64, u64) {
+        let cpu_in = self.total.cpu_in_ns + now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
+        if let Some(s) = self.measured_slowdown(now) {
+            self.slowdown_measured = true;
+            return (s, cpu_in);
+        }
+        let own_in = self.total.counted_own_ns + self.at_count.own_until(now);
+        let probe_in = cpu_in.saturating_sub(own_in);
+        let slowdown = probe_in as f64 / own_in.max(cpu_in / 100).max(1) as f64;
+        (slowdown, cpu_in)
+    }
+
+    /// The probes' slowdown of the targets measured so far (up to `now`, a slice in force) by
+    /// their syscalls (`slowdown_by_syscalls`).
+    fn measured_slowdown(&self, now: &Marks) -> Option<f64> {
+        let first = &self.first;
+        let cpu_all = now.cpu_ns.saturating_sub(first.cpu_ns);
+        let sys_all = now.syscalls.saturating_sub(first.syscalls);
+        let cpu_in = self.total.cpu_in_ns + now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
+        let sys_in = self.total.sys_in + now.syscalls.saturating_sub(self.at_count.syscalls);
+        slowdown_by_syscalls((cpu_in, sys_in), (cpu_all, sys_all))
+    }
+
+    /// How long a slice stays before its cost is checked: the duty cycle's length, or longer
+    /// where calls outlast it (`lengthen_if_calls_voided`).
+    fn slice_length(&self) -> Duration {
+        self.duty.slice().max(self.min_slice)
+    }
+
+    /// After a slice: when slices' starts and ends cut more than 5% as many calls (never
+    /// counted) as were counted since the last look, the target's calls outlast the slices,
+    /// and would be undercounted: slices double, up to MAX_SLICE.
+    fn lengthen_if_calls_voided(
+        &mut self,
+        engine: &Engine<'_>,
+        probes: &dyn SlicedProbes,
+    ) -> Result<()> {
+        let voided = probes.voided(engine)?;
+        let calls = probes.counted(engine)?;
+        let (v, c) = (
+            voided.saturating_sub(self.voided_seen.0),
+            calls.saturating_sub(self.voided_seen.1),
+        );
+        self.voided_seen = (voided, calls);
+        if v * 20 > c && self.min_slice < MAX_SLICE {
+            self.min_slice = (self.slice_length() * 2).min(MAX_SLICE);
+        }
+        Ok(())
+    }
+
+    /// A window ends (the agent, `attach`): what it counted (`scale` takes its totals up to the
+    /// whole window).
+    pub fn window_info(
+        &mut self,
+        engine: &Engine<'_>,
+        probes: &dyn SlicedProbes,
+        pids: &[u32],
+    ) -> Result<BudgetInfo> {
+        let from = self.window_mark.clone();
+        let m = self.marks(engine, probes, pids)?;
+        if self.in_force {
+            self.count_until(&m);
+        }
+        let mut w = std::mem::take(&mut self.window);
+        if self.in_force {
+            w.slices += 1; // goes on into the next window
+        }
+        let mut info = self.info(w, &from, &m);
+        info.attached_throughout = self.window_began_in_force && !w.detached;
+        self.window_began_in_force = self.in_force;
+        let counted = info.counted_own_ns > 0 || info.syscalls_in_slices > 0;
+        if !counted && self.window_counted {
+            // No slice fell in the window: it carries the last slices' rates.
+            info.carried_windows = 1;
+        } else if !counted {
+            // Nothing counted yet: the window's time and syscalls are left to the first that
+            // counts (its span starts at the same mark), so that sums over windows stay
+            // unbiased.
+            (info.own_ns, info.syscalls) = (0, 0);
+            return Ok(info);
+        }
+        self.window_counted |= counted;
+        self.window_mark = m;
+        Ok(info)
+    }
+
+    /// At the end of the recording: what was counted (`scale` takes the totals up to the whole
+    /// recording).
+    pub fn finish(
+        &mut self,
+        engine: &Engine<'_>,
+        probes: &dyn SlicedProbes,
+        pids: &[u32],
+    ) -> Result<BudgetInfo> {
+        let m = self.marks(engine, probes, pids)?;
+        if self.in_force {
+            self.count_until(&m);
+            self.total.slice(self.counting_since.elapsed());
+        }
+        let first = self.first.clone();
+        let mut info = self.info(self.total, &first, &m);
+        // The first slice starts at the first tick: only a detach breaks the exact count.
+        info.attached_throughout = !self.total.detached;
+        if info.counted_own_ns == 0 && info.syscalls_in_slices == 0 {
+            let what = probes.what();
+            eprintln!("phaseprof: the {what} budget allowed no slice in so short a recording: no {what} totals (record longer or raise --{what}-budget)");
+        }
+        Ok(info)
+    }
+
+    /// What `t` counted between the marks `from` and `to`.
+    fn info(&self, t: Tally, from: &Marks, to: &Marks) -> BudgetInfo {
+        BudgetInfo {
+            budget: self.duty.budget,
+            counted_own_ns: t.counted_own_ns,
+            counted_ns: t.counted_ns,
+            own_ns: from.own_until(to),
+            syscall: phaseprof_model::phase_budget::READ_WRITE.into(),
+            syscalls_in_slices: t.sys_in,
+            syscalls: to.syscalls.saturating_sub(from.syscalls),
+            slices: t.slices,
+            shortest_slice_ns: t.shortest.map_or(0, |d| d.as_nanos() as u64),
+            calls_voided: to.voided.saturating_sub(from.voided),
+            carried_windows: 0,
+            attached_throughout: false,
+            slowdown_measured: self.slowdown_measured,
+            overhead_while_attached: self.duty.cost,
+        }
+    }
+}
