@@ -357,3 +357,45 @@ fn agent_phase_budget_estimates_per_window() {
         );
     }
 }
+
+// Checks the agent's default syscall budget on a target that writes every few µs (one write
+// per block, ~400,000): windows count syscalls in slices, the merged view says its totals are
+// estimated, and the writes (in all and in `finalize`, the phase that makes them) land within
+// 5% of the workload's own count.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn agent_syscall_budget_estimates_writes() {
+    require_root!();
+    let _g = bpf_lock();
+    let (port, _coll, truth) = validator_sim_with_agent(
+        "agent-syscall-budget",
+        &[
+            "--blocks",
+            "400000",
+            "--burn-ms",
+            "0",
+            "--flushes",
+            "1",
+            "--sleep-ms",
+            "0",
+        ],
+        "syscall_budget = \"1%\"\n",
+    );
+    let t = Transport::Http;
+    let m = merged(&t, port, "host-c");
+    let budget = &m["syscall_budget"];
+    let want = num(&truth["write_syscalls"]) as f64;
+    let writes = by_name(&m, "write") as f64;
+    let finalize = num(&phase_json(&m, "finalize")["syscalls"]) as f64;
+    eprintln!("writes {writes}, in finalize {finalize} (truth {want}); budget {budget}");
+    assert_eq!(budget["estimated"], true, "{budget}");
+    assert!(num(&budget["slices"]) > 1, "{budget}");
+    assert!(
+        (writes / want - 1.0).abs() < 0.05,
+        "{writes} writes against {want}"
+    );
+    assert!(
+        (finalize / want - 1.0).abs() < 0.05,
+        "{finalize} in finalize against {want}"
+    );
+}

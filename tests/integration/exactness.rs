@@ -294,6 +294,8 @@ fn name_finds_processes_started_later() {
         .args([
             "record",
             "-v",
+            "--syscall-budget",
+            "exact",
             "--phases",
             phases.to_str().unwrap(),
             "--name",

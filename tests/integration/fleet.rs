@@ -90,13 +90,14 @@ pub(crate) fn agent_command(
     } else {
         String::new()
     };
-    // The tests compare phase totals with the workloads' truth: exact phases, unless a test
-    // asks for the agent's default budget (or another) itself.
-    let extra = if extra.contains("phase_budget") {
-        extra.to_string()
-    } else {
-        format!("phase_budget = \"exact\"\n{extra}")
-    };
+    // The tests compare phase and syscall totals with the workloads' truth: exact phases and
+    // syscalls, unless a test asks for the agent's default budget (or another) itself.
+    let mut extra = extra.to_string();
+    for budget in ["phase_budget", "syscall_budget"] {
+        if !extra.contains(budget) {
+            extra = format!("{budget} = \"exact\"\n{extra}");
+        }
+    }
     std::fs::write(
         &cfg,
         format!(

@@ -112,12 +112,14 @@ fn agent_and_collector_soak() {
     let port = free_port();
     let mut coll = Some(collector(port, &ch.url, &dir));
     let metrics_port = free_port();
+    // Every syscall counted (not the agent's default budget): the check is that no window
+    // loses or doubles any.
     std::fs::write(
         dir.join("agent.toml"),
         format!(
             "collector = \"http://127.0.0.1:{port}\"\ntoken = \"{TOKEN}\"\nwindow = \"5s\"\n\
              spool_dir = \"{}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n\
-             stack_entries = 4096\n[labels]\nhost = \"soak\"\n[[target]]\nname = \"^chains$\"\n",
+             stack_entries = 4096\nsyscall_budget = \"exact\"\n[labels]\nhost = \"soak\"\n[[target]]\nname = \"^chains$\"\n",
             dir.join("spool").display()
         ),
     )

@@ -31,6 +31,7 @@ mod soak;
 mod store_faults;
 mod store_sums;
 mod symbols;
+mod syscall_budget;
 mod terminal;
 mod unwind;
 mod unwind_auto;

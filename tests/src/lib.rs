@@ -458,15 +458,24 @@ pub fn record_with_phases(
 }
 
 /// Starts `phaseprof record -v ARGS` and waits until its probes are attached: the child and
-/// its stderr, positioned after that line.
+/// its stderr, positioned after that line. The tests compare syscall counts with the truth:
+/// every syscall is counted (`--syscall-budget exact`, not the budget a running process gets
+/// by default) unless ARGS give a budget.
 pub fn record_until_attached(
     args: &[&std::ffi::OsStr],
 ) -> (
     std::process::Child,
     std::io::BufReader<std::process::ChildStderr>,
 ) {
+    let budget = args.iter().any(|a| *a == "--syscall-budget");
+    let exact: &[&str] = if budget {
+        &[]
+    } else {
+        &["--syscall-budget", "exact"]
+    };
     let mut rec = Command::new(phaseprof_bin())
         .args(["record", "-v"])
+        .args(exact)
         .args(args)
         .stderr(std::process::Stdio::piped())
         .spawn()

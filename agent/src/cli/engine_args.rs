@@ -57,7 +57,8 @@ pub struct EngineArgs {
     /// per request loses 10-30% to exact counts. Totals are then estimated from the slices (by
     /// the targets' read and write syscalls, which the kernel counts in and out of slices) and
     /// the report says so; latencies come from syscalls that began and ended in a slice.
-    /// `exact` counts every syscall. Default: exact for `record`, 1% for `attach`.
+    /// `exact` counts every syscall. Default: 1% on running processes (`record -p`, `record
+    /// --name`, `attach`), exact for `record -- CMD`.
     #[arg(long, value_parser = parse_budget, value_name = "PERCENT|exact")]
     pub syscall_budget: Option<Budget>,
 }
@@ -177,5 +178,33 @@ mod tests {
         let agent = crate::fleet::config::AgentConfig::parse("agent.toml", toml).unwrap();
         assert_eq!(agent.unwind, args.unwind);
         assert_eq!(agent.stack_copy_bytes, d.stack_copy_bytes);
+    }
+
+    // Checks the syscall budget's resolution: the command's default (exact for `record --
+    // CMD`, 1% on running processes) unless given; `exact` wins over a default; a budget without syscall events
+    // is refused, and no default applies to them.
+    #[test]
+    fn syscall_budget_by_command() {
+        let args = |extra: &[&str]| {
+            let argv = ["x"].iter().chain(extra).copied();
+            Only::try_parse_from(argv).unwrap().engine
+        };
+        let syscalls = [EventKind::Syscall];
+        assert_eq!(args(&[]).syscall_budget(&syscalls, None).unwrap(), None);
+        assert_eq!(
+            args(&[]).syscall_budget(&syscalls, Some(0.01)).unwrap(),
+            Some(0.01)
+        );
+        let exact = args(&["--syscall-budget", "exact"]);
+        assert_eq!(exact.syscall_budget(&syscalls, Some(0.01)).unwrap(), None);
+        let two = args(&["--syscall-budget", "2%"]);
+        assert_eq!(two.syscall_budget(&syscalls, None).unwrap(), Some(0.02));
+        assert!(two.syscall_budget(&[EventKind::Cpu], None).is_err());
+        assert_eq!(
+            args(&[])
+                .syscall_budget(&[EventKind::Cpu], Some(0.01))
+                .unwrap(),
+            None
+        );
     }
 }

@@ -90,7 +90,12 @@ impl RecordArgs {
         };
         let events = parse_events(&self.events)?;
         self.engine.check_phase_budget(self.phases.is_some())?;
-        let syscall_budget = self.engine.syscall_budget(&events, None)?;
+        // A live node is counted under a budget; a command of one's own, exactly (as strace).
+        let default = match target {
+            TargetSpec::Command(_) => None,
+            _ => Some(crate::syscall_budget::DEFAULT_SYSCALL_BUDGET),
+        };
+        let syscall_budget = self.engine.syscall_budget(&events, default)?;
         let mut engine = self.engine.config(events)?;
         engine.follow_children = !self.no_follow && !matches!(target, TargetSpec::Name(_));
         Ok(RecordOptions {

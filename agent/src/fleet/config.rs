@@ -437,4 +437,21 @@ mod tests {
             "{e}"
         );
     }
+
+    // Checks the syscall budget: 1% with syscall events unless said otherwise (none without
+    // them), "exact" for every syscall counted, a refusal of a budget without syscall events.
+    #[test]
+    fn syscall_budget_defaults_to_one_percent() {
+        let base = "collector = \"http://x\"\ntoken=\"t\"\nspool_dir=\"/s\"\n";
+        let parse = |extra: &str| {
+            AgentConfig::parse("a.toml", &format!("{base}{extra}[[target]]\nname=\"a\""))
+        };
+        assert_eq!(parse("").unwrap().syscall_budget, Some(0.01));
+        let exact = parse("syscall_budget=\"exact\"\n").unwrap();
+        assert_eq!(exact.syscall_budget, None);
+        let cpu = parse("events=[\"cpu\"]\n").unwrap();
+        assert_eq!(cpu.syscall_budget, None);
+        let e = parse("events=[\"cpu\"]\nsyscall_budget=\"2%\"\n").unwrap_err();
+        assert!(e.to_string().contains("add \"syscall\" to events"), "{e}");
+    }
 }
