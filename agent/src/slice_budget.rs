@@ -110,6 +110,8 @@ pub struct SliceBudget {
     window_began_in_force: bool,
     /// Whether a window has counted (a window no slice falls in after one carries its rates).
     window_counted: bool,
+    /// Another budget's slice holds these probes in force (`hold`).
+    held: bool,
     cpu: CpuClock,
     io: IoSyscallClock,
 }
@@ -135,6 +137,7 @@ impl SliceBudget {
             window_began_in_force: true,
             slowdown_measured: false,
             window_counted: false,
+            held: false,
             cpu: CpuClock::default(),
             io: IoSyscallClock::default(),
         }
@@ -222,10 +225,11 @@ impl SliceBudget {
                     .slice_done(self.slice_start.elapsed(), slowdown, cpu_in);
             }
             (self.at_slice, self.slice_start) = (m.clone(), now);
-            if idle || (self.duty.measured && self.duty.cost <= self.duty.budget) {
+            if idle || self.held || self.cheap() {
                 // Cheap enough to stay, or free while the targets are idle (a slice that found
-                // a program still starting up must not end its exact count): the slice goes
-                // on, its calls all counted, and is checked again a slice later.
+                // a program still starting up must not end its exact count), or held by
+                // another budget's slice: the slice goes on, its calls all counted, and is
+                // checked again a slice later.
                 self.check_at = now + self.slice_length();
                 return Ok(());
             }
@@ -237,11 +241,7 @@ impl SliceBudget {
             self.window.slice(length);
             self.in_force = false;
             self.lengthen_if_calls_voided(engine, probes)?;
-        } else if !self.in_force
-            && (self.total.slices == 0 || self.duty.may_attach(now - self.started))
-        {
-            // The first slice at once (it measures the probes' cost), later ones when the
-            // budget has accrued theirs.
+        } else if self.due() || (self.held && !self.in_force) {
             self.slice_start = now;
             probes.start_slice(engine)?;
             let m = self.marks(engine, probes, pids)?;
@@ -251,6 +251,29 @@ impl SliceBudget {
             self.in_force = true;
         }
         Ok(())
+    }
+
+    /// Whether a slice starts at the next tick: the first one at once (it measures the probes'
+    /// cost), later ones when the budget has accrued theirs.
+    pub fn due(&self) -> bool {
+        !self.in_force && (self.total.slices == 0 || self.duty.may_attach(self.started.elapsed()))
+    }
+
+    pub fn in_force(&self) -> bool {
+        self.in_force
+    }
+
+    /// Whether the probes were measured to cost no more than the budget (their slice goes on).
+    pub fn cheap(&self) -> bool {
+        self.duty.measured && self.duty.cost <= self.duty.budget
+    }
+
+    /// Whether another budget's slice needs these probes in force too (the syscall programs
+    /// during a phase slice: a phase's syscalls are counted only while both are attached). A
+    /// held slice starts at the next tick and goes on while held; it spends its cost as any
+    /// other, so the slices of this budget's own wait the longer for it.
+    pub fn hold(&mut self, held: bool) {
+        self.held = held;
     }
 
     /// The probes' slowdown of the targets over every slice so far (up to `now`, a slice in

@@ -6,7 +6,7 @@
 //! its slices, or carried from the last window that had some.
 use anyhow::Result;
 use phaseprof_model::syscall_budget::{add_syscall_samples, scale, window_scale};
-use phaseprof_model::{BudgetInfo, Profile};
+use phaseprof_model::{BudgetInfo, Meta, PhaseStats, Profile};
 
 use crate::engine::Engine;
 use crate::probe_costs::SYSCALL_NS;
@@ -42,6 +42,18 @@ impl SlicedProbes for SyscallProbes {
     }
 }
 
+/// The phase totals whose syscalls the syscall budget extrapolates: all of them where the phases
+/// were counted throughout (exact, or their probes cheap enough to stay), none where the phase
+/// budget estimated them: the syscall programs were held in force through every phase slice
+/// (see `Session::tick`), and the phase budget's extrapolation took their syscalls with the
+/// rest.
+fn phase_syscalls<'a>(meta: &Meta, stats: &'a mut [PhaseStats]) -> &'a mut [PhaseStats] {
+    match &meta.phase_budget {
+        Some(b) if !b.attached_throughout => &mut [],
+        _ => stats,
+    }
+}
+
 /// The last window that counted: its syscall samples as counted (with their frames and stacks),
 /// each phase's syscalls and their time, and what counted them.
 struct Counted {
@@ -69,7 +81,11 @@ impl SyscallBudget {
         if windows {
             return self.estimate_window(p, info);
         }
-        scale(&mut p.samples, &mut p.phase_stats, info.scale());
+        scale(
+            &mut p.samples,
+            phase_syscalls(&p.meta, &mut p.phase_stats),
+            info.scale(),
+        );
         p.meta.syscall_budget = Some(info.clone());
     }
 
@@ -82,7 +98,10 @@ impl SyscallBudget {
                 let by = window_scale(info, Some(&last.info));
                 add_syscall_samples(&last.samples, p, by);
                 let up = |v: u64| (v as f64 * by).round() as u64;
-                for (st, &(n, ns)) in p.phase_stats.iter_mut().zip(&last.phases) {
+                for (st, &(n, ns)) in phase_syscalls(&p.meta, &mut p.phase_stats)
+                    .iter_mut()
+                    .zip(&last.phases)
+                {
                     (st.syscalls, st.syscall_ns) = (up(n), up(ns));
                 }
             }
@@ -98,7 +117,9 @@ impl SyscallBudget {
                         info: info.clone(),
                     });
                 }
-                scale(&mut p.samples, &mut p.phase_stats, window_scale(info, None));
+                let by = window_scale(info, None);
+                let phases = phase_syscalls(&p.meta, &mut p.phase_stats);
+                scale(&mut p.samples, phases, by);
             }
         }
         p.meta.syscall_budget = Some(info.clone());

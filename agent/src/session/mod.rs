@@ -196,8 +196,17 @@ impl<'obj> Session<'obj> {
         if let Some(alloc) = &mut self.alloc {
             alloc.tick(&mut self.engine)?;
         }
-        self.phase_budget_tick()?;
+        // Under both budgets, the syscall programs are in force throughout each phase slice that
+        // is to end (attached before its probes, detached after): the phases' syscalls are
+        // counted in their slices, and extrapolated with the rest of the phases' totals. Phase
+        // probes cheap enough to stay attached hold nothing: the syscalls' own slices count
+        // the phases' syscalls then, extrapolated as the other syscalls are.
+        if let (Some(p), Some(s)) = (&self.phase_budget, &mut self.syscall_budget) {
+            let p = &p.slices;
+            s.slices.hold((p.in_force() && !p.cheap()) || p.due());
+        }
         self.syscall_budget_tick()?;
+        self.phase_budget_tick()?;
         let pids: Vec<u32> = self.live.iter().copied().collect();
         if let Some(line) = self.phase_cost.tick(&self.engine, &pids, false)? {
             eprintln!("{line}");
