@@ -116,6 +116,8 @@ pub struct SliceBudget {
     window_counted: bool,
     /// Another budget's slice holds these probes in force (`hold`).
     held: bool,
+    /// A slice failed to start (said once).
+    start_failed: bool,
     cpu: CpuClock,
     io: IoSyscallClock,
 }
@@ -142,6 +144,7 @@ impl SliceBudget {
             slowdown_measured: false,
             window_counted: false,
             held: false,
+            start_failed: false,
             cpu: CpuClock::default(),
             io: IoSyscallClock::default(),
         }
@@ -247,7 +250,17 @@ impl SliceBudget {
             self.lengthen_if_calls_voided(engine, probes)?;
         } else if self.due() || (self.held && !self.in_force) {
             self.slice_start = now;
-            probes.start_slice(engine)?;
+            if let Err(e) = probes.start_slice(engine) {
+                // The recording goes on without this slice; the next waits for the budget as
+                // if it had been spent.
+                if !self.start_failed {
+                    let what = probes.what();
+                    eprintln!("phaseprof: a {what} slice could not start: {e:#} (later ones will try again)");
+                    self.start_failed = true;
+                }
+                self.duty.slice_done(self.slice_length(), self.duty.cost, 0);
+                return Ok(());
+            }
             let m = self.marks(engine, probes, pids)?;
             (self.at_slice, self.at_count) = (m.clone(), m);
             self.counting_since = Instant::now();

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::Link;
 use phaseprof_bpf::types;
 
-use super::{attach::retire, Engine};
+use super::Engine;
 
 /// The syscall programs' links.
 #[derive(Default)]
@@ -37,12 +37,13 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// Ends a slice: syscalls in flight are void from here on, then the programs are detached
-    /// (off this thread).
+    /// Ends a slice: syscalls in flight are void from here on, then the programs are detached,
+    /// on this thread: a raw tracepoint's detach waits for no grace period, and one still
+    /// pending when the next slice attaches the same program again is refused (EEXIST, 5.10).
     pub fn end_syscall_slice(&mut self) {
         self.set_syscalls_paused(true);
         self.bump_syscall_generation();
-        drop(retire(std::mem::take(&mut self.syscall_links.links)));
+        self.syscall_links.links.clear();
     }
 
     /// Under a syscall budget: the syscalls counted so far, and those a slice's edge cut.

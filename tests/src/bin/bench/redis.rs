@@ -269,6 +269,12 @@ pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace:
             None,
         ),
         row(
+            "record -p --syscall-budget exact",
+            Under::Phaseprof(&["--syscall-budget", "exact"]),
+            false,
+            None,
+        ),
+        row(
             "  bpftrace, the same events",
             Under::Bpftrace(BPFTRACE_DEFAULTS),
             false,
