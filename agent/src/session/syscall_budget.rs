@@ -36,13 +36,15 @@ impl Session<'_> {
         }))
     }
 
-    /// A window's syscalls, as counted in slices, extrapolated to all of it.
-    pub(super) fn extrapolate_window_syscalls(&mut self, p: &mut Profile) -> Result<()> {
-        if let Some(info) = self.syscall_budget_info()? {
-            if let Some(b) = &mut self.syscall_budget {
-                b.estimate_window(p, &info);
-            }
+    /// A window's syscalls, as counted in slices, extrapolated to all of it by `info`
+    /// (`syscall_budget_info`, taken as the kernel's window flips: see `take_window`).
+    pub(super) fn extrapolate_window_syscalls(
+        &mut self,
+        p: &mut Profile,
+        info: Option<BudgetInfo>,
+    ) {
+        if let (Some(b), Some(info)) = (&mut self.syscall_budget, info) {
+            b.estimate_window(p, &info);
         }
-        Ok(())
     }
 }

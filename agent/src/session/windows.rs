@@ -44,6 +44,18 @@ impl Session<'_> {
     /// of them): its samples, and the kernel's cumulative phase totals and drops as the growth
     /// since the previous window.
     pub fn take_window(&mut self, start: SystemTime, end: SystemTime) -> Result<Profile> {
+        // The budgets' marks (phases', syscalls', allocations') split their slices where the
+        // kernel's window flips, at the drain's start: taken after the drain and the fold (symbolizing, which can take a second on a
+        // loaded machine), a slice's syscalls fell in one window and its phase calls in the
+        // next, whose totals were then extrapolated by the wrong coverage (the agent's phase
+        // budget read 13.6x a phase's calls).
+        self.took_windows = true;
+        let phase_info = self.phase_window_info()?;
+        let syscall_info = self.syscall_budget_info()?;
+        let alloc_info = match &mut self.alloc {
+            Some(alloc) => Some(alloc.window_info(&self.engine)?),
+            None => None,
+        };
         let w = self.drain(Drain::Window)?;
         self.fold(&w);
         let phases = self.agg.builder_mut().profile_mut().phases.clone();
@@ -58,13 +70,11 @@ impl Session<'_> {
         p.meta.switch_probe_ns = self.engine.take_switch_ns()?;
         self.unwind_since_last_window(&mut p.meta);
         p.meta.names_late = self.sym.take_late();
-        self.took_windows = true;
         p.phase_stats = self.phase_stats_of_window();
         p.lost = self.lost_since_last_window(self.engine.lost()?);
-        self.extrapolate_window_phases(&mut p)?;
-        self.extrapolate_window_syscalls(&mut p)?;
-        if let Some(alloc) = &mut self.alloc {
-            let (info, scale) = alloc.window_info(&self.engine)?;
+        self.extrapolate_window_phases(&mut p, phase_info);
+        self.extrapolate_window_syscalls(&mut p, syscall_info);
+        if let Some((info, scale)) = alloc_info {
             if scale != 1.0 {
                 // Counted for part of the window (a budget): extrapolated to all of it.
                 let mut stats = std::mem::take(&mut p.phase_stats);
