@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::phase_stats::PhaseStats;
 
+/// What probes under a budget counted, and in how much of the recording: the phase budget's
+/// (`Meta::phase_budget`) and the syscall budget's (`Meta::syscall_budget`, see
+/// `syscall_budget`), whose "calls" are syscalls.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct BudgetInfo {
     /// Allowed slowdown (0.01 = 1%).
