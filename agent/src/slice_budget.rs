@@ -367,7 +367,7 @@ impl SliceBudget {
         let mut info = self.info(w, &from, &m);
         info.attached_throughout = self.window_began_in_force && !w.detached;
         self.window_began_in_force = self.in_force;
-        let counted = info.counted_own_ns > 0 || info.syscalls_in_slices > 0;
+        let counted = info.counted();
         if !counted && self.window_counted {
             // No slice fell in the window: it carries the last slices' rates.
             info.carried_windows = 1;
@@ -400,7 +400,7 @@ impl SliceBudget {
         let mut info = self.info(self.total, &first, &m);
         // The first slice starts at the first tick: only a detach breaks the exact count.
         info.attached_throughout = !self.total.detached;
-        if info.counted_own_ns == 0 && info.syscalls_in_slices == 0 {
+        if !info.counted() {
             let what = probes.what();
             eprintln!("phaseprof: the {what} budget allowed no slice in so short a recording: no {what} totals (record longer or raise --{what}-budget)");
         }

@@ -106,7 +106,7 @@ impl SyscallBudget {
                 }
             }
             _ => {
-                if info.counted_own_ns > 0 || info.syscalls_in_slices > 0 {
+                if info.counted() {
                     let mut samples = Profile::default();
                     add_syscall_samples(p, &mut samples, 1.0);
                     self.last_counted = Some(Counted {

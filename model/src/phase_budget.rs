@@ -60,6 +60,11 @@ pub use crate::slice_basis::Basis;
 pub const READ_WRITE: &str = "read/write";
 
 impl BudgetInfo {
+    /// Whether any slice counted anything (else there are no totals to extrapolate).
+    pub fn counted(&self) -> bool {
+        self.counted_own_ns > 0 || self.syscalls_in_slices > 0
+    }
+
     /// The basis that errs less (see `slice_basis`).
     pub fn basis(&self) -> Basis {
         crate::slice_basis::basis(
@@ -219,7 +224,7 @@ impl BudgetInfo {
                 }
             );
         }
-        if self.counted_own_ns == 0 && self.syscalls_in_slices == 0 {
+        if !self.counted() {
             s += "; no slice counted anything: no phase totals (record longer or raise --phase-budget)";
         }
         s

@@ -125,7 +125,7 @@ pub fn describe(b: &BudgetInfo) -> String {
             b.carried_windows
         );
     }
-    if b.counted_own_ns == 0 && b.syscalls_in_slices == 0 {
+    if !b.counted() {
         s += "; no slice counted anything (record longer or raise --syscall-budget)";
     }
     s

@@ -57,7 +57,7 @@ impl PhaseBudget {
             Some((last, last_info)) if info.carried_windows > 0 => {
                 *stats = carry(last, last_info, info);
             }
-            _ if info.counted_own_ns > 0 || info.syscalls_in_slices > 0 => {
+            _ if info.counted() => {
                 self.last_counted = Some((stats.clone(), info.clone()));
                 extrapolate(stats, info);
             }
