@@ -3,7 +3,7 @@
 # Quick when everything is present already.
 set -euo pipefail
 
-packages=(clang clang-format llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux
+packages=(clang clang-format llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux time
           chromium                                        # the web UI's browser test
           clickhouse-server clickhouse-client             # the collector's ClickHouse store test
           redis-server redis-tools)                       # bench --only redis: a real C server

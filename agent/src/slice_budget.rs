@@ -173,11 +173,11 @@ impl SliceBudget {
         self.io.add(pid, from_birth);
     }
 
-    /// A target exited: its last counts, read while its /proc entry is still there (until
-    /// its parent reaps it; `record -- CMD` reaps after this).
-    pub fn target_exited(&mut self, pid: u32) {
-        self.cpu.read(std::iter::once(pid));
-        self.io.read(std::iter::once(pid));
+    /// A target exited: its last counts, as the kernel took them at its exit (0: not counted
+    /// by this kernel, read from /proc while its entry is still there).
+    pub fn target_exited(&mut self, pid: u32, cpu_ns: u64, io_syscalls: u64) {
+        self.cpu.exited(pid, cpu_ns);
+        self.io.exited(pid, io_syscalls);
     }
 
     /// When `tick` next has something to do, so the recording loop wakes up for it.

@@ -74,6 +74,15 @@ impl TargetsCounter {
         self.last.entry(pid).or_insert(mark);
     }
 
+    /// `pid` exited with count `last` (0: unknown, read by `of` while /proc still has it); it
+    /// adds nothing from now on.
+    fn exited(&mut self, pid: u32, last: u64, of: impl Fn(u32) -> u64) {
+        let last = if last > 0 { last } else { of(pid) };
+        if let Some(before) = self.last.remove(&pid) {
+            self.total += last.saturating_sub(before);
+        }
+    }
+
     fn read(&mut self, pids: impl Iterator<Item = u32>, of: impl Fn(u32) -> u64) -> u64 {
         for pid in pids {
             let now = of(pid);
@@ -99,6 +108,12 @@ impl CpuClock {
         self.0
             .add(pid, from_birth, |pid| cpu_ns(std::iter::once(pid)))
     }
+
+    /// `pid` exited with `cpu_ns` of CPU time (see `TargetsCounter::exited`).
+    pub fn exited(&mut self, pid: u32, cpu_ns: u64) {
+        self.0
+            .exited(pid, cpu_ns, |pid| self::cpu_ns(std::iter::once(pid)))
+    }
 }
 
 /// The targets' read and write syscalls (see `TargetsCounter`), as the kernel counts them for
@@ -114,6 +129,11 @@ impl IoSyscallClock {
 
     pub fn add(&mut self, pid: u32, from_birth: bool) {
         self.0.add(pid, from_birth, io_syscalls)
+    }
+
+    /// `pid` exited with `n` read and write syscalls (see `TargetsCounter::exited`).
+    pub fn exited(&mut self, pid: u32, n: u64) {
+        self.0.exited(pid, n, io_syscalls)
     }
 }
 
@@ -425,6 +445,30 @@ mod tests {
             .to_string()
             .contains("command not found: `no-such-command-phaseprof`"));
         assert!(resolve_command("/nonexistent/x").is_err());
+    }
+
+    // Checks the summed counter: a target counts from when it was added; one that exits adds
+    // its count at the exit as the kernel gave it (or its last reading when the kernel gave
+    // none) and nothing after, even when its pid is read again.
+    #[test]
+    fn an_exited_target_adds_its_last_count() {
+        let counts =
+            std::cell::RefCell::new(std::collections::HashMap::from([(1, 100u64), (2, 50)]));
+        let of = |pid: u32| counts.borrow().get(&pid).copied().unwrap_or(0);
+        let mut c = TargetsCounter::default();
+        c.add(1, false, of);
+        c.add(2, true, of);
+        assert_eq!(c.read([1, 2].into_iter(), of), 50);
+        counts.borrow_mut().insert(1, 130);
+        c.exited(1, 160, of);
+        assert_eq!(c.read([2].into_iter(), of), 110);
+        // Gone from /proc: a read finds nothing new.
+        counts.borrow_mut().remove(&1);
+        assert_eq!(c.read([1, 2].into_iter(), of), 110);
+        // No count from the kernel: the last reading stands for it.
+        counts.borrow_mut().insert(2, 70);
+        c.exited(2, 0, of);
+        assert_eq!(c.read(std::iter::empty(), of), 130);
     }
 
     // Checks liveness: this process is alive, a reaped child is not.

@@ -357,8 +357,9 @@ enum probe_counter {
 	HITS_FREE,
 	HITS_GO_SAMPLE,
 	HITS_GO_SCHED, /* Go scheduler switch points (goroutine phases), not allocator hits */
-	/* ns the scheduler's programs ran at switches to a target: the kernel charges them to the
-	 * thread switched in, with interrupts off where no cpu sample sees them. */
+	/* ns the scheduler's programs ran on a target's CPU time: at switches to a target, which the
+	 * kernel charges to the thread switched in, and at wakeups a target makes; with interrupts
+	 * off, where no cpu sample sees them. */
 	NS_SWITCH_TO_TARGET,
 	/* Under a phase budget: calls a slice's start or end cut (never counted). */
 	PHASE_CALLS_VOIDED,
@@ -366,6 +367,9 @@ enum probe_counter {
 	 * (never counted). */
 	SYSCALLS_COUNTED,
 	SYSCALLS_VOIDED,
+	/* ns the cpu sampling program ran on a target's CPU: an interrupt of the target, which the
+	 * kernel charges to it (unless it accounts interrupt time apart) and no sample sees. */
+	NS_SAMPLE_ON_TARGET,
 	HITS_MAX,
 };
 
@@ -515,6 +519,10 @@ struct target_event {
 	__u32 ppid;
 	__u32 pad;
 	char comm[TASK_COMM_LEN];
+	/* TEV_EXIT: the process's last counts, taken as its last thread exits (its parent may reap
+	 * it before user space reads /proc): CPU time in ns, and read and write syscalls. */
+	__u64 cpu_ns;
+	__u64 io_syscalls;
 };
 
 #endif /* PHASEPROF_H */

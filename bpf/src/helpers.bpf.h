@@ -519,37 +519,6 @@ static __always_inline void add_syscall(struct syscall_key *key, __u64 count, __
 		atomic_add(&v->errors, errors);
 }
 
-/* Whether user space is woken for an event now (`URGENT`: it must act while the process
- * waits or still exists: a hold, a new process or program, new code; the work it does for a
- * fork or an exec then overlaps the program's own start instead of lengthening its entry
- * hold) or at its next poll, within 20 ms (`LATER`: exits). A wake-up costs the event's thread
- * an IPI, which in a VM is a VM exit: the fork, exec and exit programs measured ~14 us each
- * with one, ~2 us without, here. */
-enum wake {
-	LATER,
-	URGENT
-};
-
-static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid, enum wake wake)
-{
-	struct target_event *e = bpf_ringbuf_reserve(&target_events, sizeof(*e), 0);
-	if (!e) {
-		count_drop(DROP_EVENT_RINGBUF);
-		return;
-	}
-	e->kind = kind;
-	e->pid = pid;
-	e->ppid = ppid;
-	e->pad = 0;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	/* Forced: after events left unannounced, the ring's own test (was the reader caught
-	 * up?) would not wake it. A quarter full, it is woken whatever the event. */
-	__u64 avail = bpf_ringbuf_query(&target_events, BPF_RB_AVAIL_DATA);
-	__u64 size = bpf_ringbuf_query(&target_events, BPF_RB_RING_SIZE);
-	bpf_ringbuf_submit(e, wake == URGENT || avail > size / 4 ? BPF_RB_FORCE_WAKEUP
-								 : BPF_RB_NO_WAKEUP);
-}
-
 /*
  * Kernels without attach cookies (before 5.15): one program per value the cookie would carry,
  * chosen by user space by name (`<prog><value>`) and loaded only for the values in use. The

@@ -124,6 +124,34 @@ int uprobe__entry_hold(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * What the kernel counts for a process (its CPU-time clock, /proc/PID/io), read as its last
+ * thread `task` exits: the threads released before it (signal), itself, and its leader when
+ * that exited first and waits, a zombie, to be reaped (its counts join signal's only then).
+ */
+static __always_inline __u64 process_cpu_ns(struct task_struct *task)
+{
+	__u64 ns = BPF_CORE_READ(task, signal, sum_sched_runtime) +
+		   BPF_CORE_READ(task, se.sum_exec_runtime);
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	if (leader && leader != task)
+		ns += BPF_CORE_READ(leader, se.sum_exec_runtime);
+	return ns;
+}
+
+static __always_inline __u64 process_io_syscalls(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(task->ioac.syscr))
+		return 0;
+	__u64 n = BPF_CORE_READ(task, signal, ioac.syscr) +
+		  BPF_CORE_READ(task, signal, ioac.syscw) + BPF_CORE_READ(task, ioac.syscr) +
+		  BPF_CORE_READ(task, ioac.syscw);
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	if (leader && leader != task)
+		n += BPF_CORE_READ(leader, ioac.syscr) + BPF_CORE_READ(leader, ioac.syscw);
+	return n;
+}
+
 SEC("raw_tp/sched_process_exit")
 int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -143,7 +171,8 @@ int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 	/* Named now, while it exists: a short-lived thread is gone by the window's drain. */
 	emit(TEV_THREAD_EXIT, (__u32)id, tgid, LATER);
 	if (BPF_CORE_READ(task, signal, live.counter) == 0)
-		emit(TEV_EXIT, tgid, 0, LATER);
+		emit_counts(TEV_EXIT, tgid, 0, LATER, process_cpu_ns(task),
+			    process_io_syscalls(task));
 	return 0;
 }
 

@@ -93,13 +93,11 @@ static __always_inline bool send_stack_copy(struct bpf_perf_event_data *ctx, str
 	return true;
 }
 
-SEC("perf_event")
-int perf_event__sample(struct bpf_perf_event_data *ctx)
+/* A cpu sample of target thread `id` (tgid << 32 | tid): its key, and its user stack copied or
+ * walked by the kernel. */
+static __always_inline void take_sample(struct bpf_perf_event_data *ctx, __u64 id)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	if (!tgid || !is_active(tgid))
-		return 0;
 	__u64 mask;
 	__u32 phase = thread_phase_of(&mask);
 	struct cpu_key key = {
@@ -113,11 +111,25 @@ int perf_event__sample(struct bpf_perf_event_data *ctx)
 	/* Without frame pointers the kernel's walk gives the leaf and garbage: copy the stack. */
 	if (stack_copy_bytes && bpf_map_lookup_elem(&unwind_pids, &tgid)) {
 		if (send_stack_copy(ctx, &key, STACK_CPU))
-			return 0;
+			return;
 	} else {
 		key.user_stack = user_stack_id(ctx, SLOT_SAMPLE, DROP_USER_STACK);
 	}
 	add_u64(&cpu_counts, &key, 1, DROP_CPU_KEY);
+}
+
+SEC("perf_event")
+int perf_event__sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!tgid || !is_active(tgid))
+		return 0;
+	__u64 start = bpf_ktime_get_ns();
+	take_sample(ctx, id);
+	/* The sampled target pays for this program, in an interrupt no sample sees (see
+	 * NS_SAMPLE_ON_TARGET). */
+	count_add(NS_SAMPLE_ON_TARGET, bpf_ktime_get_ns() - start);
 	return 0;
 }
 

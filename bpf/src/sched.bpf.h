@@ -147,12 +147,19 @@ static __always_inline void on_switch(void *ctx, bool preempt, struct task_struc
 /* A blocked target thread was woken: from now on it waits for a CPU. */
 static __always_inline void on_wakeup(struct task_struct *p)
 {
-	if (!is_active(BPF_CORE_READ(p, tgid)))
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	if (!is_active(tgid))
 		return;
+	__u64 now = bpf_ktime_get_ns();
 	__u32 tid = BPF_CORE_READ(p, pid);
 	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &tid);
 	if (start && !start->runnable_ts)
-		start->runnable_ts = bpf_ktime_get_ns();
+		start->runnable_ts = now;
+	/* The waker pays for this program: counted when it is a target (its own thread woken,
+	 * as a futex or pipe hand-off does, or another target's). */
+	__u32 waker = bpf_get_current_pid_tgid() >> 32;
+	if (waker == tgid || is_active(waker))
+		count_add(NS_SWITCH_TO_TARGET, bpf_ktime_get_ns() - now);
 }
 
 /* tp_btf: typed arguments, cheaper than raw_tp; every kernel with the BTF that CO-RE needs

@@ -43,6 +43,7 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
             _ => None,
         };
         meta.switch_probe_ns = meta.switch_probe_ns.saturating_add(p.switch_probe_ns);
+        meta.sample_probe_ns = meta.sample_probe_ns.saturating_add(p.sample_probe_ns);
         if let (Some(into), Some(u)) = (&mut meta.unwind, &p.unwind) {
             into.absorb(u);
         }

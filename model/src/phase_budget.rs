@@ -87,6 +87,14 @@ impl BudgetInfo {
         ratio(self.counted_own_ns, self.own_ns)
     }
 
+    /// What the probes cost while in force, in ns of the targets' CPU time (the slowdown while
+    /// attached over their own time in slices); None when they stayed attached throughout,
+    /// where the cpu samples in them measure it.
+    pub fn probe_ns(&self) -> Option<u64> {
+        (!self.attached_throughout)
+            .then(|| (self.overhead_while_attached.max(0.0) * self.counted_own_ns as f64) as u64)
+    }
+
     /// The factor from the slices' totals to the whole (1 when nothing was counted, or all).
     pub fn scale(&self) -> f64 {
         if self.attached_throughout {

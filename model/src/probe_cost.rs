@@ -49,22 +49,33 @@ impl OwnSamples {
 }
 
 /// What phaseprof's probes cost the targets over a recording or window: the cpu samples taken in
-/// them, the targets' CPU time, and the scheduler's programs' time charged to the targets
-/// (`Meta::switch_probe_ns`), which no sample sees.
+/// them, the targets' CPU time, the time of the programs no sample sees, timed by themselves
+/// (the scheduler's at switches to targets and their wakeups, `Meta::switch_probe_ns`, and the
+/// cpu sampler's, `Meta::sample_probe_ns`), and under a syscall budget what its slices cost.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProbeCost {
     pub samples: OwnSamples,
     pub target_cpu_ns: u64,
     pub switch_ns: u64,
+    pub sample_ns: u64,
+    /// Under a syscall budget, the syscall slices' cost as the budget measured it (the slowdown
+    /// while counted, from the CPU time per syscall in and out of slices, over the targets' CPU
+    /// time in slices). It stands for the samples in the syscall probes, the few that fell in
+    /// a slice, and the kernel's syscall path around them that no probe frame shows.
+    pub syscall_slices_ns: Option<u64>,
 }
 
 impl ProbeCost {
     /// The probes' time in ns, and its standard error (the samples').
     pub fn ns(&self) -> (f64, f64) {
-        let (ns, err) = (self.samples)
-            .measured(self.samples.own(), self.target_cpu_ns)
-            .unwrap_or((0.0, 0.0));
-        (ns + self.switch_ns as f64, err)
+        let s = &self.samples;
+        let sampled = match self.syscall_slices_ns {
+            Some(_) => s.uprobes + s.other,
+            None => s.own(),
+        };
+        let (ns, err) = (s.measured(sampled, self.target_cpu_ns)).unwrap_or((0.0, 0.0));
+        let timed = self.switch_ns + self.sample_ns + self.syscall_slices_ns.unwrap_or(0);
+        (ns + timed as f64, err)
     }
 
     /// The targets' CPU time with the probes over their time without, less one.
@@ -78,18 +89,24 @@ impl ProbeCost {
     }
 
     /// In words: the probes' time and share of the targets' CPU, by mechanism; None with fewer
-    /// than MIN_OWN_SAMPLES samples in them (and no scheduler time).
+    /// than MIN_OWN_SAMPLES samples in them and nothing timed.
     pub fn describe(&self) -> Option<String> {
         let s = &self.samples;
-        if s.own() < MIN_OWN_SAMPLES && self.switch_ns == 0 {
+        let timed = self.switch_ns + self.sample_ns + self.syscall_slices_ns.unwrap_or(0);
+        if s.own() < MIN_OWN_SAMPLES && timed == 0 {
             return None;
         }
         let (ns, err) = self.ns();
         let cpu = self.target_cpu_ns.max(1) as f64;
         let pct = |n: u64| 100.0 * n as f64 / s.all.max(1) as f64;
         let mut parts = Vec::new();
+        let syscalls = if self.syscall_slices_ns.is_some() {
+            0
+        } else {
+            s.syscalls
+        };
         for (n, what) in [
-            (s.syscalls, "syscall probes"),
+            (syscalls, "syscall probes"),
             (s.uprobes, "uprobes"),
             (s.other, "others"),
         ] {
@@ -110,11 +127,25 @@ impl ProbeCost {
         if !parts.is_empty() {
             out += &format!(": {}", parts.join(", "));
         }
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let mut timed = Vec::new();
         if self.switch_ns > 0 {
+            timed.push(format!(
+                "{:.1} ms of the scheduler's probes (switches to the targets, their wakeups)",
+                ms(self.switch_ns)
+            ));
+        }
+        if self.sample_ns > 0 {
+            timed.push(format!("{:.1} ms of the cpu sampler", ms(self.sample_ns)));
+        }
+        if !timed.is_empty() {
+            out += &format!("; and {}, timed by themselves", timed.join(", "));
+        }
+        if let Some(ns) = self.syscall_slices_ns {
             out += &format!(
-                "; and {:.1} ms of the scheduler's probes at switches to the targets, timed by \
-                 themselves",
-                self.switch_ns as f64 / 1e6
+                "; and {:.1} ms of the syscall budget's slices, as it measured them (the \
+                 samples in the syscall probes left out)",
+                ms(ns)
             );
         }
         Some(out + ")")
@@ -131,6 +162,8 @@ impl Profile {
             samples,
             target_cpu_ns,
             switch_ns: self.meta.switch_probe_ns,
+            sample_ns: self.meta.sample_probe_ns,
+            syscall_slices_ns: self.meta.syscall_budget.as_ref().and_then(|b| b.probe_ns()),
         })
     }
 
@@ -167,7 +200,8 @@ mod tests {
 
     // Checks the measurement: 44 of 287 samples in the probes, of 2.82 s of the targets' CPU
     // time, are 432.3 ± 60.0 ms, 15.33% of it and 18.1% more than without them; the scheduler's
-    // programs' own time adds to it; with fewer than MIN_OWN_SAMPLES nothing is said.
+    // and the sampler's own time add to it; under a syscall budget its slices' cost stands for
+    // the samples in the syscall probes; with fewer than MIN_OWN_SAMPLES nothing is said.
     #[test]
     fn probes_cost_their_share_of_the_samples() {
         let samples = OwnSamples {
@@ -180,6 +214,8 @@ mod tests {
             samples,
             target_cpu_ns: 2_819_847_135,
             switch_ns: 0,
+            sample_ns: 0,
+            syscall_slices_ns: None,
         };
         let line = c.describe().unwrap();
         assert!(
@@ -193,11 +229,31 @@ mod tests {
             "{line}"
         );
         c.switch_ns = 100_000_000;
-        assert!((c.ns().0 - 532_311_059.0).abs() < 1.0);
-        assert!(c
-            .describe()
-            .unwrap()
-            .contains("and 100.0 ms of the scheduler's probes"));
+        c.sample_ns = 20_000_000;
+        assert!((c.ns().0 - 552_311_059.0).abs() < 1.0);
+        let line = c.describe().unwrap();
+        assert!(
+            line.contains(
+                "and 100.0 ms of the scheduler's probes (switches to the targets, their \
+                 wakeups), 20.0 ms of the cpu sampler, timed by themselves"
+            ),
+            "{line}"
+        );
+        // 4 samples in uprobes are 39.3 ms (of 2.82 s); the 40 in the syscall probes give way to the
+        // budget's 30 ms.
+        c.syscall_slices_ns = Some(30_000_000);
+        assert!((c.ns().0 - 189_301_005.0).abs() < 1.0, "{:?}", c.ns());
+        let line = c.describe().unwrap();
+        assert!(line.contains(": uprobes 1.39%;"), "{line}");
+        assert!(
+            line.ends_with(
+                "and 30.0 ms of the syscall budget's slices, as it measured them (the samples in \
+                 the syscall probes left out))"
+            ),
+            "{line}"
+        );
+        c.syscall_slices_ns = None;
+        c.sample_ns = 0;
         c.samples = OwnSamples {
             uprobes: 9,
             all: 287,

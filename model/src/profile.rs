@@ -112,9 +112,15 @@ pub struct Meta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targets_cpu_ns: Option<u64>,
     /// Of that time, the ns the scheduler's programs ran at switches to the targets (the kernel
-    /// charges them to the thread switched in, with interrupts off: no cpu sample sees them).
+    /// charges them to the thread switched in) and at wakeups the targets made, with interrupts
+    /// off: no cpu sample sees them.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub switch_probe_ns: u64,
+    /// And the ns the cpu sampling program ran on the targets' CPU (an interrupt of the target
+    /// sampled, which no other sample sees; a kernel that accounts interrupt time apart charges
+    /// it to no one, but the node pays it all the same).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sample_probe_ns: u64,
     /// Addresses named `file+offset` because their names came after their window was taken.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub names_late: u64,

@@ -239,6 +239,8 @@ fn probe_cost_json(profile: &Profile) -> Option<serde_json::Value> {
         "stderr_ns": cost.ns().1 as u64,
         "slowdown": cost.slowdown(),
         "switch_ns": cost.switch_ns,
+        "sample_ns": cost.sample_ns,
+        "syscall_slices_ns": cost.syscall_slices_ns,
         "sampled": ns(s.own()),
         "syscalls": ns(s.syscalls),
         "uprobes": ns(s.uprobes),

@@ -26,6 +26,7 @@ mod kernels;
 mod phase_budget;
 mod phases;
 mod phases_exec;
+mod probe_cost;
 mod real_servers;
 mod soak;
 mod store_faults;

@@ -331,35 +331,7 @@ impl<'obj> Engine<'obj> {
         let rx = ring_records(
             &mut builder,
             &skel.maps.target_events,
-            |e: types::target_event, _| {
-                let comm: Vec<u8> = e
-                    .comm
-                    .iter()
-                    .take_while(|&&c| c != 0)
-                    .map(|&c| c as u8)
-                    .collect();
-                match types::target_event_kind(e.kind) {
-                    types::target_event_kind::TEV_EXEC => TargetEvent::Exec {
-                        pid: e.pid,
-                        comm: String::from_utf8_lossy(&comm).into_owned(),
-                        stopped: e.ppid == 1,
-                    },
-                    types::target_event_kind::TEV_EXIT => TargetEvent::Exit { pid: e.pid },
-                    types::target_event_kind::TEV_FORK => TargetEvent::Fork {
-                        pid: e.pid,
-                        parent: e.ppid,
-                    },
-                    types::target_event_kind::TEV_ENTRY => TargetEvent::Entry {
-                        pid: e.pid,
-                        block: e.ppid.checked_sub(1),
-                    },
-                    types::target_event_kind::TEV_THREAD_EXIT => TargetEvent::ThreadExit {
-                        tid: e.pid,
-                        comm: String::from_utf8_lossy(&comm).into_owned(),
-                    },
-                    _ => TargetEvent::MapsChanged { pid: e.pid },
-                }
-            },
+            |e: types::target_event, _| target_event(e),
         )?;
         let go_rx = ring_records(
             &mut builder,
@@ -415,7 +387,7 @@ impl<'obj> Engine<'obj> {
             inlined_unprobed: 0,
             phases: cfg.phase_ids > 0,
             phase_totals: Default::default(),
-            switch_ns_taken: 0,
+            timed_ns_taken: Default::default(),
             rows,
             unwind_mappings,
             target_bits,
@@ -451,6 +423,41 @@ fn map_target_bits(skel: &phaseprof_bpf::PhaseprofSkel<'_>) -> Result<MappedArra
         skel.maps.target_bits.as_fd(),
         limits::TARGET_BIT_WORDS as usize * 8,
     )
+}
+
+/// What a record of the kernel's `target_events` ring says.
+fn target_event(e: types::target_event) -> TargetEvent {
+    let comm: Vec<u8> = e
+        .comm
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    match types::target_event_kind(e.kind) {
+        types::target_event_kind::TEV_EXEC => TargetEvent::Exec {
+            pid: e.pid,
+            comm: String::from_utf8_lossy(&comm).into_owned(),
+            stopped: e.ppid == 1,
+        },
+        types::target_event_kind::TEV_EXIT => TargetEvent::Exit {
+            pid: e.pid,
+            cpu_ns: e.cpu_ns,
+            io_syscalls: e.io_syscalls,
+        },
+        types::target_event_kind::TEV_FORK => TargetEvent::Fork {
+            pid: e.pid,
+            parent: e.ppid,
+        },
+        types::target_event_kind::TEV_ENTRY => TargetEvent::Entry {
+            pid: e.pid,
+            block: e.ppid.checked_sub(1),
+        },
+        types::target_event_kind::TEV_THREAD_EXIT => TargetEvent::ThreadExit {
+            tid: e.pid,
+            comm: String::from_utf8_lossy(&comm).into_owned(),
+        },
+        _ => TargetEvent::MapsChanged { pid: e.pid },
+    }
 }
 
 #[cfg(test)]

@@ -171,8 +171,12 @@ pub enum TargetEvent {
         /// Stopped at the exec (`record -- CMD` holds): continue it with `Engine::resume`.
         stopped: bool,
     },
+    /// A target process exited: its CPU time (ns) and read and write syscalls, as the kernel
+    /// counted them at its last thread's exit (its parent may reap it before /proc is read).
     Exit {
         pid: u32,
+        cpu_ns: u64,
+        io_syscalls: u64,
     },
     Fork {
         pid: u32,
@@ -244,8 +248,8 @@ pub struct Engine<'obj> {
     phases: bool,
     /// The per-phase totals the drains took, per window and in all.
     phase_totals: phase_totals::PhaseTotals,
-    /// NS_SWITCH_TO_TARGET as of the last `take_switch_ns`.
-    switch_ns_taken: u64,
+    /// NS_SWITCH_TO_TARGET and NS_SAMPLE_ON_TARGET as of the last `take_timed_ns`.
+    timed_ns_taken: stats::TimedProbeNs,
     /// What this kernel's BPF can do, and so which programs were loaded.
     pub features: features::KernelFeatures,
     pub cpus: usize,

@@ -7,6 +7,13 @@ use phaseprof_model::{Lost, PhaseStats, INLINED_UNPROBED};
 
 use super::{pod, Engine};
 
+/// ns the programs that time themselves ran on the targets' CPU (see `take_timed_ns`).
+#[derive(Clone, Copy, Default)]
+pub struct TimedProbeNs {
+    pub switch: u64,
+    pub sample: u64,
+}
+
 impl Engine<'_> {
     /// Allocator probe hits so far, summed over CPUs: (entries + returns + frees + Go samples).
     pub fn alloc_probe_hits(&self) -> Result<u64> {
@@ -33,13 +40,21 @@ impl Engine<'_> {
         self.probe_hits(types::probe_counter::PHASE_CALLS_VOIDED)
     }
 
-    /// The ns the scheduler's programs ran at switches to targets since the last call: the
-    /// kernel charges them to the target switched in, where no cpu sample sees them.
-    pub fn take_switch_ns(&mut self) -> Result<u64> {
-        let now = self.probe_hits(types::probe_counter::NS_SWITCH_TO_TARGET)?;
-        let since = now.saturating_sub(self.switch_ns_taken);
-        self.switch_ns_taken = now;
-        Ok(since)
+    /// The ns the programs that time themselves ran on the targets' CPU time since the last
+    /// call: the scheduler's at switches to targets (charged to the target switched in) and at
+    /// wakeups they make, and the cpu sampler's, an interrupt of the target sampled. No cpu
+    /// sample sees either.
+    pub fn take_timed_ns(&mut self) -> Result<TimedProbeNs> {
+        use types::probe_counter as c;
+        let now = TimedProbeNs {
+            switch: self.probe_hits(c::NS_SWITCH_TO_TARGET)?,
+            sample: self.probe_hits(c::NS_SAMPLE_ON_TARGET)?,
+        };
+        let last = std::mem::replace(&mut self.timed_ns_taken, now);
+        Ok(TimedProbeNs {
+            switch: now.switch.saturating_sub(last.switch),
+            sample: now.sample.saturating_sub(last.sample),
+        })
     }
 
     pub(super) fn probe_hits(&self, counter: types::probe_counter) -> Result<u64> {

@@ -87,16 +87,15 @@ pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
         m.stack_copy_bytes
             .fetch_add(u.copied_bytes, Ordering::Relaxed);
     }
-    let own = p.own_samples();
-    let slowdown = if own.all > 0 && cpu_ns > 0 {
-        let cost = phaseprof_model::ProbeCost {
-            samples: own,
-            target_cpu_ns: cpu_ns,
-            switch_ns: p.meta.switch_probe_ns,
-        };
-        cost.slowdown()
-    } else if cpu_ns == 0 {
+    // The window's cost at the agent's own reading of the targets' CPU time.
+    let cost = (p.probe_cost()).map(|c| phaseprof_model::ProbeCost {
+        target_cpu_ns: cpu_ns,
+        ..c
+    });
+    let slowdown = if cpu_ns == 0 {
         0.0
+    } else if let Some(cost) = cost {
+        cost.slowdown()
     } else {
         // Every phase call is costed as a native one: a window does not say which phases are
         // Go's, whose exits cost about 7 times more.

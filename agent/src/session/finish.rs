@@ -41,7 +41,9 @@ impl Session<'_> {
         if let Some(ns) = self.targets_cpu_since_mark() {
             self.meta_mut().targets_cpu_ns = Some(ns);
         }
-        self.meta_mut().switch_probe_ns = self.engine.take_switch_ns()?;
+        let timed = self.engine.take_timed_ns()?;
+        self.meta_mut().switch_probe_ns = timed.switch;
+        self.meta_mut().sample_probe_ns = timed.sample;
         // Ages of live allocations are taken at the stop, not after the detach (which waits for
         // the kernel to retire the uprobes, up to a second).
         let stopped_ns = crate::engine::monotonic_ns();

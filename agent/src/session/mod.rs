@@ -92,6 +92,9 @@ pub struct Session<'obj> {
     /// Each target's CPU time (ns, its threads' schedstat) when it was added or at the last
     /// window: with the time at the end, how many cpu samples the recording should hold.
     cpu_at_add: std::collections::BTreeMap<u32, u64>,
+    /// The CPU time of targets gone, as the kernel counted it at their exit (their parent may
+    /// have reaped them since).
+    cpu_at_exit: std::collections::BTreeMap<u32, u64>,
     /// The uprobes' measured cost per hit, and the targets' CPU time it is measured over.
     uprobe_cost: crate::probe_costs::UprobeHitCost,
     calibration_cpu: targets::CpuClock,
@@ -132,6 +135,7 @@ impl<'obj> Session<'obj> {
             walks: None,
             hold_execs: false,
             cpu_at_add: Default::default(),
+            cpu_at_exit: Default::default(),
             unwound: Vec::new(),
             phase_cost,
             phase_budget: None,
@@ -433,7 +437,12 @@ impl<'obj> Session<'obj> {
                     };
                     self.add(pid, joined)?
                 }
-                TargetEvent::Exit { pid } => {
+                TargetEvent::Exit {
+                    pid,
+                    cpu_ns,
+                    io_syscalls,
+                } => {
+                    self.cpu_at_exit.insert(pid, cpu_ns);
                     // Its pid may be reused by an unrelated process: stop matching it.
                     if mapped.remove(&pid) {
                         self.read_maps(pid); // what it mapped last, if it is still there
@@ -447,7 +456,7 @@ impl<'obj> Session<'obj> {
                         alloc.remove_target(pid);
                     }
                     for b in self.budgets() {
-                        b.target_exited(pid);
+                        b.target_exited(pid, cpu_ns, io_syscalls);
                     }
                 }
             }

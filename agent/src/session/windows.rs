@@ -29,11 +29,14 @@ impl Session<'_> {
     pub(super) fn targets_cpu_since_mark(&mut self) -> Option<u64> {
         let mut total = Some(0u64);
         for (&pid, mark) in self.cpu_at_add.iter_mut() {
-            if !targets::process_alive(pid) {
+            let now = if targets::process_alive(pid) {
+                targets::cpu_ns(std::iter::once(pid))
+            } else if let Some(&ns) = self.cpu_at_exit.get(&pid) {
+                ns
+            } else {
                 total = None;
                 continue;
-            }
-            let now = targets::cpu_ns(std::iter::once(pid));
+            };
             total = total.map(|t| t + now.saturating_sub(*mark));
             *mark = now;
         }
@@ -67,7 +70,9 @@ impl Session<'_> {
         p.meta.end_unix_ns = unix_ns(end);
         // The targets' CPU time in this window; the next one counts from here.
         p.meta.targets_cpu_ns = self.targets_cpu_since_mark();
-        p.meta.switch_probe_ns = self.engine.take_switch_ns()?;
+        let timed = self.engine.take_timed_ns()?;
+        p.meta.switch_probe_ns = timed.switch;
+        p.meta.sample_probe_ns = timed.sample;
         self.unwind_since_last_window(&mut p.meta);
         p.meta.names_late = self.sym.take_late();
         p.phase_stats = self.phase_stats_of_window();

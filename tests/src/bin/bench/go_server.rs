@@ -4,10 +4,11 @@
 //! its threads' schedstat over the benchmark's run, in rounds alternating bare, `record -p` with
 //! the default events, with cpu samples only, with goroutine phases on two hot functions, with
 //! those at a 1% phase budget, with Go's sampled allocations, and those at a 1% budget; beside
-//! each, the slowdown phaseprof printed (its probes' cost measured from its cpu samples), and
-//! under a phase budget its estimated phase calls per message beside the exact run's. The phases' extra CPU (against cpu
-//! samples only) is also set against the phase probes' time `report` prints and the model's
-//! hits × cost per hit.
+//! each, the probes' cost phaseprof printed (`probe_cost.ns`: its cpu samples in the probes,
+//! the programs no sample sees timed by themselves, the syscall budget's slices), and under a
+//! phase budget its estimated phase calls per message beside the exact run's. The phases' extra
+//! CPU (against cpu samples only) is also set against the phase probes' time `report` prints
+//! and the model's hits × cost per hit.
 use std::process::{Command, Stdio};
 
 use phaseprof_e2e::{go_third_party, http_get, root, NatsServer};
@@ -59,7 +60,7 @@ struct Round {
     measured_per_msg: Option<f64>,
     model_per_msg: Option<f64>,
     probe_samples: Option<(u64, u64)>,
-    /// The probes' time phaseprof printed (measured from its cpu samples), per message.
+    /// The probes' time phaseprof printed (`probe_cost.ns`), per message.
     printed_per_msg: Option<f64>,
     /// Phase calls per message (estimated under a budget).
     calls_per_msg: Option<f64>,
@@ -236,7 +237,7 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
         if !printed[i].is_empty() {
             let p = median(printed[i].clone());
             line += &format!(
-                "; printed: probes {p:.0} ns (from its cpu samples) vs {:+.0} ns measured",
+                "; printed: probes {p:.0} ns (probe_cost) vs {:+.0} ns measured",
                 m - b
             );
         }

@@ -4,8 +4,9 @@
 //! alternating bare, bpftrace doing the same work, and `record -p`: the default events, the
 //! defaults plus six phases (exact, and at a 1% budget), allocations (exact) and allocations at a
 //! 1% budget. Beside each measured slowdown, what phaseprof printed: the probes' cost it measured
-//! from its cpu samples (`report --json` `probe_cost.slowdown`) and, for allocations, its
-//! estimate; under a budget, the totals per command beside the exact run's.
+//! (`report --json` `probe_cost.ns`: its cpu samples in the probes, the programs no sample sees
+//! timed by themselves, the syscall budget's slices) and, for allocations, its estimate; under a
+//! budget, the totals per command beside the exact run's.
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 
@@ -397,7 +398,7 @@ fn print_rows(rows: &[Row], cpu: Vec<Vec<f64>>, reports: &[Vec<serde_json::Value
             med(&|r| Some(r["probe_cost"]["ns"].as_f64()? / r["commands"].as_f64()?))
         {
             line += &format!(
-                "; printed: probes {printed:.0} ns (from its cpu samples), {:+.0}% vs the {:.0} ns measured",
+                "; printed: probes {printed:.0} ns (probe_cost), {:+.0}% vs the {:.0} ns measured",
                 100.0 * (printed / (m - bare) - 1.0),
                 m - bare
             );
