@@ -156,8 +156,13 @@ impl Profile {
     /// What the probes cost the targets (see ProbeCost); None without the targets' CPU time or
     /// cpu samples.
     pub fn probe_cost(&self) -> Option<ProbeCost> {
+        self.probe_cost_over(self.meta.targets_cpu_ns?)
+    }
+
+    /// What the probes cost targets that ran `target_cpu_ns` (another reading of their CPU
+    /// time than the recording's own); None without cpu samples.
+    pub fn probe_cost_over(&self, target_cpu_ns: u64) -> Option<ProbeCost> {
         let samples = self.own_samples();
-        let target_cpu_ns = self.meta.targets_cpu_ns?;
         (samples.all > 0).then_some(ProbeCost {
             samples,
             target_cpu_ns,

@@ -88,13 +88,9 @@ pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
             .fetch_add(u.copied_bytes, Ordering::Relaxed);
     }
     // The window's cost at the agent's own reading of the targets' CPU time.
-    let cost = (p.probe_cost()).map(|c| phaseprof_model::ProbeCost {
-        target_cpu_ns: cpu_ns,
-        ..c
-    });
     let slowdown = if cpu_ns == 0 {
         0.0
-    } else if let Some(cost) = cost {
+    } else if let Some(cost) = p.probe_cost_over(cpu_ns) {
         cost.slowdown()
     } else {
         // Every phase call is costed as a native one: a window does not say which phases are
