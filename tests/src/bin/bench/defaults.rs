@@ -1,7 +1,9 @@
 //! The default events' cost (`--only defaults`): what each event costs in the kernel per stack
 //! walk (frame pointers, unwind tables, stack copy), what the tables cost to build and hold, and
 //! the slowdown of validator-sim and of `dd` under the defaults, each against bare and against
-//! bpftrace doing the same recording, alternating in one run.
+//! bpftrace doing the same recording, alternating in one run; and (`--only switches`) on a
+//! program that does nothing but switch (`perf bench sched pipe`), the slowdown printed beside
+//! the measured.
 use std::process::{Command, Stdio};
 
 use phaseprof_e2e::{rust_workload, rust_workload_without_frame_pointers, truth_from};
@@ -131,6 +133,52 @@ fn slowdowns(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace: bool)
             );
         }
     }
+}
+
+/// A program that does nothing but switch: Debian's `perf bench sched pipe -T` (two threads
+/// handing a byte over pipes, ~600,000 switches a second), pinned to CPU 0, its own µs per
+/// operation bare and under the defaults (syscalls at the 1% budget, as on a running process),
+/// alternating; beside it the slowdown phaseprof printed (`probe_cost.slowdown`). The
+/// scheduler's programs are most of the cost here: the printed figure counts their own time,
+/// not what they cost the target outside it (caches, the tracepoint's entry).
+pub fn switch_bound_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
+    let argv: Vec<String> = ["taskset", "-c", "0", "perf", "bench", "sched", "pipe", "-T"]
+        .iter()
+        .chain(&["-l", "200000"])
+        .map(|a| a.to_string())
+        .collect();
+    let usecs = |out: &str| -> f64 {
+        (out.lines())
+            .find_map(|l| l.trim().strip_suffix("usecs/op")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no usecs/op from perf bench: {out}"))
+    };
+    let (mut bare, mut under, mut printed) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        bare.push(usecs(&run(&mut command(pp, tmp, Under::Bare, &argv))));
+        let flags = ["--syscall-budget", "1%"];
+        under.push(usecs(&run(&mut command(
+            pp,
+            tmp,
+            Under::Phaseprof(&flags),
+            &argv,
+        ))));
+        let report: serde_json::Value =
+            serde_json::from_str(&run(Command::new(pp).args(["report", "--json", tmp]))).unwrap();
+        printed.push(
+            report["probe_cost"]["slowdown"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+        );
+    }
+    let (bare, under, printed) = (median(bare), median(under), median(printed));
+    println!(
+        "perf bench sched pipe -T (pinned to one CPU), its own µs per operation, median of \
+         {rounds} alternating rounds:\n  bare {bare:.2} µs, phaseprof defaults {under:.2} µs: \
+         {:+.1}% measured, {:+.1}% printed ({:+.0}% vs measured)",
+        100.0 * (under / bare - 1.0),
+        100.0 * printed,
+        100.0 * (printed / (under / bare - 1.0) - 1.0)
+    );
 }
 
 /// Mean ns per run of each of our programs whose name starts with one of `names`, from the

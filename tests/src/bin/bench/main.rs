@@ -1,7 +1,7 @@
 //! `bench`: phaseprof's overhead, measured A/B alternating in one run, printed (never asserted).
 //!
 //! Run as root after `cargo build --release --workspace`:
-//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|fleet-day|agent|unwind|defaults|redis|go-server]`.
+//! `target/release/bench [--rounds N] [--only syscalls|sim|phases|alloc|web|fleet|fleet-day|agent|unwind|defaults|redis|go-server|switches]`.
 //! Prints: ns per syscall of a getppid loop bare / with our probes attached but the loop not a
 //! target (the floor) / under `record` (stacks on and off) / under bpftrace doing the same
 //! counting; validator-sim's wall time bare vs recorded; the agent's CPU% and peak RSS while
@@ -11,7 +11,8 @@
 //! for 50k unique stacks, and the profile page's load time from `phaseprof serve`; the
 //! agent's CPU per 1,000 samples and the target's slowdown with frame-pointer vs stack-copy
 //! unwinding; the default events' per-event kernel cost by way of walking stacks, the unwind
-//! tables' size and build time, and validator-sim's and dd's slowdown vs bare and bpftrace.
+//! tables' size and build time, and validator-sim's and dd's slowdown vs bare and bpftrace; a
+//! switch-bound program's slowdown (`perf bench sched pipe`) measured and as printed.
 // Each section is a measurement script read top to bottom; the length limit on functions is for
 // the product's code (like the end-to-end tests).
 #![allow(clippy::too_many_lines)]
@@ -29,7 +30,7 @@ mod phases;
 mod redis;
 mod unwind;
 
-use defaults::defaults_bench;
+use defaults::{defaults_bench, switch_bound_bench};
 use fleet::{fleet_bench, fleet_day_bench, FleetHour};
 use go_server::go_server_bench;
 use phases::phases_bench;
@@ -512,5 +513,8 @@ fn main() {
     }
     if wanted("defaults") {
         defaults_bench(&pp, tmp, rounds, has_bpftrace);
+    }
+    if wanted("switches") {
+        switch_bound_bench(&pp, tmp, rounds);
     }
 }
