@@ -295,6 +295,7 @@ impl<'obj> Session<'obj> {
             self.choose_unwind(pid, &targets::exe_link(pid), Choice::Running)?;
         }
         self.engine.add_target(pid)?;
+        self.cpu_at_exit.remove(&pid); // a pid reused
         let mark = match joined {
             Joined::Attached => targets::cpu_ns(std::iter::once(pid)),
             Joined::Forked | Joined::ForkedThenExec => 0,

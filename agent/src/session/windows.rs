@@ -101,6 +101,8 @@ impl Session<'_> {
         self.sym.trim(|pid| live.contains(&pid));
         self.processes.retain(|pid| live.contains(&pid));
         self.cpu_at_add.retain(|pid, _| live.contains(pid));
+        self.cpu_at_exit.clear(); // taken by this window's CPU total
+
         let exited = std::mem::take(&mut self.exited_tids);
         let meta = self.agg.builder_mut().meta_mut();
         meta.pids.retain(|pid| live.contains(pid));
