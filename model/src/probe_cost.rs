@@ -3,8 +3,11 @@
 //! under a tower of its own, `[phaseprof probes]`, split by mechanism at its leaf. The tower's
 //! share of the samples is the probes' share of the targets' CPU time, with a binomial
 //! standard error: a measurement on the running machine and target, not a cost per hit written
-//! down elsewhere. What runs with interrupts off is not sampled (the scheduler's tracepoint): the
-//! kernel charges that time to no target's CPU time either.
+//! down elsewhere. What runs with interrupts off (the scheduler's programs) or in the sampling
+//! interrupt itself shows in no sample of its own: those programs time themselves. (A sample
+//! due while the scheduler's programs run fires as interrupts come back on, at
+//! `finish_task_switch` in the thread switched in: that part of our cost is also drawn in the
+//! target's kernel frames. Known, not yet taken out.)
 use crate::{Profile, Sample, SampleKind};
 
 /// The frame every cpu sample taken inside phaseprof's own probes is counted under: the
