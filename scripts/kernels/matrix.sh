@@ -30,7 +30,6 @@ checks=(
   "exec loop: each cat's write walked from tables|kernels::exec_loop_stacks_from_tables"
   "cheap phases under a budget stay exact|phase_budget::cheap_phases_under_a_budget_stay_exact"
   "hot phases under a budget within 10%|phase_budget::hot_phases_under_a_budget_are_estimated_from_slices"
-  "syscalls under a 1% budget within 5% of dd's|syscall_budget::syscalls_under_a_budget_are_estimated_from_slices"
 )
 tests=()
 for c in "${checks[@]}"; do tests+=("${c#*|}"); done
