@@ -26,8 +26,14 @@ impl SlicedProbes for SyscallProbes {
     fn start_slice(&self, engine: &mut Engine<'_>) -> Result<()> {
         engine.start_syscall_slice()
     }
+    fn count(&self, engine: &mut Engine<'_>, on: bool) {
+        engine.count_syscalls(on)
+    }
     fn end_slice(&self, engine: &mut Engine<'_>) {
         engine.end_syscall_slice()
+    }
+    fn io_syscalls_counted(&self, engine: &Engine<'_>) -> Result<Option<u64>> {
+        engine.io_syscalls_counted().map(Some)
     }
     /// Before the slowdown is measured (by syscalls in and out of slices), the budget goes by
     /// the cost of a syscall counted on the development machine.

@@ -63,6 +63,8 @@ pub fn entry_offset(exe: &Path) -> Result<u64> {
 #[derive(Default)]
 struct TargetsCounter {
     last: std::collections::HashMap<u32, u64>,
+    /// Targets whose exit was handed over (until their pid is added again).
+    exited: std::collections::HashSet<u32>,
     total: u64,
 }
 
@@ -71,6 +73,9 @@ impl TargetsCounter {
     /// from now.
     fn add(&mut self, pid: u32, from_birth: bool, of: impl Fn(u32) -> u64) {
         let mark = if from_birth { 0 } else { of(pid) };
+        if self.exited.remove(&pid) {
+            self.last.remove(&pid); // a pid reused
+        }
         self.last.entry(pid).or_insert(mark);
     }
 
@@ -81,13 +86,27 @@ impl TargetsCounter {
         if let Some(before) = self.last.remove(&pid) {
             self.total += last.saturating_sub(before);
         }
+        // Kept only while callers may still list the pid (until their next prune): bounded
+        // for an agent that runs for weeks. A pid read once forgotten counts from that reading.
+        if self.exited.len() >= 4096 {
+            self.exited.clear();
+        }
+        self.exited.insert(pid);
     }
 
+    /// The counter now, reading `pids` (one first read here counts from now). One whose exit
+    /// was handed over stays out though the caller still lists it. A target reaped before its
+    /// exit event is handled reads 0 (gone from /proc): its last reading stands until the exit
+    /// hands over its last count, which would otherwise be added again from 0, its whole life
+    /// twice.
     fn read(&mut self, pids: impl Iterator<Item = u32>, of: impl Fn(u32) -> u64) -> u64 {
-        for pid in pids {
+        for pid in pids.filter(|pid| !self.exited.contains(pid)) {
             let now = of(pid);
-            if let Some(before) = self.last.insert(pid, now) {
-                self.total += now.saturating_sub(before);
+            let before = self.last.entry(pid).or_insert(now);
+            // The kernel's counts only grow: less is a process gone or unreadable.
+            if now > *before {
+                self.total += now - *before;
+                *before = now;
             }
         }
         self.total
@@ -469,6 +488,15 @@ mod tests {
         counts.borrow_mut().insert(2, 70);
         c.exited(2, 0, of);
         assert_eq!(c.read(std::iter::empty(), of), 130);
+        // Reaped (gone from /proc) and read before its exit is handled: the exit adds what
+        // came after the last reading, not its whole count again.
+        c.add(3, false, of);
+        counts.borrow_mut().insert(3, 40);
+        assert_eq!(c.read([3].into_iter(), of), 170);
+        counts.borrow_mut().remove(&3);
+        assert_eq!(c.read([3].into_iter(), of), 170);
+        c.exited(3, 45, of);
+        assert_eq!(c.read([3].into_iter(), of), 175);
     }
 
     // Checks liveness: this process is alive, a reaped child is not.

@@ -367,6 +367,9 @@ enum probe_counter {
 	 * (never counted). */
 	SYSCALLS_COUNTED,
 	SYSCALLS_VOIDED,
+	/* Under a syscall budget: what the syscalls counted in slices added to /proc/PID/io's
+	 * syscr + syscw (a slice's edges are placed on that count by it: see slice_budget.rs). */
+	IO_SYSCALLS_COUNTED,
 	/* ns the cpu sampling program ran on a target's CPU: an interrupt of the target, which the
 	 * kernel charges to it (unless it accounts interrupt time apart) and no sample sees. */
 	NS_SAMPLE_ON_TARGET,

@@ -59,6 +59,31 @@ static __always_inline __u64 syscall_stack(void *ctx, struct syscall_start *star
 	return user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK);
 }
 
+/* What syscall `nr` adds to the kernel's per-process read and write syscall counts (syscr +
+ * syscw of /proc/PID/io): one for the read and write family, two for sendfile and
+ * copy_file_range (both counts). */
+static __always_inline __u64 io_syscalls_of(__u32 nr)
+{
+	switch (nr) {
+	case NR_READ:
+	case NR_WRITE:
+	case NR_PREAD64:
+	case NR_PWRITE64:
+	case NR_READV:
+	case NR_WRITEV:
+	case NR_PREADV:
+	case NR_PWRITEV:
+	case NR_PREADV2:
+	case NR_PWRITEV2:
+		return 1;
+	case NR_SENDFILE:
+	case NR_COPY_FILE_RANGE:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
 SEC("raw_tp/sys_enter")
 int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -170,8 +195,10 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u64 delta = bpf_ktime_get_ns() - start->ts;
 	bool maps_exec = start->maps_exec && (long)ctx->args[1] >= 0;
 	start->ts = 0;
-	if (syscalls_sliced)
+	if (syscalls_sliced) {
 		count_hit(SYSCALLS_COUNTED);
+		count_add(IO_SYSCALLS_COUNTED, io_syscalls_of(key.nr));
+	}
 	long ret = (long)ctx->args[1];
 	add_syscall(&key, 1, delta, ret < 0 && ret >= -4095);
 	if (phases_enabled)

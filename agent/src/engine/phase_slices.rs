@@ -31,23 +31,32 @@ impl Engine<'_> {
         unsafe { std::ptr::write_volatile(ptr, true) };
     }
 
-    /// Attaches the phase probes for a slice; counting starts once every one is in force.
+    /// Attaches the phase probes for a slice, paused: counting starts at `count_phases(true)`,
+    /// once every one is in force.
     pub fn start_phase_slice(&mut self) -> Result<()> {
         let probes = std::mem::take(&mut self.phase_links.probes);
         let attached = self.attach_phase_probes(&probes);
         self.phase_links.probes = probes;
         self.phase_links.links.extend(attached?);
         self.phase_links.in_force = true;
-        self.bump_phase_generation();
-        self.set_phases_paused(false);
         Ok(())
     }
 
-    /// Ends a slice: counting stops at once (calls in flight are void), then the probes are
-    /// detached (their grace periods waited for off this thread).
+    /// Starts or stops counting at a slice's edge, at once: calls in flight there are void.
+    pub fn count_phases(&mut self, on: bool) {
+        if on {
+            self.bump_phase_generation();
+            self.set_phases_paused(false);
+        } else {
+            self.set_phases_paused(true);
+            self.bump_phase_generation();
+        }
+    }
+
+    /// Ends a slice: counting stops (if `count_phases(false)` did not stop it already), then
+    /// the probes are detached (their grace periods waited for off this thread).
     pub fn end_phase_slice(&mut self) {
         self.set_phases_paused(true);
-        self.bump_phase_generation();
         self.phase_links.in_force = false;
         drop(retire(std::mem::take(&mut self.phase_links.links)));
     }

@@ -28,21 +28,31 @@ impl Engine<'_> {
         self.set_syscalls_paused(true);
     }
 
-    /// Attaches the syscall programs for a slice: syscalls entered from here on are counted.
+    /// Attaches the syscall programs for a slice, paused: counting starts at
+    /// `count_syscalls(true)`.
     pub fn start_syscall_slice(&mut self) -> Result<()> {
         let links = self.attach_syscall_programs()?;
         self.syscall_links.links = links;
-        self.bump_syscall_generation();
-        self.set_syscalls_paused(false);
         Ok(())
     }
 
-    /// Ends a slice: syscalls in flight are void from here on, then the programs are detached,
-    /// on this thread: a raw tracepoint's detach waits for no grace period, and one still
-    /// pending when the next slice attaches the same program again is refused (EEXIST, 5.10).
+    /// Starts or stops counting at a slice's edge, at once: syscalls in flight there are void.
+    pub fn count_syscalls(&mut self, on: bool) {
+        if on {
+            self.bump_syscall_generation();
+            self.set_syscalls_paused(false);
+        } else {
+            self.set_syscalls_paused(true);
+            self.bump_syscall_generation();
+        }
+    }
+
+    /// Ends a slice: counting stops (if `count_syscalls(false)` did not stop it already), then
+    /// the programs are detached, on this thread: a raw tracepoint's detach waits for no grace
+    /// period, and one still pending when the next slice attaches the same program again is
+    /// refused (EEXIST, 5.10).
     pub fn end_syscall_slice(&mut self) {
         self.set_syscalls_paused(true);
-        self.bump_syscall_generation();
         self.syscall_links.links.clear();
     }
 
@@ -53,6 +63,12 @@ impl Engine<'_> {
 
     pub fn syscalls_voided(&self) -> Result<u64> {
         self.probe_hits(types::probe_counter::SYSCALLS_VOIDED)
+    }
+
+    /// What the syscalls counted so far added to the targets' read and write syscalls (as
+    /// /proc/PID/io counts them).
+    pub fn io_syscalls_counted(&self) -> Result<u64> {
+        self.probe_hits(types::probe_counter::IO_SYSCALLS_COUNTED)
     }
 
     pub(super) fn attach_syscall_programs(&self) -> Result<Vec<Link>> {

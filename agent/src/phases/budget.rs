@@ -19,8 +19,14 @@ impl SlicedProbes for PhaseProbes<'_> {
     fn start_slice(&self, engine: &mut Engine<'_>) -> Result<()> {
         engine.start_phase_slice()
     }
+    fn count(&self, engine: &mut Engine<'_>, on: bool) {
+        engine.count_phases(on)
+    }
     fn end_slice(&self, engine: &mut Engine<'_>) {
         engine.end_phase_slice()
+    }
+    fn io_syscalls_counted(&self, _engine: &Engine<'_>) -> Result<Option<u64>> {
+        Ok(None)
     }
     fn probe_ns(&self, engine: &Engine<'_>) -> Result<f64> {
         self.0.probe_ns(engine)
