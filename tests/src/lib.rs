@@ -261,12 +261,23 @@ pub fn assert_offcpu_covers_sleep(offcpu: f64, cpu_wait: f64, truth: &serde_json
 /// time, read from schedstat). Only a floor, 0.3% under it: the recording also holds what the
 /// threads waited before and after their loops, so it reads 0.01–1% over beside CPU hogs, and a
 /// switch-in the kernel did not report read 0.4–3.3% under before sched.bpf.h recovered it.
+///
+/// On a virtual machine the kernel's figure also holds the steal time of the loops' threads
+/// (the hypervisor ran something else while they were switched in: left out of their CPU time,
+/// never off-CPU to the scheduler): the host's steal over the run (all CPUs, an upper bound of
+/// the threads' own; `host_steal_ns` of the workload's truth) is taken off the floor. Measured
+/// on the 2-core VM under CI's load: 0.7-3.5% under without it.
 pub fn assert_offcpu_misses_nothing(offcpu: f64, truth: &serde_json::Value) {
     let off = truth["off_cpu_ns"].as_f64().unwrap_or(0.0);
-    eprintln!("off-cpu {offcpu:.0} ns vs {off:.0} ns off the CPU by the kernel's accounting");
+    let steal = truth["host_steal_ns"].as_f64().unwrap_or(0.0);
+    eprintln!(
+        "off-cpu {offcpu:.0} ns vs {off:.0} ns off the CPU by the kernel's accounting \
+         ({steal:.0} ns stolen from the host's CPUs meanwhile)"
+    );
     assert!(
-        offcpu >= 0.997 * off,
-        "off-cpu {offcpu} ns misses part of the {off} ns the block loops were off the CPU"
+        offcpu >= 0.997 * off - steal,
+        "off-cpu {offcpu} ns misses part of the {off} ns the block loops were off the CPU \
+         (less {steal} ns of the host's steal time)"
     );
 }
 

@@ -61,6 +61,17 @@ pub struct Truth {
     pub off_cpu_ns: AtomicU64,
 }
 
+/// The host's steal time so far (all CPUs, ns): time a hypervisor ran something else while a
+/// task was on the CPU. The kernel leaves it out of the task's CPU time (with paravirt steal
+/// accounting), so `off_cpu_ns` (wall less CPU time) holds it though the task was switched in.
+/// /proc/stat counts it in USER_HZ ticks (100 a second on x86).
+fn host_steal_ns() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| s.lines().next()?.split_whitespace().nth(8)?.parse().ok())
+        .map_or(0, |ticks: u64| ticks * 10_000_000)
+}
+
 /// Field `n` of /proc/thread-self/schedstat: 0 this thread's CPU time, 1 its time spent
 /// runnable on a run queue (0 when the kernel keeps no schedstats).
 fn schedstat(n: usize) -> u64 {
@@ -144,6 +155,7 @@ fn main() {
         std::io::stdin().lock().read_line(&mut line).expect("read stdin");
     }
     let truth = Arc::new(Truth::default());
+    let steal_before = host_steal_ns();
     let start = std::time::Instant::now();
     if config.threads == 1 {
         run_thread(&config, &truth);
@@ -162,6 +174,7 @@ fn main() {
         }
     }
     let elapsed = start.elapsed().as_nanos();
+    let steal = host_steal_ns().saturating_sub(steal_before);
     let g = |a: &AtomicU64| a.load(Ordering::SeqCst);
     // Read before the truth line is formatted: its own allocations come after.
     let (alloc_bytes, allocs, frees) = (
@@ -178,7 +191,7 @@ fn main() {
             "\"burn_fn\":\"validator_sim::work::burn_cpu\",\"burn_cpu_ns\":{},",
             "\"sleep_requested_ns\":{},\"slept_ns\":{},\"leaked_bytes\":{},",
             "\"alloc_bytes\":{},\"allocs\":{},\"frees\":{},\"elapsed_ns\":{},",
-            "\"run_delay_ns\":{},\"off_cpu_ns\":{}}}\n"
+            "\"run_delay_ns\":{},\"off_cpu_ns\":{},\"host_steal_ns\":{}}}\n"
         ),
         std::process::id(),
         config.blocks,
@@ -200,6 +213,7 @@ fn main() {
         elapsed,
         g(&truth.run_delay_ns),
         g(&truth.off_cpu_ns),
+        steal,
     );
     // One write(2): the whole line goes out in a single call.
     let mut stdout = std::io::stdout().lock();
