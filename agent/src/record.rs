@@ -239,6 +239,7 @@ pub fn open_session<'obj>(
         syscall_stacks: engine_cfg.syscall_stacks != SyscallStacks::None,
         syscall_stack_every: engine_cfg.syscall_stacks.every() as u64,
         syscall_stack_walks_per_sec: engine_cfg.syscall_stacks.walks_per_sec().into(),
+        offcpu_stack_walks_per_sec: engine_cfg.offcpu_stacks.walks_per_sec().into(),
         ..Meta::default()
     };
     meta.notes

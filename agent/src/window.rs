@@ -14,6 +14,8 @@ pub struct RawWindow {
     pub samples: Vec<RawSample>,
     /// Go's own heap-profile samples, each to be weighed by its sampling rate.
     pub go_allocs: Vec<RawGoAlloc>,
+    /// Of the off-CPU time, what had a stack of its own (`Meta::offcpu_own_stack_ns`).
+    pub offcpu_own_stack_ns: u64,
 }
 
 /// Folds samples with the same key and stacks into one, values summed (samples unwound in

@@ -117,6 +117,11 @@ struct offcpu_key {
 struct offcpu_value {
 	__u64 ns;
 	__u64 cpu_wait_ns;
+	/* Both times the thread's one-in-N at each switch-out (1 when every stack is taken): the
+	 * weights user space spreads the unsampled time by (each sampled switch-out standing for
+	 * N, as Horvitz-Thompson weighs a sample; N varies over time). */
+	__u64 ns_weighted;
+	__u64 cpu_wait_weighted;
 };
 
 /* Per-thread state from switch-out to switch-in. */
@@ -132,6 +137,10 @@ struct offcpu_start {
 	/* Its CPU time (se.sum_exec_runtime) at the switch-out: what it ran since tells a switch-in
 	 * the tracepoint never reported (see sched.bpf.h). */
 	__u64 runtime;
+	/* With sampled stacks: the time the walks took at a sampled switch-out (see
+	 * credit_offcpu), 0 at the others; and the thread's one-in-N then (0: not sampled). */
+	__u32 walk_ns;
+	__u32 every;
 };
 
 struct syscall_key {
@@ -151,29 +160,34 @@ struct syscall_value {
 	__u64 errors; /* returned -4095..-1 (-errno), as strace -c counts them */
 };
 
+/* A thread's rate of sampled stack walks, for one event kind (see next_stack_in). */
+struct stack_rate {
+	__u32 until_stack; /* events of this thread until the next sampled stack */
+	__u32 every;	   /* its mean events per stack (the minimum or more) */
+	__u32 walks;	   /* its stack walks since walks_since */
+	__u32 pad;
+	__u64 walks_since;
+};
+
 /* Per-thread state from sys_enter to sys_exit. */
 struct syscall_start {
 	__u64 ts;
 	__u32 nr;
 	__u32 phase;
 	__u64 user_stack;
-	__u32 maps_exec;   /* an mmap/mprotect with PROT_EXEC: VMAs change */
-	__u32 until_stack; /* syscalls of this thread until the next sampled stack */
-	__u64 phase_mask;
-	/* Sampled stacks: this thread's mean syscalls per stack (syscall_stack_every or more, see
-	 * next_stack_in), and its stack walks since walks_since. */
-	__u32 every;
-	__u32 walks;
-	__u64 walks_since;
+	__u32 maps_exec; /* an mmap/mprotect with PROT_EXEC: VMAs change */
 	/* syscall_generation at the entry: a syscall that entered in an earlier slice is void. */
 	__u32 generation;
-	__u32 pad;
+	__u64 phase_mask;
+	/* Sampled stacks (syscall_stack_every or more syscalls per stack). */
+	struct stack_rate rate;
 	/* Syscall numbers this thread made (sampled stacks: each one's first carries its stack, so
 	 * that rare syscalls have one). */
 	__u64 seen[MAX_SYSCALL_NR / 64];
 };
 
-/* The user stack of a syscall whose stack was not sampled (see syscall_stack_every). */
+/* The user stack of a syscall or switch-out whose stack was not sampled (see
+ * syscall_stack_every, offcpu_stack_walks_per_sec). */
 #define STACK_NOT_SAMPLED 1
 
 /* One entry of a phase stack. */

@@ -166,6 +166,10 @@ int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 		bpf_map_delete_elem(&thread_phases, &tid);
 		bpf_map_delete_elem(&alloc_threads, &tid);
 	}
+	if (offcpu_stack_walks_per_sec) {
+		__u32 tid = (__u32)id;
+		bpf_map_delete_elem(&offcpu_rates, &tid);
+	}
 	struct task_struct *task = current_task();
 	/* signal->live reaches 0 when the last thread of the group exits. */
 	/* Named now, while it exists: a short-lived thread is gone by the window's drain. */

@@ -54,6 +54,9 @@ const volatile __u32 syscall_stack_every = 1;
 /* `sampled`: a thread's N grows so that it walks at most this many stacks a second (0: N
  * stays; see next_stack_in). */
 const volatile __u32 syscall_stack_walks_per_sec = 0;
+/* Off-CPU stacks: 0, every switch-out's; N, a thread walks at most N a second (one in its
+ * every, see take_stack), its other switch-outs keyed STACK_NOT_SAMPLED. Time stays exact. */
+const volatile __u32 offcpu_stack_walks_per_sec = 0;
 const volatile bool follow_children = false;
 const volatile bool notify_exec = false;
 /* `record -- CMD` with unwind tables: a target that execs stops until user space has installed
@@ -207,6 +210,16 @@ struct {
 
 _Static_assert(sizeof(struct syscall_start) <= sizeof(struct thread_phase), "thread_zeros");
 _Static_assert(sizeof(struct alloc_thread) <= sizeof(struct thread_phase), "thread_zeros");
+
+/* Per-thread rate of off-CPU stack walks (offcpu_stack_walks_per_sec), keyed by tid and deleted
+ * at the thread's exit. A hash, not task storage: at sched_switch, 6.18 created no task storage
+ * (every switch-out walked). A thread beyond it walks every stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct stack_rate);
+} offcpu_rates SEC(".maps");
 
 /* Per-thread phase state, in task-local storage: every phase probe and every event looks it up,
  * and a task's own storage is a pointer away where a hash lookup costs ~0.1-0.2 us here. Created

@@ -13,6 +13,7 @@
 /* One object, one concern per header, in dependency order. */
 #include "maps.bpf.h"
 #include "helpers.bpf.h"
+#include "stack_rate.bpf.h"
 #include "target_events.bpf.h"
 #include "unwind.bpf.h"
 #include "sampling.bpf.h"

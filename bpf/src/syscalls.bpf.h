@@ -5,37 +5,6 @@
 
 /* ---- syscalls ---------------------------------------------------------- */
 
-/* A walk of a target's stack costs ~2-4 us here (unwind tables), ten to twenty syscalls'
- * counting: redis, ~100,000 syscalls a second on one thread, lost 6% of its CPU to one in 16.
- * With syscall_stack_walks_per_sec each thread walks at most that many stacks a second on
- * average, measured over periods of this length: beyond it its interval doubles, and halves
- * again (down to syscall_stack_every) when it walks less than half as many. */
-#define WALK_RATE_PERIOD_NS 100000000ULL
-#define MAX_STACK_EVERY 65536
-
-/* Syscalls until `start`'s thread takes its next stack: random with mean `every`, so that each
- * syscall is as likely as any other to carry one (the split of the others by stack stays
- * unbiased), `every` adapted to the thread's rate of walks. */
-static __always_inline __u32 next_stack_in(struct syscall_start *start)
-{
-	if (!syscall_stack_walks_per_sec)
-		return 1 + bpf_get_prandom_u32() % (2 * syscall_stack_every - 1);
-	__u64 now = bpf_ktime_get_ns();
-	__u32 every = start->every < syscall_stack_every ? syscall_stack_every : start->every;
-	if (now - start->walks_since >= WALK_RATE_PERIOD_NS) {
-		__u32 allowed = syscall_stack_walks_per_sec * WALK_RATE_PERIOD_NS / 1000000000ULL;
-		if (start->walks > allowed && every < MAX_STACK_EVERY)
-			every *= 2;
-		else if (start->walks < allowed / 2 && every / 2 >= syscall_stack_every)
-			every /= 2;
-		start->walks = 0;
-		start->walks_since = now;
-	}
-	start->walks++;
-	start->every = every;
-	return 1 + bpf_get_prandom_u32() % (2 * every - 1);
-}
-
 /* The stack key of syscall `nr`: its user stack when this one is sampled (the thread's
  * first of its number, then one in `every`), else 0 (no stacks) or STACK_NOT_SAMPLED. */
 static __always_inline __u64 syscall_stack(void *ctx, struct syscall_start *start, __u32 nr)
@@ -50,12 +19,13 @@ static __always_inline __u64 syscall_stack(void *ctx, struct syscall_start *star
 		take = !(start->seen[at / 64] & bit);
 		start->seen[at / 64] |= bit;
 	}
-	if (!take && start->until_stack > 1) {
-		start->until_stack--;
+	if (!take && start->rate.until_stack > 1) {
+		start->rate.until_stack--;
 		return STACK_NOT_SAMPLED;
 	}
-	if (syscall_stack_every > 1 && start->until_stack <= 1)
-		start->until_stack = next_stack_in(start);
+	if (syscall_stack_every > 1 && start->rate.until_stack <= 1)
+		start->rate.until_stack = next_stack_in(&start->rate, syscall_stack_every,
+							syscall_stack_walks_per_sec);
 	return user_stack_id(ctx, SLOT_SYSCALL, DROP_USER_STACK);
 }
 

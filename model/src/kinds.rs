@@ -59,7 +59,8 @@ pub struct Value {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stacks {
     Always,
-    /// Sometimes: syscalls counted without theirs (`--syscall-stacks sampled` or off).
+    /// Sometimes: syscalls counted without theirs (`--syscall-stacks sampled` or off), off-CPU
+    /// time of switch-outs whose stacks were not sampled (`--offcpu-stacks sampled`).
     Sometimes,
     Never,
 }
@@ -156,7 +157,7 @@ pub const KINDS: &[Kind] = &[
             compared("cpu_wait_ns", "nanoseconds", "cpu_wait_ns"),
         ],
         per_thread: true,
-        stacks: Stacks::Always,
+        stacks: Stacks::Sometimes,
         interrupted: false,
         pprof: ("offcpu", "nanoseconds"),
     },

@@ -36,6 +36,10 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
             .entry(name.clone())
             .or_insert_with(|| m.clone());
     }
+    // Any window with sampled off-CPU stacks has stackless time to spread when shown by stack.
+    meta.offcpu_stack_walks_per_sec = meta
+        .offcpu_stack_walks_per_sec
+        .max(p.offcpu_stack_walks_per_sec);
     if !first {
         // The targets' CPU time adds up over windows, known only if known in every one.
         meta.targets_cpu_ns = match (meta.targets_cpu_ns, p.targets_cpu_ns) {
@@ -43,6 +47,7 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
             _ => None,
         };
         meta.switch_probe_ns = meta.switch_probe_ns.saturating_add(p.switch_probe_ns);
+        meta.offcpu_own_stack_ns = (meta.offcpu_own_stack_ns).saturating_add(p.offcpu_own_stack_ns);
         meta.sample_probe_ns = meta.sample_probe_ns.saturating_add(p.sample_probe_ns);
         if let (Some(into), Some(u)) = (&mut meta.unwind, &p.unwind) {
             into.absorb(u);

@@ -96,6 +96,14 @@ pub struct Meta {
     /// second than this (0: N stayed `syscall_stack_every`).
     #[serde(default)]
     pub syscall_stack_walks_per_sec: u64,
+    /// Off-CPU stacks were sampled: each thread walked at most this many a second; the time of
+    /// its other switch-outs went to the stacks sampled for the same thread and phase in the
+    /// same window, by their weights (0: every switch-out's stack).
+    #[serde(default)]
+    pub offcpu_stack_walks_per_sec: u64,
+    /// Of the off-CPU time, what had a stack of its own (the rest was spread; see above).
+    #[serde(default)]
+    pub offcpu_own_stack_ns: u64,
     /// Thread names seen, by tid.
     #[serde(default)]
     pub threads: BTreeMap<u32, String>,
@@ -453,6 +461,15 @@ impl Profile {
     /// The samples of `kind`.
     pub fn samples_of(&self, kind: SampleKind) -> impl Iterator<Item = &Sample> + '_ {
         self.samples.iter().filter(move |s| s.kind == kind)
+    }
+
+    /// Off-CPU time recorded with a stack of its own: under `--offcpu-stacks sampled`, the rest
+    /// was spread over the sampled stacks of its thread and phase.
+    pub fn offcpu_with_stack_ns(&self) -> u64 {
+        match self.meta.offcpu_stack_walks_per_sec {
+            0 => self.total(SampleKind::Offcpu, crate::kinds::OFFCPU_NS),
+            _ => self.meta.offcpu_own_stack_ns,
+        }
     }
 
     /// The sum of value `i` over the samples of `kind` (saturating).

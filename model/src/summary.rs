@@ -103,7 +103,16 @@ impl Summary {
         }
         if profile.recorded(EventKind::Offcpu) {
             let total = profile.total(SampleKind::Offcpu, OFFCPU_NS);
-            events.insert("offcpu".into(), serde_json::json!({"total_ns": total}));
+            // With sampled stacks (`stack_walks_per_sec` > 0), the time under stacks of their
+            // own; the rest is spread over them when shown by stack.
+            events.insert(
+                "offcpu".into(),
+                serde_json::json!({
+                    "total_ns": total,
+                    "with_stack_ns": profile.offcpu_with_stack_ns(),
+                    "stack_walks_per_sec": m.offcpu_stack_walks_per_sec,
+                }),
+            );
         }
         if profile.recorded(EventKind::Syscall) {
             let by_name = syscalls_by_name(profile);

@@ -75,11 +75,7 @@ impl Profile {
         // Syscalls counted without a stack go to the stacks sampled for the same syscall.
         let spread = kind == SampleKind::Syscall && self.meta.syscall_stack_every > 1;
         let values: Vec<u64> = if spread {
-            crate::syscall_spread::counts_by_stack(&samples, |st| {
-                let frames = self.stack_frames(st);
-                let frame = |f: &u32| self.frames.get(*f as usize);
-                frames.iter().filter_map(frame).collect::<Vec<_>>()
-            })
+            crate::stack_spread::counts_by_stack(&samples, |st| self.stack_content(st))
         } else {
             samples.iter().map(|s| s.value(0)).collect()
         };
@@ -106,6 +102,13 @@ impl Profile {
             }
         }
         out
+    }
+
+    /// A stack's frames, for comparing stacks by what they hold.
+    fn stack_content(&self, stack: u32) -> Vec<&crate::profile::Frame> {
+        let frames = self.stack_frames(stack);
+        let frame = |f: &u32| self.frames.get(*f as usize);
+        frames.iter().filter_map(frame).collect()
     }
 
     /// Whether any frame of `stack` (a function name, inlined frames included) matches `pred`.

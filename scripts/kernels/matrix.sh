@@ -37,6 +37,7 @@ checks=(
   "hot phases under a budget within 10%|phase_budget::hot_phases_under_a_budget_are_estimated_from_slices"
   "syscalls under a budget within 5% of dd's|syscall_budget::syscalls_under_a_budget_are_estimated_from_slices"
   "a command that exited keeps its CPU time|probe_cost::a_command_that_exited_keeps_its_cpu_time"
+  "sampled off-CPU stacks match every stack's|offcpu_stacks::sampled_offcpu_stacks_match_every_stack"
 )
 tests=()
 for c in "${checks[@]}"; do tests+=("${c#*|}"); done

@@ -140,7 +140,8 @@ fn agent_keeps_taking_stacks_past_its_map_size() {
         (port, metrics_port),
         &mut target,
         "chains",
-        "stack_entries = 1024\n",
+        // Every switch-out's stack: each chain's sleep is an off-CPU path never seen before.
+        "stack_entries = 1024\noffcpu_stacks = \"all\"\n",
     );
     let m = merged(&t, port, "host-c");
     eprintln!(

@@ -23,6 +23,7 @@ mod hostile_bodies;
 mod hostile_local;
 mod inlined;
 mod kernels;
+mod offcpu_stacks;
 mod phase_budget;
 mod phases;
 mod phases_exec;

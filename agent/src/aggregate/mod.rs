@@ -214,14 +214,18 @@ impl Aggregator {
     }
 
     fn fold(&mut self, w: &RawWindow) {
+        let meta = self.builder.meta_mut();
+        meta.offcpu_own_stack_ns = (meta.offcpu_own_stack_ns).saturating_add(w.offcpu_own_stack_ns);
         for s in &w.samples {
             let spec = s.kind.spec();
             let taken = match spec.interrupted {
                 true => Taken::ByInterrupt,
                 false => Taken::ByProbe,
             };
+            // A sampled-out event has neither stack (a failed user walk keeps the kernel's).
             let stack = match (spec.stacks, &s.user) {
-                (Stacks::Never, _) | (Stacks::Sometimes, None) => None,
+                (Stacks::Never, _) => None,
+                (Stacks::Sometimes, None) if s.kernel.is_none() => None,
                 _ => Some(self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref(), taken)),
             };
             self.count_own(s, stack);

@@ -241,6 +241,7 @@ fn allocations_fold_with_estimates_and_ages() {
             size: 100,
             rate: 1,
         }],
+        ..RawWindow::default()
     };
     agg.add_window(&w, &mut sym);
     assert_eq!(agg.go_phase_allocs()[&1], (100.0, 1.0));

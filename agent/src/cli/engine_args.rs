@@ -5,7 +5,9 @@ use clap::Args;
 use phaseprof_model::units::{parse_bytes, parse_percent};
 use phaseprof_model::EventKind;
 
-use crate::engine::{EngineConfig, SyscallStacks, DEFAULT_FREQ_HZ, DEFAULT_STACK_ENTRIES};
+use crate::engine::{
+    EngineConfig, OffcpuStacks, SyscallStacks, DEFAULT_FREQ_HZ, DEFAULT_STACK_ENTRIES,
+};
 use crate::unwind::{parse_stack_copy, UnwindMode};
 
 #[derive(Args, Debug, Clone)]
@@ -18,6 +20,12 @@ pub struct EngineArgs {
     /// syscall, in proportion), `all`, `none`, or `1/N`. Counts and latency are exact either way.
     #[arg(long, default_value = "sampled", value_name = "sampled|all|none|1/N")]
     pub syscall_stacks: SyscallStacks,
+    /// Which switch-outs carry their stacks: `sampled` (every one while a thread switches out
+    /// fewer than 100 times a second, else one in N, N adapted to hold that rate; the time of
+    /// the others counts under the stacks sampled for the same thread and phase, in
+    /// proportion) or `all`. Off-CPU time, per thread and per phase, is exact either way.
+    #[arg(long, default_value = "sampled", value_name = "sampled|all")]
+    pub offcpu_stacks: OffcpuStacks,
     /// How user stacks are walked: `fp` (frame pointers, cheap), `dwarf` (walked in the kernel
     /// from tables compiled from the binaries' call-frame information, for code built without
     /// frame pointers, every event kind), `auto` (per module: frame pointers through the files
@@ -92,6 +100,7 @@ impl EngineArgs {
             events,
             freq_hz: self.freq,
             syscall_stacks: self.syscall_stacks,
+            offcpu_stacks: self.offcpu_stacks,
             stack_entries: self.stack_entries,
             alloc_sample_bytes: self.alloc_sample_bytes,
             stack_copy_bytes: self.stack_copy,
@@ -164,9 +173,15 @@ mod tests {
             (
                 from_flags.freq_hz,
                 from_flags.syscall_stacks,
+                from_flags.offcpu_stacks,
                 from_flags.stack_entries
             ),
-            (d.freq_hz, d.syscall_stacks, d.stack_entries)
+            (
+                d.freq_hz,
+                d.syscall_stacks,
+                d.offcpu_stacks,
+                d.stack_entries
+            )
         );
         assert_eq!(
             (from_flags.alloc_sample_bytes, from_flags.stack_copy_bytes),
@@ -178,6 +193,7 @@ mod tests {
         let agent = crate::fleet::config::AgentConfig::parse("agent.toml", toml).unwrap();
         assert_eq!(agent.unwind, args.unwind);
         assert_eq!(agent.stack_copy_bytes, d.stack_copy_bytes);
+        assert_eq!(agent.offcpu_stacks, d.offcpu_stacks);
     }
 
     // Checks the syscall budget's resolution: the command's default (exact for `record --

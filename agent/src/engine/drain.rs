@@ -264,17 +264,25 @@ impl Engine<'_> {
                 ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
-        for (k, v) in offcpu {
+        let (offcpu, own) = super::offcpu_spread::spread_offcpu(offcpu);
+        raw.offcpu_own_stack_ns = own;
+        for (k, [ns, cpu_wait_ns]) in offcpu {
             raw.samples.push(RawSample {
                 kind: SampleKind::Offcpu,
                 user: self.stack(k.user_stack),
                 kernel: self.stack(k.kernel_stack),
-                values: vec![v.ns, v.cpu_wait_ns],
+                values: vec![ns, cpu_wait_ns],
                 ..at(k.tgid, k.tid, k.phase, k.phase_mask)
             });
         }
         if let (true, Some(end)) = (everything, self.detached_at_ns) {
-            raw.samples.extend(self.offcpu_in_progress(end)?);
+            // Threads off-CPU at the stop: their time as it stands, with their stacks if taken.
+            for s in self.offcpu_in_progress(end)? {
+                if s.user.is_some() || s.kernel.is_some() {
+                    raw.offcpu_own_stack_ns += s.values[0];
+                }
+                raw.samples.push(s);
+            }
         }
         raw.samples.extend(self.take_count_maps(take, everything)?);
         for (k, v) in syscalls {

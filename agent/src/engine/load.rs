@@ -226,6 +226,7 @@ fn open_skel<'obj>(
         .context("BPF object has no rodata")?;
     rodata.syscall_stack_every = cfg.syscall_stacks.every();
     rodata.syscall_stack_walks_per_sec = cfg.syscall_stacks.walks_per_sec();
+    rodata.offcpu_stack_walks_per_sec = cfg.offcpu_stacks.walks_per_sec();
     rodata.follow_children = cfg.follow_children;
     rodata.notify_exec = cfg.notify_exec;
     rodata.hold_execs = cfg.hold_execs;

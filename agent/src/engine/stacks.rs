@@ -27,8 +27,9 @@ const KERNEL_KEEP: u64 = 2;
 const CACHE_TTL: Duration = Duration::from_secs(60);
 /// Most stacks the cache holds (a stack is ~30 addresses: ~20 MiB at most).
 const CACHE_MAX: usize = 65_536;
-/// The key of a syscall whose stack was not sampled (the programs' STACK_NOT_SAMPLED).
-const NOT_SAMPLED: u64 = 1;
+/// The key of a syscall or switch-out whose stack was not sampled (the programs'
+/// STACK_NOT_SAMPLED).
+pub(super) const NOT_SAMPLED: u64 = 1;
 
 struct Cached {
     addrs: Vec<u64>,

@@ -14,6 +14,7 @@
 //! unwind = "auto"                  # auto | fp | dwarf | copy (see `record --unwind`)
 //! stack_copy = "16KiB"             # user stack copied per sample with `copy` unwinding
 //! stack_entries = 16384            # distinct stacks the kernel holds at once (recycled per window)
+//! offcpu_stacks = "sampled"        # sampled | all (see `record --offcpu-stacks`)
 //! # events = [..., "alloc"]: allocator probes always attached, exact totals per phase
 //! # alloc_budget = "1%"          # with alloc: probes attached for part of each window so that
 //! #                              # they slow the targets by at most this; totals extrapolated
@@ -71,6 +72,8 @@ struct RawConfig {
     #[serde(default = "default_stack_copy")]
     stack_copy: String,
     stack_entries: Option<u32>,
+    #[serde(default = "default_offcpu_stacks")]
+    offcpu_stacks: String,
     alloc_budget: Option<String>,
     phase_budget: Option<String>,
     syscall_budget: Option<String>,
@@ -102,6 +105,10 @@ fn default_unwind() -> String {
 
 fn default_stack_copy() -> String {
     "16KiB".into()
+}
+
+fn default_offcpu_stacks() -> String {
+    "sampled".into()
 }
 
 fn default_events() -> Vec<String> {
@@ -160,6 +167,8 @@ pub struct AgentConfig {
     pub stack_copy_bytes: u32,
     /// Capacity of the kernel's stack maps.
     pub stack_entries: u32,
+    /// Which switch-outs carry their stacks.
+    pub offcpu_stacks: crate::engine::OffcpuStacks,
     /// The allocation probes' share of the targets' CPU time (duty-cycled; None: attached).
     pub alloc_budget: Option<f64>,
     /// The phase probes' share of the targets' CPU time (duty-cycled; None: `exact`, attached).
@@ -170,6 +179,21 @@ pub struct AgentConfig {
     pub targets: Vec<Target>,
 }
 
+/// The agent's token: given inline or in a file (exactly one), never empty.
+fn agent_token(file: &str, token: Option<String>, token_file: Option<PathBuf>) -> Result<String> {
+    let token = match (token, token_file) {
+        (Some(t), None) => t,
+        (None, Some(p)) => std::fs::read_to_string(&p)
+            .with_context(|| format!("{file}: reading token_file {}", p.display()))?
+            .trim()
+            .to_string(),
+        _ => bail!("{file}: give exactly one of `token` and `token_file`"),
+    };
+    if token.is_empty() {
+        bail!("{file}: the agent token is empty");
+    }
+    Ok(token)
+}
 impl AgentConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let file = path.display().to_string();
@@ -188,17 +212,7 @@ impl AgentConfig {
         if raw.ca_file.is_some() && !raw.collector.starts_with("https://") {
             bail!("{file}: ca_file is for an https:// collector");
         }
-        let token = match (raw.token, raw.token_file) {
-            (Some(t), None) => t,
-            (None, Some(p)) => std::fs::read_to_string(&p)
-                .with_context(|| format!("{file}: reading token_file {}", p.display()))?
-                .trim()
-                .to_string(),
-            _ => bail!("{file}: give exactly one of `token` and `token_file`"),
-        };
-        if token.is_empty() {
-            bail!("{file}: the agent token is empty");
-        }
+        let token = agent_token(file, raw.token, raw.token_file)?;
         let window = phaseprof_model::units::parse_duration(&raw.window)
             .map_err(|e| anyhow::anyhow!("{file}: window: {e}"))?;
         if window < Duration::from_millis(200) {
@@ -218,6 +232,8 @@ impl AgentConfig {
             .map_err(|e| anyhow::anyhow!("{file}: unwind: {e}"))?;
         let stack_copy_bytes = crate::unwind::parse_stack_copy(&raw.stack_copy)
             .map_err(|e| anyhow::anyhow!("{file}: stack_copy: {e}"))?;
+        let offcpu_stacks = (raw.offcpu_stacks.parse())
+            .map_err(|e| anyhow::anyhow!("{file}: offcpu_stacks: {e}"))?;
         let mut targets = Vec::new();
         for (i, t) in raw.targets.into_iter().enumerate() {
             let rule = match (t.name, t.exe, t.cgroup) {
@@ -293,6 +309,7 @@ impl AgentConfig {
             unwind,
             stack_copy_bytes,
             stack_entries,
+            offcpu_stacks,
             alloc_budget,
             phase_budget,
             syscall_budget,

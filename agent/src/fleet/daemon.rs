@@ -48,6 +48,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
             events: cfg.events.clone(),
             stack_copy_bytes: cfg.stack_copy_bytes,
             stack_entries: cfg.stack_entries,
+            offcpu_stacks: cfg.offcpu_stacks,
             ..EngineConfig::default()
         },
         unwind: cfg.unwind,

@@ -62,7 +62,9 @@ impl Session<'_> {
         let w = self.drain(Drain::Window)?;
         self.fold(&w);
         let phases = self.agg.builder_mut().profile_mut().phases.clone();
-        let meta = self.agg.builder_mut().meta_mut().clone();
+        let mut meta = self.agg.builder_mut().meta_mut().clone();
+        // Counted per window.
+        meta.offcpu_own_stack_ns = 0;
         let done = std::mem::replace(&mut self.agg, Aggregator::new(meta, phases));
         self.uprobe_cost.aggregator_restarted();
         let mut p = done.finish();

@@ -138,6 +138,24 @@ fn write_syscall_header(m: &Meta, grand: u64, out: &mut impl Write) -> std::io::
     Ok(())
 }
 
+/// The off-CPU section's header: the time is exact; with sampled stacks, how much of it carries
+/// a stack of its own (the rest is shown under the sampled stacks of its thread and phase).
+fn write_offcpu_header(profile: &Profile, grand: u64, out: &mut impl Write) -> std::io::Result<()> {
+    let rate = profile.meta.offcpu_stack_walks_per_sec;
+    let total = profile.total(phaseprof_model::SampleKind::Offcpu, 0);
+    let own = profile.offcpu_with_stack_ns();
+    if rate == 0 || own >= total {
+        return writeln!(out, "== off-cpu: {} ==", fmt_ns(grand));
+    }
+    writeln!(
+        out,
+        "== off-cpu: {} (exact); stacks sampled on busy threads (at most {rate} a second \
+         each): {:.1}% of the time carries its own, time by stack estimated ==",
+        fmt_ns(grand),
+        pct(own, total)
+    )
+}
+
 /// What phaseprof's probes cost the targets: all of them, measured from the cpu samples taken
 /// in them, and the phase probes on their own.
 fn write_probe_costs(profile: &Profile, out: &mut impl Write) -> std::io::Result<()> {
@@ -238,7 +256,7 @@ pub fn write_report(
                     writeln!(out, "{why}")?;
                 }
             }
-            EventKind::Offcpu => writeln!(out, "== off-cpu: {} ==", fmt_ns(grand))?,
+            EventKind::Offcpu => write_offcpu_header(profile, grand, &mut out)?,
             EventKind::Syscall => write_syscall_header(m, grand, &mut out)?,
             EventKind::Alloc => write_alloc_header(profile, &mut out)?,
             EventKind::Pagefault => writeln!(out, "== page faults: {grand} ==")?,

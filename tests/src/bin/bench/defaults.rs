@@ -137,8 +137,10 @@ fn slowdowns(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace: bool)
 
 /// A program that does nothing but switch: Debian's `perf bench sched pipe -T` (two threads
 /// handing a byte over pipes, ~600,000 switches a second), pinned to CPU 0, its own µs per
-/// operation bare and under the defaults (syscalls at the 1% budget, as on a running process),
-/// alternating; beside it the slowdown phaseprof printed (`probe_cost.slowdown`). The
+/// operation bare, under the defaults (syscalls at the 1% budget, as on a running process) and
+/// under the defaults with every switch-out's stack (`--offcpu-stacks all`, the default before
+/// sampled off-CPU stacks), alternating; beside each the slowdown phaseprof printed
+/// (`probe_cost.slowdown`). The
 /// scheduler's programs are most of the cost here: the printed figure counts their own time,
 /// not what they cost the target outside it (caches, the tracepoint's entry).
 pub fn switch_bound_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
@@ -152,33 +154,48 @@ pub fn switch_bound_bench(pp: &std::path::Path, tmp: &str, rounds: usize) {
             .find_map(|l| l.trim().strip_suffix("usecs/op")?.trim().parse().ok())
             .unwrap_or_else(|| panic!("no usecs/op from perf bench: {out}"))
     };
-    let (mut bare, mut under, mut printed) = (Vec::new(), Vec::new(), Vec::new());
+    let configs: [(&str, &[&str]); 2] = [
+        ("phaseprof defaults", &["--syscall-budget", "1%"]),
+        (
+            "defaults, every switch-out's stack (--offcpu-stacks all)",
+            &["--syscall-budget", "1%", "--offcpu-stacks", "all"],
+        ),
+    ];
+    let mut bare = Vec::new();
+    let mut under = vec![(Vec::new(), Vec::new()); configs.len()];
     for _ in 0..rounds {
         bare.push(usecs(&run(&mut command(pp, tmp, Under::Bare, &argv))));
-        let flags = ["--syscall-budget", "1%"];
-        under.push(usecs(&run(&mut command(
-            pp,
-            tmp,
-            Under::Phaseprof(&flags),
-            &argv,
-        ))));
-        let report: serde_json::Value =
-            serde_json::from_str(&run(Command::new(pp).args(["report", "--json", tmp]))).unwrap();
-        printed.push(
-            report["probe_cost"]["slowdown"]
-                .as_f64()
-                .unwrap_or(f64::NAN),
-        );
+        for ((_, flags), (us, printed)) in configs.iter().zip(&mut under) {
+            us.push(usecs(&run(&mut command(
+                pp,
+                tmp,
+                Under::Phaseprof(flags),
+                &argv,
+            ))));
+            let report: serde_json::Value =
+                serde_json::from_str(&run(Command::new(pp).args(["report", "--json", tmp])))
+                    .unwrap();
+            printed.push(
+                report["probe_cost"]["slowdown"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+            );
+        }
     }
-    let (bare, under, printed) = (median(bare), median(under), median(printed));
+    let bare = median(bare);
     println!(
         "perf bench sched pipe -T (pinned to one CPU), its own µs per operation, median of \
-         {rounds} alternating rounds:\n  bare {bare:.2} µs, phaseprof defaults {under:.2} µs: \
-         {:+.1}% measured, {:+.1}% printed ({:+.0}% vs measured)",
-        100.0 * (under / bare - 1.0),
-        100.0 * printed,
-        100.0 * (printed / (under / bare - 1.0) - 1.0)
+         {rounds} alternating rounds:\n  bare {bare:.2} µs"
     );
+    for ((name, _), (us, printed)) in configs.iter().zip(under) {
+        let (us, printed) = (median(us), median(printed));
+        println!(
+            "  {name} {us:.2} µs: {:+.1}% measured, {:+.1}% printed ({:+.0}% vs measured)",
+            100.0 * (us / bare - 1.0),
+            100.0 * printed,
+            100.0 * (printed / (us / bare - 1.0) - 1.0)
+        );
+    }
 }
 
 /// Mean ns per run of each of our programs whose name starts with one of `names`, from the
