@@ -46,9 +46,10 @@ static __always_inline void record_switch_out(void *ctx, bool preempt, __u32 tgi
 			bpf_map_update_elem(&offcpu_rates, &tid, &zero, BPF_NOEXIST);
 			rate = bpf_map_lookup_elem(&offcpu_rates, &tid);
 		}
-		walk = !rate || take_stack(rate, offcpu_stack_walks_per_sec);
+		/* The one-in-N this switch-out was drawn at: take_stack may set the next one. */
 		if (rate && rate->every > 1)
 			every = rate->every;
+		walk = !rate || take_stack(rate, offcpu_stack_walks_per_sec);
 	}
 	/* prev is current here, so the stacks are prev's. */
 	struct offcpu_start start = {
@@ -108,8 +109,8 @@ static __always_inline void credit_offcpu(struct offcpu_start *start, __u32 tid,
 		runnable = off;
 	/* With sampled stacks, the walks' own time at a sampled switch-out goes with the unsampled
 	 * ones: an unsampled switch-out has no walk, so a sampled stack keeping it would weigh
-	 * more than its share when they are spread over it (short intervals most: seen as 4% of
-	 * perf bench's off-CPU moved from the pipe's read to its preempted writes). */
+	 * more than its share when they are spread over it (a walk, ~3 us, is as long as a short
+	 * interval). */
 	__u64 walk = (__u64)start->walk_ns < off ? start->walk_ns : 0;
 	if (walk) {
 		__u64 walk_end = start->ts + walk;

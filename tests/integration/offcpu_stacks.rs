@@ -107,8 +107,10 @@ fn sampled_offcpu_stacks_match_every_stack() {
         100.0 * s,
         100.0 * with_stack as f64 / total as f64
     );
+    // Most of it when the machine is idle (96-98%); beside other work, they also wait for a
+    // CPU elsewhere (58-64% seen with a build running).
     assert!(
-        a > 0.5,
+        a > 0.2,
         "the benchmark's threads wait in the pipe's read: {a}"
     );
     assert!(
