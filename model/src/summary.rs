@@ -104,7 +104,7 @@ impl Summary {
         if profile.recorded(EventKind::Offcpu) {
             let total = profile.total(SampleKind::Offcpu, OFFCPU_NS);
             // With sampled stacks (`stack_walks_per_sec` > 0), the time under stacks of their
-            // own; the rest is spread over them when shown by stack.
+            // own; the rest was spread over them at the drain.
             events.insert(
                 "offcpu".into(),
                 serde_json::json!({

@@ -138,8 +138,9 @@ fn write_syscall_header(m: &Meta, grand: u64, out: &mut impl Write) -> std::io::
     Ok(())
 }
 
-/// The off-CPU section's header: the time is exact; with sampled stacks, how much of it carries
-/// a stack of its own (the rest is shown under the sampled stacks of its thread and phase).
+/// The off-CPU section's header: with sampled stacks, how much of the time carries a stack of its
+/// own (the rest is shown under the sampled stacks of its thread and phase; the time itself is
+/// counted at every switch-out).
 fn write_offcpu_header(profile: &Profile, grand: u64, out: &mut impl Write) -> std::io::Result<()> {
     let rate = profile.meta.offcpu_stack_walks_per_sec;
     let total = profile.total(phaseprof_model::SampleKind::Offcpu, 0);
@@ -149,8 +150,8 @@ fn write_offcpu_header(profile: &Profile, grand: u64, out: &mut impl Write) -> s
     }
     writeln!(
         out,
-        "== off-cpu: {} (exact); stacks sampled on busy threads (at most {rate} a second \
-         each): {:.1}% of the time carries its own, time by stack estimated ==",
+        "== off-cpu: {}; stacks sampled on busy threads (at most {rate} a second each): \
+         {:.1}% of the time carries its own, time by stack estimated ==",
         fmt_ns(grand),
         pct(own, total)
     )
