@@ -52,7 +52,16 @@ fn syscalls_under_a_budget_are_estimated_from_slices() {
     assert_eq!(budget["estimated"], true, "{budget}");
     assert_eq!(budget["basis"], "syscalls", "{budget}");
     let coverage = budget["coverage"].as_f64().unwrap();
-    assert!(coverage > 0.0 && coverage < 0.5, "coverage {coverage}");
+    // Where counting measured cheaper than the budget, it stays on: the budget holds either way
+    // (seen in a 5.10 guest under qemu's emulation, whose syscalls cost far more than the
+    // probes: 0.0% measured, 99.8% covered).
+    let overhead = budget["overhead_while_attached"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    assert!(
+        coverage > 0.0 && (coverage < 0.5 || overhead <= 0.01),
+        "coverage {coverage}, slowdown while counted {overhead}"
+    );
     let by_name = &report["events"]["syscall"]["by_name"];
     for (name, truth) in [("read", copied_in), ("write", copied_out)] {
         let counted = num(&by_name[name]["count"]) as f64;
