@@ -8,7 +8,8 @@
 //! the programs no sample sees timed by themselves, the syscall budget's slices), and under a
 //! phase budget its estimated phase calls per message beside the exact run's. The phases' extra
 //! CPU (against cpu samples only) is also set against the phase probes' time `report` prints
-//! and the model's hits × cost per hit.
+//! and the model's hits × cost per hit. The default events' cost, a few % and within one row's
+//! noise, is measured again over paired alternating rounds, with an interval.
 use std::process::{Command, Stdio};
 
 use phaseprof_e2e::{go_third_party, http_get, root, NatsServer};
@@ -16,7 +17,7 @@ use phaseprof_e2e::{go_third_party, http_get, root, NatsServer};
 use super::defaults::BPFTRACE_DEFAULTS;
 use super::redis::{attach, phase_calls, versus_exact, Under};
 
-use super::measure::{cpu_exact, median};
+use super::measure::{cpu_exact, median, paired_line, paired_rounds};
 
 /// Messages published per round (8 clients; 2 subscribers: 400,000 delivered): ~0.2 s of the
 /// server's CPU bare, so that a few % stand out of the rounds' noise.
@@ -24,6 +25,9 @@ const MSGS: &str = "200000";
 /// Messages of a round under a budget: at 1%, goroutine phase probes that slow the server ~40x
 /// are attached for a 20 ms slice at the start, and rarely again in a round this long.
 const BUDGET_MSGS: &str = "2000000";
+
+/// Messages of the paired rounds that measure the default events' cost.
+const PAIR_MSGS: &str = "1000000";
 
 /// The server: its pid, client port and monitoring port, and natscli's `nats`.
 struct Server {
@@ -67,10 +71,9 @@ struct Round {
 }
 
 /// Runs the benchmark once against the server, bare or under `how`.
-fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under, long: bool) -> Round {
+fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under, msgs: &str) -> Round {
     let pid = srv.pid;
     let mut rec = attach(pp, tmp, pid, how);
-    let msgs = if long { BUDGET_MSGS } else { MSGS };
     // Subscribers first (the server's own count says when they are in), then the publishers.
     let (subs, in0) = (srv.varz("subscriptions"), srv.varz("in_msgs"));
     let subject = "phaseprof.bench";
@@ -198,7 +201,8 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
             if matches!(how, Under::Bpftrace(_)) && !has_bpftrace {
                 continue;
             }
-            let r = round(pp, tmp, &srv, *how, i >= long_from);
+            let msgs = if i >= long_from { BUDGET_MSGS } else { MSGS };
+            let r = round(pp, tmp, &srv, *how, msgs);
             cpu[i].push(r.cpu_per_msg);
             printed[i].extend(r.printed_per_msg);
             calls[i].extend(r.calls_per_msg);
@@ -211,6 +215,16 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
             }
         }
     }
+    // The defaults' few % are within a row's noise: measured again as paired rounds.
+    let pairs = paired_rounds((3 * rounds).max(10), |with| {
+        let how = if with {
+            Under::Phaseprof(&[])
+        } else {
+            Under::Bare
+        };
+        let r = round(pp, tmp, &srv, how, PAIR_MSGS);
+        (r.cpu_per_msg, r.printed_per_msg)
+    });
     drop(server);
     println!(
         "nats-server v2.15.2 driven by `nats bench` (natscli v0.5.0; 200,000 messages in, 400,000 \
@@ -266,4 +280,8 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
             100.0 * (m / extra - 1.0)
         );
     }
+    println!(
+        "  record -p (default events), {PAIR_MSGS} messages a round: {}",
+        paired_line(&pairs, "message")
+    );
 }

@@ -155,3 +155,133 @@ pub fn wait_rusage(child: std::process::Child) -> (f64, i64) {
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (secs(ru.ru_utime) + secs(ru.ru_stime), ru.ru_maxrss)
 }
+
+/// One pair of adjacent rounds: the target's CPU per request bare and under the recording, and
+/// the probes' cost per request the recording printed (`probe_cost.ns`).
+pub struct Pair {
+    pub bare: f64,
+    pub with: f64,
+    pub printed: f64,
+}
+
+/// Runs `pairs` pairs of rounds, bare and recorded in turn (which goes first alternates, so a
+/// drift over the run weighs on both sides alike); `round(true)` is a recorded round, returning
+/// CPU per request and the printed cost per request.
+pub fn paired_rounds(pairs: usize, mut round: impl FnMut(bool) -> (f64, Option<f64>)) -> Vec<Pair> {
+    (0..pairs)
+        .map(|i| {
+            let (first, second) = if i % 2 == 0 {
+                (false, true)
+            } else {
+                (true, false)
+            };
+            let (a, b) = (round(first), round(second));
+            let (bare, with) = if first { (b, a) } else { (a, b) };
+            Pair {
+                bare: bare.0,
+                with: with.0,
+                printed: with.1.unwrap_or(f64::NAN),
+            }
+        })
+        .collect()
+}
+
+/// The measured cost of paired rounds (the median of the pairs' differences, with its
+/// distribution-free interval: the order statistics a sign test puts around a median at 90% or
+/// more) beside the median printed cost, and whether the printed figure is within 20% of the
+/// measured one or, where the rounds' noise is wider than that, inside the interval.
+pub fn paired_line(pairs: &[Pair], unit: &str) -> String {
+    let n = pairs.len();
+    let mut diffs: Vec<f64> = pairs.iter().map(|p| p.with - p.bare).collect();
+    diffs.sort_by(f64::total_cmp);
+    let measured = median(diffs.clone());
+    let bare = median(pairs.iter().map(|p| p.bare).collect());
+    let printed = median(pairs.iter().map(|p| p.printed).collect());
+    let (k, coverage) = sign_interval(n);
+    let (low, high) = (diffs[k], diffs[n - 1 - k]);
+    let off = printed / measured - 1.0;
+    let verdict = if off.abs() <= 0.2 {
+        format!("{:+.0}% vs measured: within 20%", 100.0 * off)
+    } else if (low..=high).contains(&printed) {
+        format!(
+            "{:+.0}% vs measured, inside its interval (the rounds' noise is wider than 20%)",
+            100.0 * off
+        )
+    } else {
+        format!("{:+.0}% vs measured, OUTSIDE its interval", 100.0 * off)
+    };
+    format!(
+        "measured {measured:+.0} ns a {unit} ({:+.1}% of bare {bare:.0} ns; {:.0}% interval \
+         {low:+.0}..{high:+.0} ns over {n} alternating pairs); printed {printed:.0} ns, {verdict}",
+        100.0 * measured / bare,
+        100.0 * coverage,
+    )
+}
+
+/// For `n` pairs: the index `k` of the sorted differences such that [d_k, d_(n-1-k)] covers the
+/// median with probability ≥ 90% (1 − 2·P(Binomial(n, ½) ≤ k)), the largest such `k`, and its
+/// coverage.
+fn sign_interval(n: usize) -> (usize, f64) {
+    let tail = |k: usize| -> f64 {
+        // P(Binomial(n, ½) ≤ k)
+        let mut c = 1.0f64;
+        let mut sum = 0.0;
+        for i in 0..=k {
+            if i > 0 {
+                c = c * (n - i + 1) as f64 / i as f64;
+            }
+            sum += c;
+        }
+        sum / 2f64.powi(n as i32)
+    };
+    let coverage = |k: usize| 1.0 - 2.0 * tail(k);
+    // Coverage falls as k grows; with too few pairs for 90%, the widest interval (k = 0).
+    let k = (0..n / 2)
+        .take_while(|&k| coverage(k) >= 0.9)
+        .last()
+        .unwrap_or(0);
+    (k, coverage(k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_interval_keeps_ninety_percent() {
+        // 10 pairs: [d_1, d_8] covers 1 − 2·11/1024; [d_2, d_7] would cover only 89%.
+        let (k, c) = sign_interval(10);
+        assert_eq!(k, 1);
+        assert!((c - (1.0 - 22.0 / 1024.0)).abs() < 1e-12);
+        assert_eq!(sign_interval(6).0, 0);
+        // Too few pairs for 90%: the widest interval, its coverage said as it is.
+        let (k, c) = sign_interval(3);
+        assert_eq!(k, 0);
+        assert!((c - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn paired_line_judges_the_printed_cost() {
+        let pair = |bare, with, printed| Pair {
+            bare,
+            with,
+            printed,
+        };
+        let close: Vec<Pair> = (0..10)
+            .map(|i| pair(100.0, 110.0 + i as f64 % 3.0, 10.5))
+            .collect();
+        assert!(
+            paired_line(&close, "op").contains("within 20%"),
+            "{}",
+            paired_line(&close, "op")
+        );
+        let noisy: Vec<Pair> = (0..10)
+            .map(|i| pair(100.0, 100.0 + 4.0 * i as f64, 30.0))
+            .collect();
+        assert!(paired_line(&noisy, "op").contains("inside its interval"));
+        let off: Vec<Pair> = (0..10)
+            .map(|i| pair(100.0, 110.0 + i as f64 % 2.0, 50.0))
+            .collect();
+        assert!(paired_line(&off, "op").contains("OUTSIDE"));
+    }
+}

@@ -6,20 +6,24 @@
 //! 1% budget. Beside each measured slowdown, what phaseprof printed: the probes' cost it measured
 //! (`report --json` `probe_cost.ns`: its cpu samples in the probes, the programs no sample sees
 //! timed by themselves, the syscall budget's slices) and, for allocations, its estimate; under a
-//! budget, the totals per command beside the exact run's.
+//! budget, the totals per command beside the exact run's. The default events' cost, a few % and
+//! within one row's noise, is measured again over paired alternating rounds, with an interval.
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 
 use phaseprof_e2e::{read_until, root};
 
 use super::defaults::BPFTRACE_DEFAULTS;
-use super::measure::{cpu_exact, median};
+use super::measure::{cpu_exact, median, paired_line, paired_rounds};
 
 /// Requests per round: 2 × this many commands (SET and GET).
 const REQUESTS: &str = "100000";
 /// Requests of a round under a budget: at 1%, probes that cost the server 2-2.4x its CPU may be
 /// attached for one 20 ms slice in about 7 s (allocations: the first after 9 s).
 const BUDGET_REQUESTS: &str = "2000000";
+
+/// Requests of the paired rounds that measure the default events' cost.
+const PAIR_REQUESTS: &str = "500000";
 
 /// The server, killed when dropped.
 struct Redis {
@@ -148,11 +152,10 @@ pub(super) fn is_budget(flags: &[&str]) -> bool {
     flags.contains(&"--alloc-budget") || flags.contains(&"--phase-budget")
 }
 
-fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under, long: bool) -> Round {
+fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under, requests: &str) -> Round {
     let pid = srv.child.id();
     let tracer = attach(pp, tmp, pid, how);
     let (c0, n0) = (cpu_exact(pid), srv.commands());
-    let requests = if long { BUDGET_REQUESTS } else { REQUESTS };
     let ok = Command::new("taskset")
         .args([
             "-c",
@@ -338,12 +341,30 @@ pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace:
     let mut reports: Vec<Vec<serde_json::Value>> = vec![vec![]; rows.len()];
     for _ in 0..rounds {
         for (i, r) in rows.iter().enumerate() {
-            let r = round(pp, tmp, &srv, r.how, r.long);
+            let requests = if r.long { BUDGET_REQUESTS } else { REQUESTS };
+            let r = round(pp, tmp, &srv, r.how, requests);
             cpu[i].push(r.cpu_per_cmd);
             reports[i].extend(r.report);
         }
     }
     print_rows(&rows, cpu, &reports, rounds);
+    // The defaults' few % are within a row's noise: measured again as paired rounds.
+    let pairs = paired_rounds((3 * rounds).max(10), |with| {
+        let how = if with {
+            Under::Phaseprof(&[])
+        } else {
+            Under::Bare
+        };
+        let r = round(pp, tmp, &srv, how, PAIR_REQUESTS);
+        let printed = r
+            .report
+            .and_then(|r| Some(r["probe_cost"]["ns"].as_f64()? / r["commands"].as_f64()?));
+        (r.cpu_per_cmd, printed)
+    });
+    println!(
+        "  record -p (default events), {PAIR_REQUESTS} requests a round: {}",
+        paired_line(&pairs, "command")
+    );
 }
 
 /// A row of the table: how the server runs, in short or long rounds, and the row (of the same
