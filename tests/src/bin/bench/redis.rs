@@ -435,8 +435,14 @@ fn print_rows(rows: &[Row], cpu: Vec<Vec<f64>>, reports: &[Vec<serde_json::Value
         }
         if let Some(per_cmd) = med(&|r| Some(phase_calls(r)? / r["commands"].as_f64()?)) {
             line += &versus_exact(&mut exact_calls_per_cmd, per_cmd, "phase calls", flags);
-            if let Some(c) = med(&|r| r["phase_budget"]["coverage"].as_f64()) {
-                line += &format!(" (slices saw {:.2}% of its work)", 100.0 * c);
+            let budget = |r: &serde_json::Value| r["phase_budget"].clone();
+            if let Some(c) = med(&|r| budget(r)["coverage"].as_f64()) {
+                let slow = med(&|r| budget(r)["overhead_while_attached"].as_f64()).unwrap_or(0.0);
+                line += &format!(
+                    " (slices saw {:.2}% of its work, slowed {:+.0}% while attached)",
+                    100.0 * c,
+                    100.0 * slow
+                );
             }
         }
         if let Some(per_cmd) = med(&|r| Some(alloc(r)["count"].as_f64()? / r["commands"].as_f64()?))
