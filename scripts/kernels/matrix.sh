@@ -84,7 +84,7 @@ for suite in $kernels; do
   # one whose tests began is not booted again.
   for attempt in 1 2; do
     rm -f "$logs/$suite.log"
-    timeout "${GUEST_LIMIT:-30m}" vng --run "$vmlinuz" --disable-kvm --force-9p --cpus 2 --memory 3G \
+    timeout "${GUEST_LIMIT:-45m}" vng --run "$vmlinuz" --disable-kvm --force-9p --cpus 2 --memory 3G \
       --append "clocksource=tsc tsc=reliable" \
       --rwdir="$logs" --exec "$guest_cmd" >"$logs/$suite.console" 2>&1 || true
     touch "$logs/$suite.log"
@@ -124,6 +124,10 @@ for col, log in zip(columns, logs):
                 cell = "FAIL"
                 failed = True
                 lines = block.strip().splitlines()
+                if not lines and "test %s ..." % test not in text:
+                    lines = ["(never started: the guest's time limit, GUEST_LIMIT, ran out first)"]
+                elif not lines and not text.split("test %s ..." % test, 1)[1].strip():
+                    lines = ["(still running when the guest's time limit, GUEST_LIMIT, ran out)"]
                 evidence.append("%s on %s:\n  %s" % (test, col, "\n  ".join(lines[:60] or ["(no output)"])))
         cells[(name, col)] = cell
 w0 = max(len(c.split("|")[0]) for c in checks)

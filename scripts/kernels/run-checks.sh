@@ -40,5 +40,8 @@ for t in "$@"; do
     kill -KILL -- "-$pid" 2>/dev/null
   fi
   wait "$pid" 2>/dev/null
+  # The wall time around the test's own (its binary's start over 9p and the workloads' included):
+  # a guest that runs out of time shows where it went.
+  echo "run-checks: $t: ${s}s wall"
 done
 exit 0
