@@ -28,6 +28,7 @@ diagnose() {
 
 for t in "$@"; do
   # Its own session, so the test and everything it started form one group to inspect and kill.
+  started=$SECONDS
   setsid "$exe" --include-ignored --exact --test-threads 1 "$t" &
   pid=$!
   for ((s = 0; s < limit; s++)); do
@@ -42,6 +43,6 @@ for t in "$@"; do
   wait "$pid" 2>/dev/null
   # The wall time around the test's own (its binary's start over 9p and the workloads' included):
   # a guest that runs out of time shows where it went.
-  echo "run-checks: $t: ${s}s wall"
+  echo "run-checks: $t: $((SECONDS - started))s wall"
 done
 exit 0
