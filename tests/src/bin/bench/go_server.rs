@@ -217,11 +217,7 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
     }
     // The defaults' few % are within a row's noise: measured again as paired rounds.
     let pairs = paired_rounds((3 * rounds).max(10), |with| {
-        let how = if with {
-            Under::Phaseprof(&[])
-        } else {
-            Under::Bare
-        };
+        let how = Under::defaults_if(with);
         let r = round(pp, tmp, &srv, how, PAIR_MSGS);
         (r.cpu_per_msg, r.printed_per_msg)
     });

@@ -101,6 +101,17 @@ pub(super) enum Under<'a> {
     Phaseprof(&'a [&'a str]),
 }
 
+impl Under<'_> {
+    /// A side of the paired rounds: the default events, or bare.
+    pub(super) fn defaults_if(with: bool) -> Self {
+        if with {
+            Under::Phaseprof(&[])
+        } else {
+            Under::Bare
+        }
+    }
+}
+
 /// One round's numbers: server CPU ns per command; with phaseprof, its `report --json`.
 struct Round {
     cpu_per_cmd: f64,
@@ -350,11 +361,7 @@ pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace:
     print_rows(&rows, cpu, &reports, rounds);
     // The defaults' few % are within a row's noise: measured again as paired rounds.
     let pairs = paired_rounds((3 * rounds).max(10), |with| {
-        let how = if with {
-            Under::Phaseprof(&[])
-        } else {
-            Under::Bare
-        };
+        let how = Under::defaults_if(with);
         let r = round(pp, tmp, &srv, how, PAIR_REQUESTS);
         let printed = r
             .report
