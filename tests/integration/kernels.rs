@@ -32,7 +32,11 @@ fn assert_nothing_lost(report: &serde_json::Value) {
 // time in the sleep's stacks never above the slept time (+2%) and at least 85% of it (the slept
 // time also holds the sleep syscall's own CPU work around the switch: ~0.4 ms a call under
 // emulation, several times that when the host deschedules the guest's vCPUs), cpu samples taken,
-// nothing lost, and the kernel and its features recorded.
+// nothing lost, and the kernel and its features recorded. Off-CPU stacks are sampled by default:
+// the time the report says had no stack of its own (`total_ns - with_stack_ns`) was spread over
+// the sampled stacks by estimate, so either bound moves by at most that much (under emulation a
+// 9p page fault blocks for milliseconds, and on 5.10 a burst of them got unsampled time onto the
+// sleep's stacks: 3.8% over).
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn syscalls_exact_and_offcpu_equals_sleep() {
@@ -47,11 +51,17 @@ fn syscalls_exact_and_offcpu_equals_sleep() {
     );
     let (_, in_sleep) = folded_event_share(&out, "offcpu", |s| s.contains("nanosleep"));
     let slept = truth["slept_ns"].as_f64().unwrap();
+    let offcpu = &report["events"]["offcpu"];
+    let spread = offcpu["total_ns"].as_u64().unwrap() - offcpu["with_stack_ns"].as_u64().unwrap();
     let ratio = in_sleep as f64 / slept;
-    eprintln!("off-cpu in the sleep {in_sleep} ns vs slept {slept} ns: {ratio:.4}");
+    eprintln!(
+        "off-cpu in the sleep {in_sleep} ns vs slept {slept} ns: {ratio:.4}; \
+         spread by estimate: {spread} ns"
+    );
+    let (low, high) = (0.85 * slept - spread as f64, 1.02 * slept + spread as f64);
     assert!(
-        (0.85..=1.02).contains(&ratio),
-        "off-cpu in the sleep {in_sleep} ns vs slept {slept} ns"
+        (low..=high).contains(&(in_sleep as f64)),
+        "off-cpu in the sleep {in_sleep} ns vs slept {slept} ns, {spread} ns spread by estimate"
     );
     assert!(report["events"]["cpu"]["samples"].as_u64().unwrap_or(0) > 0);
     assert_nothing_lost(&report);
