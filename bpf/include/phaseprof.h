@@ -387,6 +387,10 @@ enum probe_counter {
 	/* ns the cpu sampling program ran on a target's CPU: an interrupt of the target, which the
 	 * kernel charges to it (unless it accounts interrupt time apart) and no sample sees. */
 	NS_SAMPLE_ON_TARGET,
+	/* ns the phase programs worked for a target, from their clock read to their end: their
+	 * cost per hit beyond the uprobe machinery's, which user space measures (the programs
+	 * return at once for a thread that is no target's: see hit_calibration.rs). */
+	NS_PHASE_WORK,
 	HITS_MAX,
 };
 

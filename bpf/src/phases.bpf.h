@@ -22,6 +22,12 @@
 		return body(ctx);                                                                  \
 	}
 
+/* The end of a phase program's work for a target, begun at its clock read `now`. */
+static __always_inline void phase_work_done(__u64 now)
+{
+	count_add(NS_PHASE_WORK, bpf_ktime_get_ns() - now);
+}
+
 /* Pushes an entry of `phase`. Direct recursion counts one call, at the outermost entry;
  * entries beyond MAX_PHASE_DEPTH are counted as drops (and popped again by their returns). */
 static __always_inline void phase_push(struct phase_stack *ps, __u32 phase, __u64 now)
@@ -118,6 +124,7 @@ static __always_inline int phase_enter(__u32 phase)
 	charge_cpu(tp, now);
 	phase_push(&tp->own, phase & (MAX_PHASES - 1), now);
 	thread_view(tp, &tp->own);
+	phase_work_done(now);
 	return 0;
 }
 
@@ -155,6 +162,7 @@ static __always_inline int phase_exit(struct pt_regs *ctx)
 	charge_cpu(tp, now);
 	phase_pop(&tp->own, probe_phase(ctx), now);
 	thread_view(tp, &tp->own);
+	phase_work_done(now);
 	return 0;
 }
 
@@ -185,6 +193,7 @@ static __always_inline int phase_leave(struct pt_regs *ctx)
 	charge_cpu(tp, now);
 	phase_pop(&tp->own, phase, now);
 	thread_view(tp, &tp->own);
+	phase_work_done(now);
 	return 0;
 }
 
@@ -232,6 +241,7 @@ static __always_inline int go_phase_enter(struct pt_regs *ctx, __u32 phase)
 	phase_push(&gp->stack, phase, now);
 	thread_view(tp, &gp->stack);
 	tp->cur_g = key.g;
+	phase_work_done(now);
 	return 0;
 }
 
@@ -278,6 +288,7 @@ static __always_inline int go_phase_end(struct pt_regs *ctx, bool leave)
 	/* Outside every phase the goroutine needs no state (and its g may be reused). */
 	if (gp->stack.depth == 0)
 		bpf_map_delete_elem(&goroutine_phases, &key);
+	phase_work_done(now);
 	return 0;
 }
 
@@ -335,8 +346,10 @@ static __always_inline int go_sched(struct pt_regs *ctx, __u64 cookie)
 		thread_view(tp, NULL);
 		tp->cur_g = point == GO_EXECUTE ? key.g : 0;
 	}
-	if (!gp)
+	if (!gp) {
+		phase_work_done(now);
 		return 0;
+	}
 	if (point == GO_EXECUTE) {
 		if (gp->parked_since && now > gp->parked_since)
 			phases_add_time(gp->stack.mask, PF_GOWAIT, now - gp->parked_since, window);
@@ -350,6 +363,7 @@ static __always_inline int go_sched(struct pt_regs *ctx, __u64 cookie)
 		count_drop(DROP_PHASE_UNFINISHED);
 		bpf_map_delete_elem(&goroutine_phases, &key);
 	}
+	phase_work_done(now);
 	return 0;
 }
 

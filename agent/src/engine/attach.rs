@@ -155,42 +155,49 @@ impl Engine<'_> {
         self.add_phase_probes(probes)
     }
 
-    /// Attaches phase probes, returning their links.
-    pub(super) fn attach_phase_probes(&self, probes: &[ProbeSpec]) -> Result<Vec<Link>> {
+    /// Attaches phase probes in process `pid` only (-1: every process mapping their files),
+    /// returning their links.
+    pub(super) fn attach_phase_probes(&self, probes: &[ProbeSpec], pid: i32) -> Result<Vec<Link>> {
         if self.phase_links_multi() {
-            return self.attach_phase_probes_multi(probes);
+            return self.attach_phase_probes_multi(probes, pid);
         }
-        let cookies = self.features.attach_cookie;
         let mut links = Vec::with_capacity(probes.len());
         for p in probes {
-            let progs = &self.skel.progs;
-            let stand_in = self.stand_in(p.program, p.cookie)?;
-            let prog = match &stand_in {
-                Some(prog) => prog,
-                None => match p.program {
-                    Uprobe::PhaseEnter => &progs.uprobe__phase_enter,
-                    Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
-                    Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
-                    Uprobe::GoPhaseReturn => &progs.uprobe__go_phase_return,
-                    Uprobe::PhaseLeave => &progs.uprobe__phase_leave,
-                    Uprobe::GoPhaseLeave => &progs.uprobe__go_phase_leave,
-                    Uprobe::GoSched => &progs.uprobe__go_sched,
-                    other => bail!("{other:?} is not a phase probe ({})", p.what),
-                },
-            };
-            let opts = libbpf_rs::UprobeOpts {
-                // Without cookies the program stands for its cookie (libbpf refuses one it
-                // cannot set).
-                cookie: if cookies { p.cookie } else { 0 },
-                retprobe: p.program.retprobe(),
-                ..Default::default()
-            };
-            let link = prog
-                .attach_uprobe_with_opts(-1, &p.path, p.offset as usize, opts)
-                .with_context(|| format!("attaching the {} in {}", p.what, p.path.display()))?;
-            links.push(link);
+            links.push(self.attach_phase_probe(p, pid)?);
         }
         Ok(links)
+    }
+
+    /// Attaches one phase probe on its own link (kernels without multi-uprobe links).
+    fn attach_phase_probe(&self, p: &ProbeSpec, pid: i32) -> Result<Link> {
+        let progs = &self.skel.progs;
+        let stand_in = self.stand_in(p.program, p.cookie)?;
+        let prog = match &stand_in {
+            Some(prog) => prog,
+            None => match p.program {
+                Uprobe::PhaseEnter => &progs.uprobe__phase_enter,
+                Uprobe::PhaseExit => &progs.uretprobe__phase_exit,
+                Uprobe::GoPhaseEnter => &progs.uprobe__go_phase_enter,
+                Uprobe::GoPhaseReturn => &progs.uprobe__go_phase_return,
+                Uprobe::PhaseLeave => &progs.uprobe__phase_leave,
+                Uprobe::GoPhaseLeave => &progs.uprobe__go_phase_leave,
+                Uprobe::GoSched => &progs.uprobe__go_sched,
+                other => bail!("{other:?} is not a phase probe ({})", p.what),
+            },
+        };
+        let opts = libbpf_rs::UprobeOpts {
+            // Without cookies the program stands for its cookie (libbpf refuses one it
+            // cannot set).
+            cookie: if self.features.attach_cookie {
+                p.cookie
+            } else {
+                0
+            },
+            retprobe: p.program.retprobe(),
+            ..Default::default()
+        };
+        prog.attach_uprobe_with_opts(pid, &p.path, p.offset as usize, opts)
+            .with_context(|| format!("attaching the {} in {}", p.what, p.path.display()))
     }
 
     /// Whether phase probes go on multi-uprobe links (Linux 6.6, with cookies): one per program
@@ -200,7 +207,7 @@ impl Engine<'_> {
     }
 
     /// Attaches phase probes on one multi-uprobe link per program and file.
-    fn attach_phase_probes_multi(&self, probes: &[ProbeSpec]) -> Result<Vec<Link>> {
+    fn attach_phase_probes_multi(&self, probes: &[ProbeSpec], pid: i32) -> Result<Vec<Link>> {
         let progs = &self.skel.progs;
         let groups = by_program_and_file(probes);
         let mut links = Vec::with_capacity(groups.len());
@@ -215,7 +222,7 @@ impl Engine<'_> {
                 Uprobe::GoSched => &progs.uprobe__go_sched_multi,
                 other => bail!("{other:?} is not a phase probe"),
             };
-            links.push(sites.attach(prog, program, -1, path, "phase probes")?);
+            links.push(sites.attach(prog, program, pid, path, "phase probes")?);
         }
         Ok(links)
     }

@@ -18,6 +18,7 @@ mod count_maps;
 mod drain;
 mod entry_holds;
 pub mod features;
+mod hit_calibration;
 mod load;
 mod mapped;
 mod offcpu_spread;

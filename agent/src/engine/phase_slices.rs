@@ -35,7 +35,7 @@ impl Engine<'_> {
     /// once every one is in force.
     pub fn start_phase_slice(&mut self) -> Result<()> {
         let probes = std::mem::take(&mut self.phase_links.probes);
-        let attached = self.attach_phase_probes(&probes);
+        let attached = self.attach_phase_probes(&probes, -1);
         self.phase_links.probes = probes;
         self.phase_links.links.extend(attached?);
         self.phase_links.in_force = true;
@@ -65,7 +65,7 @@ impl Engine<'_> {
     /// them for the slices to come.
     pub(super) fn add_phase_probes(&mut self, probes: &[ProbeSpec]) -> Result<()> {
         if !self.phase_links.sliced || self.phase_links.in_force {
-            let links = self.attach_phase_probes(probes)?;
+            let links = self.attach_phase_probes(probes, -1)?;
             self.phase_links.links.extend(links);
         }
         self.phase_links.probes.extend_from_slice(probes);

@@ -35,6 +35,12 @@ impl Engine<'_> {
         self.probe_hits(types::probe_counter::HITS_GO_SCHED)
     }
 
+    /// The ns the phase programs worked for targets so far, beyond the uprobe machinery
+    /// (NS_PHASE_WORK).
+    pub fn phase_work_ns(&self) -> Result<u64> {
+        self.probe_hits(types::probe_counter::NS_PHASE_WORK)
+    }
+
     /// Under a phase budget: the calls in flight at a slice's end so far (never counted).
     pub fn phase_calls_voided(&self) -> Result<u64> {
         self.probe_hits(types::probe_counter::PHASE_CALLS_VOIDED)

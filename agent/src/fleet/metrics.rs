@@ -93,8 +93,8 @@ pub fn count_window(m: &AgentMetrics, p: &Profile, cpu_ns: u64) {
     } else if let Some(cost) = p.probe_cost_over(cpu_ns) {
         cost.slowdown()
     } else {
-        // Every phase call is costed as a native one: a window does not say which phases are
-        // Go's, whose exits cost about 7 times more.
+        // Every phase call is costed as a native one (the assumed cost): a window does not
+        // say which phases are Go's, whose single-stepped exits cost several times more.
         let probe_ns = calls as f64 * NATIVE_PHASE_CALL_NS + syscalls as f64 * SYSCALL_NS;
         probe_ns / (cpu_ns as f64 - probe_ns).max(1.0)
     };

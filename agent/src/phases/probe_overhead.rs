@@ -8,9 +8,7 @@ use phaseprof_model::PhaseProbeCost;
 
 use super::PhasePlan;
 use crate::engine::Engine;
-use crate::probe_costs::{
-    GO_PHASE_CALL_NS, GO_SWITCH_HIT_NS, NATIVE_PHASE_CALL_NS, SINGLE_STEP_NS,
-};
+use crate::probe_costs::PhaseHitCosts;
 
 /// How often the estimate is printed.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
@@ -29,6 +27,8 @@ struct Counts {
 /// the last report.
 pub struct PhaseProbeOverhead {
     ns_per_call: Vec<f64>,
+    /// Measured before the first probes go on (None before).
+    costs: Option<PhaseHitCosts>,
     start: Option<Counts>,
     last: Counts,
     last_at: Instant,
@@ -38,6 +38,7 @@ impl PhaseProbeOverhead {
     pub fn new(phases: usize) -> Self {
         PhaseProbeOverhead {
             ns_per_call: vec![0.0; phases + 1],
+            costs: None,
             start: None,
             last: Counts::default(),
             last_at: Instant::now(),
@@ -45,16 +46,28 @@ impl PhaseProbeOverhead {
     }
 
     /// Notes the probes of `plan` (its phase `p` counted as `id_of(p)`): a phase costs what its
-    /// most expensive function's probes cost.
-    pub fn note(&mut self, plan: &PhasePlan, id_of: impl Fn(u32) -> u32) {
+    /// most expensive function's probes cost. The first probes have their cost per hit measured
+    /// on this machine first (the constants where that fails, said in one line).
+    pub fn note(&mut self, engine: &Engine<'_>, plan: &PhasePlan, id_of: impl Fn(u32) -> u32) {
+        if plan.probes.is_empty() {
+            return;
+        }
+        let costs = *self.costs.get_or_insert_with(|| {
+            let costs = engine.calibrate_phase_hits().unwrap_or_else(|e| {
+                eprintln!("phaseprof: phase probe cost not measured ({e:#}); assumed");
+                PhaseHitCosts::ASSUMED
+            });
+            eprintln!("phaseprof: {}", costs.describe());
+            costs
+        });
         for probe in &plan.probes {
             let mut ns = if probe.is_go() {
-                GO_PHASE_CALL_NS
+                costs.go_call_ns
             } else {
-                NATIVE_PHASE_CALL_NS
+                costs.native_call_ns
             };
             if !probe.entry_emulated {
-                ns += SINGLE_STEP_NS;
+                ns += costs.single_step_ns;
             }
             let id = id_of(probe.phase) as usize;
             if id >= self.ns_per_call.len() {
@@ -85,9 +98,15 @@ impl PhaseProbeOverhead {
                 (n + st.calls, c + st.calls as f64 * ns)
             });
         let switches = engine.go_switch_hits()?;
+        let costs = self.costs.unwrap_or(PhaseHitCosts::ASSUMED);
+        // Measured costs are the machinery's: the programs' work is timed by themselves.
+        let work_ns = match costs.mechanism {
+            Some(_) => engine.phase_work_ns()? as f64,
+            None => 0.0,
+        };
         Ok(Counts {
             calls,
-            cost_ns: calls_ns + switches as f64 * GO_SWITCH_HIT_NS,
+            cost_ns: calls_ns + switches as f64 * costs.switch_hit_ns + work_ns,
             switches,
             cpu_ns: crate::targets::cpu_ns(pids.iter().copied()),
         })

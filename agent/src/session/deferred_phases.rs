@@ -48,7 +48,7 @@ impl Session<'_> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &self.code_objects(pid)?)?;
         plan.attach(&mut self.engine, |p| p)?;
-        self.phase_cost.note(&plan, |p| p);
+        self.phase_cost.note(&self.engine, &plan, |p| p);
         Ok(())
     }
 

@@ -111,7 +111,7 @@ impl<'obj> Session<'obj> {
     pub fn new(engine: Engine<'obj>, meta: Meta, plan: &PhasePlan, verbose: bool) -> Self {
         let phases_on = !plan.names.is_empty();
         let mut phase_cost = PhaseProbeOverhead::new(plan.names.len());
-        phase_cost.note(plan, |p| p);
+        phase_cost.note(&engine, plan, |p| p);
         Session {
             engine,
             processes: Processes::default(),
@@ -236,7 +236,8 @@ impl<'obj> Session<'obj> {
     ) -> Result<()> {
         let mut plan = PhasePlan::default();
         plan.resolve(cfg, file, &self.code_objects(pid)?)?;
-        self.phase_cost.note(&plan, |p| ids[p as usize - 1]);
+        self.phase_cost
+            .note(&self.engine, &plan, |p| ids[p as usize - 1]);
         plan.attach(&mut self.engine, |p| ids[p as usize - 1])
     }
 
