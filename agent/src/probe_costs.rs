@@ -3,8 +3,9 @@
 //! taken inside the uprobes (the `[phaseprof probes]` tower's uprobes leaf), the targets' CPU
 //! time and the hits the kernel counted meanwhile. The constants are what a hit is assumed to
 //! cost before (or without) a measurement: measured with `bench` on the 2-core development VM
-//! (README "Performance"), where they moved 2-3-fold from one day to the next. x86 uprobes emulate a probed `push` (the usual entry site) but single-step
-//! most other instructions, a `ret` included, so every exact Go exit costs a single-step.
+//! (README "Performance"), where they moved 2-3-fold from one week to the next. x86 uprobes
+//! emulate a probed `push` (the usual entry site) but single-step most other instructions, a
+//! `ret` included, so every exact Go exit costs a single-step.
 use phaseprof_model::probe_cost::{OwnSamples, MIN_OWN_SAMPLES};
 
 /// A native phase call: entry probe on an emulated instruction, exit through a uretprobe, with
@@ -84,7 +85,9 @@ impl PhaseHitCosts {
                 self.single_step_ns,
                 m.entry_ns
             ),
-            None => "phase probe cost assumed (not measured here)".to_string(),
+            None => "the phase probes' cost per hit of the last `bench` on the development VM \
+                     is assumed"
+                .to_string(),
         }
     }
 }

@@ -1,14 +1,15 @@
 //! What a phase probe's hit costs on this machine, measured before the phase probes go on: the
 //! kernel's uprobe machinery (a trap, an emulated or single-stepped instruction, a return
 //! trampoline) costs several times more on one machine than another, and on a shared VM from
-//! one hour to the next (a Go call's single-stepped return: 17.6 µs one day, ~8 µs another),
-//! so a budget that assumed one constant sliced a Go server 8 times too rarely.
+//! one week to the next (a Go call: 17.6 µs one day, 6.6 µs another), so an assumed constant
+//! put a Go server's probe time 2.3x over what its cpu samples measured.
 //!
 //! The phase programs are attached, in this process only, to copies of one small function that
 //! a thread of phaseprof calls in a loop, and the thread's CPU time per call is compared with
 //! an unprobed copy's: the programs find no target there and return at once, so nothing is
 //! counted and phaseprof never sees itself. What they do for a target beyond that (a few map
-//! updates) is not in the measurement: `PhaseHitCosts::measured` adds it.
+//! updates) is not in this measurement: they time it themselves (NS_PHASE_WORK), and the
+//! estimate adds it (`PhaseProbeOverhead`).
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};

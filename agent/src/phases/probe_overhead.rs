@@ -52,14 +52,21 @@ impl PhaseProbeOverhead {
         if plan.probes.is_empty() {
             return;
         }
-        let costs = *self.costs.get_or_insert_with(|| {
-            let costs = engine.calibrate_phase_hits().unwrap_or_else(|e| {
-                eprintln!("phaseprof: phase probe cost not measured ({e:#}); assumed");
-                PhaseHitCosts::ASSUMED
+        let costs = *self
+            .costs
+            .get_or_insert_with(|| match engine.calibrate_phase_hits() {
+                Ok(costs) => {
+                    eprintln!("phaseprof: {}", costs.describe());
+                    costs
+                }
+                Err(e) => {
+                    eprintln!(
+                        "phaseprof: phase probe cost not measured here ({e:#}): {}",
+                        PhaseHitCosts::ASSUMED.describe()
+                    );
+                    PhaseHitCosts::ASSUMED
+                }
             });
-            eprintln!("phaseprof: {}", costs.describe());
-            costs
-        });
         for probe in &plan.probes {
             let mut ns = if probe.is_go() {
                 costs.go_call_ns
