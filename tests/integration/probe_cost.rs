@@ -18,8 +18,9 @@ fn time_cpu_s(stderr: &str) -> f64 {
 // thread exits (its parent may reap it before /proc is read again; without that, the
 // recording had no probes' cost at all). The targets are time and its child dd, which copies
 // 1,000,000 single bytes under the default events (syscalls at a 1% budget): their CPU time
-// as recorded is time's reading of dd's, within its two-decimal resolution and time's own
-// (a few ms here; under a stock kernel emulated by qemu, its start alone takes ~100 ms, 5%).
+// as recorded is time's reading of dd's, within its two-decimal resolution, and above it by
+// at most time's own CPU time (a few ms here; under a stock kernel emulated by qemu on a host
+// busy with CI, ~100-240 ms: 4,141 ms recorded against dd's 3,900 on 5.10).
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn a_command_that_exited_keeps_its_cpu_time() {
@@ -51,10 +52,11 @@ fn a_command_that_exited_keeps_its_cpu_time() {
     let cpu = cost["target_cpu_ns"]
         .as_f64()
         .unwrap_or_else(|| panic!("no probes' cost for a command that exited: {report}"));
-    // time prints 10 ms steps (user and system each) and spends CPU time of its own.
-    let slack = 30e6 + 0.05 * truth_ns;
+    // time prints 10 ms steps (user and system each) and spends CPU time of its own, which
+    // is recorded too: below dd's by the steps at most, above by them and time's own.
+    let (below, above) = (30e6, 30e6 + 0.1 * truth_ns);
     assert!(
-        (cpu - truth_ns).abs() <= slack,
+        cpu >= truth_ns - below && cpu <= truth_ns + above,
         "targets' CPU {:.1} ms recorded, time says dd used {:.1} ms",
         cpu / 1e6,
         truth_ns / 1e6
