@@ -76,7 +76,10 @@ fn hot_phases_under_a_budget_are_estimated_from_slices() {
 }
 
 // Checks that a budget costs nothing in accuracy where the phases are cheap: probes that slow
-// the target by less than the budget stay attached, and every call is counted exactly.
+// the target by less than the budget stay attached, and every call is counted exactly. Each
+// block burns 20 ms for its 3 phase calls: at the phase probes' cost as measured where they
+// run (qemu's emulation of 5.10: ~17 µs a native call, where 5 ms blocks came to 1.46%, over
+// the budget), they stay well under 1% on every kernel of the matrix.
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn cheap_phases_under_a_budget_stay_exact() {
@@ -92,7 +95,7 @@ fn cheap_phases_under_a_budget_stay_exact() {
             "--blocks",
             "150",
             "--burn-ms",
-            "5",
+            "20",
             "--flushes",
             "2",
             "--sleep-ms",
