@@ -38,17 +38,41 @@ fn record_pipe(dir: &std::path::Path, mode: &str) -> (serde_json::Value, BTreeMa
     (report_json(&out), stacks)
 }
 
+/// The threads that ever waited under a frame whose name has `frame`: their time left without a
+/// stack, and all their time.
+fn workers_stackless(stacks: &BTreeMap<String, u64>, frame: &str) -> (u64, u64) {
+    let threads = threads_under(stacks, frame);
+    let theirs = || (stacks.iter()).filter(|(s, _)| threads.contains(&thread_of(s)));
+    let stackless = theirs().filter(|(s, _)| s.contains("[no stack]"));
+    (
+        stackless.map(|(_, n)| n).sum(),
+        theirs().map(|(_, n)| n).sum(),
+    )
+}
+
+/// The root of a folded stack by thread: its thread.
+fn thread_of(stack: &str) -> String {
+    stack.split(';').next().unwrap_or_default().to_string()
+}
+
+/// The threads with a stack under a frame whose name has `frame`.
+fn threads_under(
+    stacks: &BTreeMap<String, u64>,
+    frame: &str,
+) -> std::collections::BTreeSet<String> {
+    (stacks.keys())
+        .filter(|s| s.split(';').any(|f| f.contains(frame)))
+        .map(|s| thread_of(s))
+        .collect()
+}
+
 /// The share of the time of the threads that ever waited under a frame whose name has `frame` (the
 /// benchmark's two workers; not its main thread, which waits for them to finish, as long as
 /// the run lasts) that they spent under it.
 fn share_under(stacks: &BTreeMap<String, u64>, frame: &str) -> f64 {
     let under = |s: &str| s.split(';').any(|f| f.contains(frame));
-    let thread = |s: &str| s.split(';').next().unwrap_or_default().to_string();
-    let threads: std::collections::BTreeSet<String> = (stacks.keys())
-        .filter(|s| under(s))
-        .map(|s| thread(s))
-        .collect();
-    let theirs = || (stacks.iter()).filter(|(s, _)| threads.contains(&thread(s)));
+    let threads = threads_under(stacks, frame);
+    let theirs = || (stacks.iter()).filter(|(s, _)| threads.contains(&thread_of(s)));
     let all: u64 = theirs().map(|(_, n)| n).sum();
     let within: u64 = theirs().filter(|(s, _)| under(s)).map(|(_, n)| n).sum();
     within as f64 / all.max(1) as f64
@@ -87,14 +111,15 @@ fn sampled_offcpu_stacks_match_every_stack() {
         assert_eq!(stacks.values().sum::<u64>(), offcpu(r, "total_ns"));
     }
     // Left without a stack: only a thread's time in a window where none of its switch-outs was
-    // sampled (the recording's last, short one: seen 0.8 ms of a worker's 2.5 s).
-    let stackless: u64 = (sampled_stacks.iter())
-        .filter(|(s, _)| s.contains("[no stack]"))
-        .map(|(_, n)| n)
-        .sum();
+    // sampled. For the workers, switching out thousands of times a second, that is the
+    // recording's last, short window (seen 0.8 ms of a worker's 2.5 s; 10 ms of 2.2 s under
+    // 5.10's emulation). The main thread's one wait for them, most of its time, is drawn like
+    // any other switch-out: under emulation its start-up (thousands of page faults over 9p)
+    // set it to one in tens, and the wait went without a stack (7.6 of 16.2 s seen on 6.1).
+    let (stackless, workers_total) = workers_stackless(&sampled_stacks, "pipe_read");
     assert!(
-        stackless * 100 <= total,
-        "{stackless} of {total} ns left without a stack"
+        stackless * 100 <= workers_total,
+        "{stackless} of the workers' {workers_total} ns left without a stack"
     );
     let (a, s) = (
         share_under(&all_stacks, "pipe_read"),
