@@ -25,6 +25,7 @@ pub mod slice_budget;
 pub mod soak;
 pub mod symbolize;
 pub mod syscall_budget;
+pub mod target_clocks;
 pub mod target_files;
 pub mod targets;
 pub mod unwind;

@@ -10,7 +10,7 @@ use phaseprof_model::BudgetInfo;
 
 use crate::duty_cycle::{slowdown_by_syscalls, DutyCycle};
 use crate::engine::Engine;
-use crate::targets::{CpuClock, IoSyscallClock};
+use crate::target_clocks::{CpuClock, IoSyscallClock, ReadClock};
 
 /// Probes a budget attaches for slices (the phase probes, the syscall programs).
 pub trait SlicedProbes {
@@ -30,6 +30,12 @@ pub trait SlicedProbes {
     /// What they counted so far (calls, syscalls), and what a slice's start or end cut.
     fn counted(&self, engine: &Engine<'_>) -> Result<u64>;
     fn voided(&self, engine: &Engine<'_>) -> Result<u64>;
+    /// Whether their totals may be extrapolated by the bytes the targets' reads returned
+    /// (phases: see `slice_basis`); the syscall programs' are by the syscalls themselves, which
+    /// they count.
+    fn by_read_bytes(&self) -> bool {
+        false
+    }
 }
 
 /// The targets' CPU time, the probes' estimated time and the targets' read and write syscalls,
@@ -39,6 +45,9 @@ struct Marks {
     cpu_ns: u64,
     probe_ns: f64,
     syscalls: u64,
+    /// The reads among them, and the bytes they returned.
+    reads: u64,
+    read_bytes: u64,
     /// Calls a slice's start or end cut, never counted.
     voided: u64,
     /// When taken (CLOCK_MONOTONIC).
@@ -53,6 +62,8 @@ impl Marks {
             cpu_ns: mid(self.cpu_ns, after.cpu_ns),
             probe_ns: (self.probe_ns + after.probe_ns) / 2.0,
             syscalls: mid(self.syscalls, after.syscalls),
+            reads: mid(self.reads, after.reads),
+            read_bytes: mid(self.read_bytes, after.read_bytes),
             voided: mid(self.voided, after.voided),
             mono_ns: mid(self.mono_ns, after.mono_ns),
         }
@@ -78,6 +89,8 @@ struct Tally {
     /// The targets' CPU time (probes included) and syscalls while counted.
     cpu_in_ns: u64,
     sys_in: u64,
+    reads_in: u64,
+    read_bytes_in: u64,
 }
 
 impl Tally {
@@ -137,6 +150,7 @@ pub struct SliceBudget {
     start_failed: bool,
     cpu: CpuClock,
     io: IoSyscallClock,
+    reads: ReadClock,
 }
 
 impl SliceBudget {
@@ -164,6 +178,7 @@ impl SliceBudget {
             start_failed: false,
             cpu: CpuClock::default(),
             io: IoSyscallClock::default(),
+            reads: ReadClock::default(),
         }
     }
 
@@ -173,10 +188,13 @@ impl SliceBudget {
         probes: &dyn SlicedProbes,
         pids: &[u32],
     ) -> Result<Marks> {
+        let (reads, read_bytes) = self.reads.read(pids.iter().copied());
         let m = Marks {
             cpu_ns: self.cpu.read(pids.iter().copied()),
             probe_ns: probes.probe_ns(engine)?,
             syscalls: self.io.read(pids.iter().copied()),
+            reads,
+            read_bytes,
             voided: probes.voided(engine)?,
             mono_ns: crate::engine::monotonic_ns(),
         };
@@ -188,6 +206,7 @@ impl SliceBudget {
     pub fn target_added(&mut self, pid: u32, from_birth: bool) {
         self.cpu.add(pid, from_birth);
         self.io.add(pid, from_birth);
+        self.reads.add(pid, from_birth);
     }
 
     /// A target exited: its last counts, as the kernel took them at its exit (0: not counted
@@ -195,6 +214,7 @@ impl SliceBudget {
     pub fn target_exited(&mut self, pid: u32, cpu_ns: u64, io_syscalls: u64) {
         self.cpu.exited(pid, cpu_ns);
         self.io.exited(pid, io_syscalls);
+        self.reads.exited(pid);
     }
 
     /// When `tick` next has something to do, so the recording loop wakes up for it.
@@ -220,6 +240,12 @@ impl SliceBudget {
         let sys = now.syscalls.saturating_sub(self.at_count.syscalls);
         self.total.sys_in += sys;
         self.window.sys_in += sys;
+        let reads = now.reads.saturating_sub(self.at_count.reads);
+        self.total.reads_in += reads;
+        self.window.reads_in += reads;
+        let bytes = now.read_bytes.saturating_sub(self.at_count.read_bytes);
+        self.total.read_bytes_in += bytes;
+        self.window.read_bytes_in += bytes;
         self.at_count = now.clone();
     }
 
@@ -234,6 +260,7 @@ impl SliceBudget {
         // Every tick: a target that exits takes its counts with it.
         self.cpu.read(pids.iter().copied());
         self.io.read(pids.iter().copied());
+        self.reads.read(pids.iter().copied());
         let now = Instant::now();
         if self.in_force && now >= self.check_at {
             let m = self.marks(engine, probes, pids)?;
@@ -414,7 +441,7 @@ impl SliceBudget {
         if self.in_force {
             w.slices += 1; // goes on into the next window
         }
-        let mut info = self.info(w, &from, &m);
+        let mut info = self.info(w, &from, &m, probes.by_read_bytes());
         info.attached_throughout = self.window_began_in_force && !w.detached;
         self.window_began_in_force = self.in_force;
         let counted = info.counted();
@@ -426,6 +453,7 @@ impl SliceBudget {
             // counts (its span starts at the same mark), so that sums over windows stay
             // unbiased.
             (info.own_ns, info.syscalls) = (0, 0);
+            (info.reads, info.read_bytes) = (0, 0);
             return Ok(info);
         }
         self.window_counted |= counted;
@@ -447,7 +475,7 @@ impl SliceBudget {
             self.total.slice(self.counting_since.elapsed());
         }
         let first = self.first.clone();
-        let mut info = self.info(self.total, &first, &m);
+        let mut info = self.info(self.total, &first, &m, probes.by_read_bytes());
         // The first slice starts at the first tick: only a detach breaks the exact count.
         info.attached_throughout = !self.total.detached;
         if !info.counted() {
@@ -457,8 +485,9 @@ impl SliceBudget {
         Ok(info)
     }
 
-    /// What `t` counted between the marks `from` and `to`.
-    fn info(&self, t: Tally, from: &Marks, to: &Marks) -> BudgetInfo {
+    /// What `t` counted between the marks `from` and `to` (the bytes read, `by_read_bytes`).
+    fn info(&self, t: Tally, from: &Marks, to: &Marks, by_read_bytes: bool) -> BudgetInfo {
+        let bytes = |n: u64| if by_read_bytes { n } else { 0 };
         BudgetInfo {
             budget: self.duty.budget,
             counted_own_ns: t.counted_own_ns,
@@ -467,6 +496,10 @@ impl SliceBudget {
             syscall: phaseprof_model::phase_budget::READ_WRITE.into(),
             syscalls_in_slices: t.sys_in,
             syscalls: to.syscalls.saturating_sub(from.syscalls),
+            reads_in_slices: bytes(t.reads_in),
+            reads: bytes(to.reads.saturating_sub(from.reads)),
+            read_bytes_in_slices: bytes(t.read_bytes_in),
+            read_bytes: bytes(to.read_bytes.saturating_sub(from.read_bytes)),
             slices: t.slices,
             shortest_slice_ns: t.shortest.map_or(0, |d| d.as_nanos() as u64),
             calls_voided: to.voided.saturating_sub(from.voided),

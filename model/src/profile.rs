@@ -289,11 +289,12 @@ pub struct AllocInfo {
 impl AllocInfo {
     /// What a budget's totals were extrapolated by.
     pub fn basis(&self) -> crate::slice_basis::Basis {
-        crate::slice_basis::basis(
-            self.syscalls_in_slices,
-            self.estimated_overhead,
-            self.counted_own_ns,
-        )
+        let io = crate::slice_basis::Io {
+            syscalls_in_slices: self.syscalls_in_slices,
+            syscalls: self.syscalls,
+            ..Default::default()
+        };
+        crate::slice_basis::basis(&io, self.estimated_overhead, self.counted_own_ns)
     }
 }
 

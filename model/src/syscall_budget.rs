@@ -32,6 +32,7 @@ pub fn window_scale(info: &BudgetInfo, last: Option<&BudgetInfo>) -> f64 {
     match last {
         Some(last) if info.carried_windows > 0 => {
             let (now, then) = match last.basis() {
+                Basis::ReadBytes => (info.read_bytes, last.read_bytes_in_slices),
                 Basis::Syscalls => (info.syscalls, last.syscalls_in_slices),
                 Basis::OwnCpu => (info.own_ns, last.counted_own_ns),
             };
@@ -89,6 +90,13 @@ pub fn describe(b: &BudgetInfo) -> String {
         );
     }
     let by = match b.basis() {
+        Basis::ReadBytes => format!(
+            "{} of the {} bytes the targets read ({:.2}%, ±{:.1}%)",
+            b.read_bytes_in_slices,
+            b.read_bytes,
+            100.0 * b.coverage(),
+            100.0 * crate::slice_basis::syscall_error(b.reads_in_slices)
+        ),
         Basis::Syscalls => format!(
             "{} of the targets' {} read/write syscalls ({:.2}%, ±{:.1}%)",
             b.syscalls_in_slices,

@@ -51,11 +51,11 @@ pub struct AllocRecorder {
     /// Duty cycling in a session cut in windows: what the current window counted.
     window: WindowDuty,
     /// The targets' CPU time (every mark above is of this counter).
-    cpu: crate::targets::CpuClock,
+    cpu: crate::target_clocks::CpuClock,
     /// The targets' read and write syscalls: at the latest tick, the slice in force's start
     /// and the last window, and those made while counted (a budget's totals are extrapolated
     /// by them when they err less than the CPU time: `AllocInfo::basis`).
-    io: crate::targets::IoSyscallClock,
+    io: crate::target_clocks::IoSyscallClock,
     sys_last: u64,
     sys_at_slice: u64,
     sys_at_window: u64,
@@ -136,8 +136,8 @@ impl AllocRecorder {
             hits_at_window: 0,
             cpu_at_window: 0,
             window: WindowDuty::default(),
-            cpu: crate::targets::CpuClock::default(),
-            io: crate::targets::IoSyscallClock::default(),
+            cpu: crate::target_clocks::CpuClock::default(),
+            io: crate::target_clocks::IoSyscallClock::default(),
             sys_last: 0,
             sys_at_slice: 0,
             sys_at_window: 0,
@@ -492,9 +492,11 @@ impl AllocRecorder {
 /// their own CPU time (`info.counted_own_ns` of `all_own`), whichever errs less
 /// (`AllocInfo::basis`); 1 when nothing was counted.
 fn extrapolation(info: &AllocInfo, all_own: u64) -> f64 {
+    use phaseprof_model::slice_basis::Basis;
+    // No bytes are given to an allocation budget's basis: never ReadBytes.
     let (part, whole) = match info.basis() {
-        phaseprof_model::slice_basis::Basis::Syscalls => (info.syscalls_in_slices, info.syscalls),
-        phaseprof_model::slice_basis::Basis::OwnCpu => (info.counted_own_ns, all_own),
+        Basis::Syscalls | Basis::ReadBytes => (info.syscalls_in_slices, info.syscalls),
+        Basis::OwnCpu => (info.counted_own_ns, all_own),
     };
     if part == 0 {
         return 1.0;

@@ -88,7 +88,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
     let submit = |p: &mut Profile, known: &mut BTreeMap<u32, u64>| -> Result<()> {
         let mut cpu_ns = 0;
         for (&pid, mark) in known.iter_mut() {
-            let now = crate::targets::cpu_ns(std::iter::once(pid));
+            let now = crate::target_clocks::cpu_ns(std::iter::once(pid));
             cpu_ns += now.saturating_sub(*mark);
             *mark = now;
         }
@@ -139,7 +139,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
                 match session.add_target(pid) {
                     Ok(()) => {
                         eprintln!("phaseprof: recording pid {pid} ({comm})");
-                        known.insert(pid, crate::targets::cpu_ns(std::iter::once(pid)));
+                        known.insert(pid, crate::target_clocks::cpu_ns(std::iter::once(pid)));
                     }
                     // Gone between the scan and the attach, or not ours to read: try again later.
                     Err(e) => eprintln!("phaseprof: pid {pid}: {e:#}"),

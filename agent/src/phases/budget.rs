@@ -13,6 +13,10 @@ use crate::slice_budget::{SliceBudget, SlicedProbes};
 pub struct PhaseProbes<'a>(pub &'a PhaseProbeOverhead);
 
 impl SlicedProbes for PhaseProbes<'_> {
+    fn by_read_bytes(&self) -> bool {
+        true
+    }
+
     fn what(&self) -> &'static str {
         "phase"
     }

@@ -115,7 +115,7 @@ impl PhaseProbeOverhead {
             calls,
             cost_ns: calls_ns + switches as f64 * costs.switch_hit_ns + work_ns,
             switches,
-            cpu_ns: crate::targets::cpu_ns(pids.iter().copied()),
+            cpu_ns: crate::target_clocks::cpu_ns(pids.iter().copied()),
         })
     }
 
@@ -135,7 +135,7 @@ impl PhaseProbeOverhead {
             // The kernel's counts start at zero when the probes are attached; the targets' CPU
             // time counts from now (a target attached by pid has run long before).
             let now = Counts {
-                cpu_ns: crate::targets::cpu_ns(pids.iter().copied()),
+                cpu_ns: crate::target_clocks::cpu_ns(pids.iter().copied()),
                 ..Counts::default()
             };
             self.start = Some(now);

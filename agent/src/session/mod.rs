@@ -97,7 +97,7 @@ pub struct Session<'obj> {
     cpu_at_exit: std::collections::BTreeMap<u32, u64>,
     /// The uprobes' measured cost per hit, and the targets' CPU time it is measured over.
     uprobe_cost: crate::probe_costs::UprobeHitCost,
-    calibration_cpu: targets::CpuClock,
+    calibration_cpu: crate::target_clocks::CpuClock,
     verbose: bool,
 }
 
@@ -298,7 +298,7 @@ impl<'obj> Session<'obj> {
         self.engine.add_target(pid)?;
         self.cpu_at_exit.remove(&pid); // a pid reused
         let mark = match joined {
-            Joined::Attached => targets::cpu_ns(std::iter::once(pid)),
+            Joined::Attached => crate::target_clocks::cpu_ns(std::iter::once(pid)),
             Joined::Forked | Joined::ForkedThenExec => 0,
         };
         self.cpu_at_add.insert(pid, mark);

@@ -30,7 +30,7 @@ impl Session<'_> {
         let mut total = Some(0u64);
         for (&pid, mark) in self.cpu_at_add.iter_mut() {
             let now = if targets::process_alive(pid) {
-                targets::cpu_ns(std::iter::once(pid))
+                crate::target_clocks::cpu_ns(std::iter::once(pid))
             } else if let Some(&ns) = self.cpu_at_exit.get(&pid) {
                 ns
             } else {

@@ -58,7 +58,7 @@ pub(super) fn write_alloc_header(profile: &Profile, mut out: impl Write) -> std:
     )?;
     if let Some(b) = info.budget {
         let by = match info.basis() {
-            Basis::Syscalls => format!(
+            Basis::Syscalls | Basis::ReadBytes => format!(
                 "the targets' read and write syscalls ({} of their {} made while counted, ±{:.0}%)",
                 info.syscalls_in_slices,
                 info.syscalls,
