@@ -18,6 +18,7 @@ pub mod phase_stats;
 pub mod probe_cost;
 pub mod profile;
 pub mod slice_basis;
+pub mod slice_spread;
 pub mod split;
 pub mod stack_spread;
 pub mod stats;

@@ -61,6 +61,10 @@ pub struct BudgetInfo {
     pub slowdown_measured: bool,
     /// Estimated slowdown of the targets while the probes were attached.
     pub overhead_while_attached: f64,
+    /// The slices' calls against the targets' bytes read and syscalls, slice by slice: how
+    /// much they disagree (`error`).
+    #[serde(default)]
+    pub spread: crate::slice_spread::SliceSpread,
 }
 
 pub use crate::slice_basis::Basis;
@@ -152,8 +156,22 @@ impl BudgetInfo {
             && self.basis() != Basis::ReadBytes
     }
 
+    /// The totals' expected relative error by the I/O basis: 1/√n for the n syscalls or reads
+    /// in slices, or the slices' disagreement if larger (`slice_spread`). None by own CPU time.
+    pub fn error(&self) -> Option<f64> {
+        use crate::slice_spread::Unit;
+        let (n, unit) = match self.basis() {
+            Basis::ReadBytes => (self.reads_in_slices, Unit::ReadBytes),
+            Basis::Syscalls => (self.syscalls_in_slices, Unit::Syscalls),
+            Basis::OwnCpu => return None,
+        };
+        let by_count = crate::slice_basis::syscall_error(n);
+        Some(by_count.max(self.spread.relative_error(unit).unwrap_or(0.0)))
+    }
+
     /// Another window's, added (the collector's and `attach`'s merged views).
     pub fn absorb(&mut self, b: &BudgetInfo) {
+        self.spread.absorb(&b.spread);
         self.counted_own_ns += b.counted_own_ns;
         self.own_ns += b.own_ns;
         // Windows stored by earlier versions counted by their commonest syscall: merged with
@@ -199,7 +217,7 @@ impl BudgetInfo {
                 100.0 * self.coverage(),
                 self.reads_in_slices,
                 self.reads,
-                100.0 * crate::slice_basis::syscall_error(self.reads_in_slices),
+                100.0 * self.error().unwrap_or(0.0),
                 100.0 * self.cpu_coverage()
             ),
             Basis::Syscalls => {
@@ -210,7 +228,7 @@ impl BudgetInfo {
                     self.syscalls,
                     self.syscall,
                     100.0 * self.coverage(),
-                    100.0 * crate::slice_basis::syscall_error(self.syscalls_in_slices),
+                    100.0 * self.error().unwrap_or(0.0),
                     100.0 * self.cpu_coverage()
                 ) + &if self.totals_doubtful() {
                     format!(
@@ -233,7 +251,10 @@ impl BudgetInfo {
                 self.cpu_sensitivity()
             ),
         };
-        let how = if self.slowdown_measured {
+        // Measured by the bytes read where they carry the work, as the totals are counted.
+        let how = if self.slowdown_measured && self.basis() == Basis::ReadBytes {
+            "measured by CPU time per byte read in and out of slices"
+        } else if self.slowdown_measured {
             "measured by CPU time per syscall in and out of slices"
         } else {
             "estimated from the calls"
@@ -410,6 +431,7 @@ mod tests {
             reads: 0,
             read_bytes_in_slices: 0,
             read_bytes: 0,
+            spread: Default::default(),
         };
         // Too few syscalls: by own CPU time; enough, by syscalls, or by the bytes their reads
         // returned where they read any.

@@ -382,6 +382,7 @@ fn budget_json(b: &crate::BudgetInfo) -> serde_json::Value {
         "syscalls_in_slices": b.syscalls_in_slices,
         "syscalls": b.syscalls,
         "reads_in_slices": b.reads_in_slices,
+        "error": b.error(),
         "reads": b.reads,
         "read_bytes_in_slices": b.read_bytes_in_slices,
         "read_bytes": b.read_bytes,

@@ -95,14 +95,14 @@ pub fn describe(b: &BudgetInfo) -> String {
             b.read_bytes_in_slices,
             b.read_bytes,
             100.0 * b.coverage(),
-            100.0 * crate::slice_basis::syscall_error(b.reads_in_slices)
+            100.0 * b.error().unwrap_or(0.0)
         ),
         Basis::Syscalls => format!(
             "{} of the targets' {} read/write syscalls ({:.2}%, ±{:.1}%)",
             b.syscalls_in_slices,
             b.syscalls,
             100.0 * b.coverage(),
-            100.0 * crate::slice_basis::syscall_error(b.syscalls_in_slices)
+            100.0 * b.error().unwrap_or(0.0)
         ),
         Basis::OwnCpu => format!(
             "{:.2}% of the targets' own CPU time (too few read/write syscalls to count by), {}",
