@@ -261,8 +261,8 @@ pub fn assert_offcpu_covers_sleep(offcpu: f64, cpu_wait: f64, truth: &serde_json
 /// time, read from schedstat). Only a floor, 0.5% under it: the recording also holds what the
 /// threads waited before and after their loops, so it reads 0.01–1% over beside CPU hogs, and a
 /// switch-in the kernel did not report read 0.4–3.3% under before sched.bpf.h recovered it.
-/// Since, 0.335% under once in CI (503.2 of 504.9 ms, no steal: schedstat's CPU time of a
-/// thread switched in lags by up to a tick, which reads as time off the CPU).
+/// Since, 0.335% under once in CI (503.2 of 504.9 ms, no steal; the cause not yet measured:
+/// schedstat's CPU time of a running thread lags by up to a tick, which would read as off-CPU).
 ///
 /// On a virtual machine the kernel's figure also holds the steal time of the loops' threads
 /// (the hypervisor ran something else while they were switched in: left out of their CPU time,
