@@ -70,8 +70,14 @@ fn threads_under(
 /// benchmark's two workers; not its main thread, which waits for them to finish, as long as
 /// the run lasts) that they spent under it.
 fn share_under(stacks: &BTreeMap<String, u64>, frame: &str) -> f64 {
+    share_of_workers_under(stacks, frame, frame)
+}
+
+/// The share of the time of the threads that ever waited under `workers` that they spent under
+/// a frame whose name has `frame`.
+fn share_of_workers_under(stacks: &BTreeMap<String, u64>, workers: &str, frame: &str) -> f64 {
     let under = |s: &str| s.split(';').any(|f| f.contains(frame));
-    let threads = threads_under(stacks, frame);
+    let threads = threads_under(stacks, workers);
     let theirs = || (stacks.iter()).filter(|(s, _)| threads.contains(&thread_of(s)));
     let all: u64 = theirs().map(|(_, n)| n).sum();
     let within: u64 = theirs().filter(|(s, _)| under(s)).map(|(_, n)| n).sum();
@@ -138,12 +144,21 @@ fn sampled_offcpu_stacks_match_every_stack() {
         a > 0.2,
         "the benchmark's threads wait in the pipe's read: {a}"
     );
-    // Within 8 points: the run that walks every stack pays a walk at each switch-out, so its
-    // workers wait for a CPU elsewhere more than the sampled run's do; under qemu's emulation
-    // of 5.10, where a walk costs ten times as much, on a host busy with CI, 86.9% against
-    // 93.0% (6.1 points; 2-4 points on this host).
+    // Within 8 points, beyond what the runs differ in the workers' time waiting for a CPU: the
+    // run that walks every stack pays a walk at each switch-out, so its workers wait for a CPU
+    // elsewhere more than the sampled run's do. Under qemu's emulation of 5.10, where a walk
+    // costs ten times as much, on a host busy with CI, 86.9% against 93.0% (6.1 points), and
+    // in another CI run 87.5% against 95.8%; 2-4 points on this host.
+    let waiting = |stacks| share_of_workers_under(stacks, "pipe_read", "[cpu wait]");
+    let (wait_all, wait_sampled) = (waiting(&all_stacks), waiting(&sampled_stacks));
+    eprintln!(
+        "workers' time waiting for a CPU: {:.1}% (every stack) vs {:.1}% (sampled)",
+        100.0 * wait_all,
+        100.0 * wait_sampled
+    );
+    let bound = 0.08 + (wait_all - wait_sampled).abs();
     assert!(
-        (a - s).abs() < 0.08,
-        "sampled share {s:.3} vs every stack's {a:.3}"
+        (a - s).abs() < bound,
+        "sampled share {s:.3} vs every stack's {a:.3} (bound {bound:.3})"
     );
 }
