@@ -125,16 +125,17 @@ impl ReadClock {
         )
     }
 
+    /// /proc/PID/io is read only when the counters need it: never for a target counted from its
+    /// birth, which may be held in its exec, where reading it would wait on the exec's lock
+    /// (a 6.1 guest hung so: `record -- time dd` under a syscall budget).
     pub fn add(&mut self, pid: u32, from_birth: bool) {
-        let [reads, bytes] = reads_and_bytes(pid);
-        self.reads.add(pid, from_birth, |_| reads);
-        self.bytes.add(pid, from_birth, |_| bytes);
+        self.reads.add(pid, from_birth, |p| reads_and_bytes(p)[0]);
+        self.bytes.add(pid, from_birth, |p| reads_and_bytes(p)[1]);
     }
 
     pub fn exited(&mut self, pid: u32) {
-        let [reads, bytes] = reads_and_bytes(pid);
-        self.reads.exited(pid, reads, |_| reads);
-        self.bytes.exited(pid, bytes, |_| bytes);
+        self.reads.exited(pid, 0, |p| reads_and_bytes(p)[0]);
+        self.bytes.exited(pid, 0, |p| reads_and_bytes(p)[1]);
     }
 }
 
