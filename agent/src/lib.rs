@@ -21,6 +21,7 @@ pub mod record;
 pub mod run_name;
 pub mod session;
 pub mod signals;
+pub mod slice_align;
 pub mod slice_budget;
 pub mod soak;
 pub mod symbolize;

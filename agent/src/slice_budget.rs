@@ -10,6 +10,7 @@ use phaseprof_model::BudgetInfo;
 
 use crate::duty_cycle::{slowdown_by_syscalls, slowdown_by_work, DutyCycle, MIN_READS_TO_MEASURE};
 use crate::engine::Engine;
+use crate::slice_align::{slice_calls_and_bytes, Aligned, SliceAlignment};
 use crate::target_clocks::{CpuClock, IoSyscallClock, ReadClock};
 use phaseprof_model::slice_basis::Io;
 
@@ -36,6 +37,10 @@ pub trait SlicedProbes {
     /// they count.
     fn by_read_bytes(&self) -> bool {
         false
+    }
+    /// The calls counted so far that aligned with the reads they worked on (`slice_align`).
+    fn aligned(&self, _engine: &Engine<'_>) -> Result<Aligned> {
+        Ok(Aligned::default())
     }
 }
 
@@ -93,6 +98,7 @@ struct Tally {
     reads_in: u64,
     read_bytes_in: u64,
     spread: phaseprof_model::slice_spread::SliceSpread,
+    align: SliceAlignment,
 }
 
 impl Tally {
@@ -127,8 +133,9 @@ pub struct SliceBudget {
     voided_seen: (u64, u64),
     started: Instant,
     in_force: bool,
-    /// The counters, and the calls counted, when the slice in force began counting.
-    began: (Marks, u64),
+    /// The counters, the calls counted and those aligned, when the slice in force began
+    /// counting.
+    began: (Marks, u64, Aligned),
     /// When the current slice's spending began (before attaching), and its counting (every
     /// probe in force).
     slice_start: Instant,
@@ -171,7 +178,7 @@ impl SliceBudget {
             voided_seen: (0, 0),
             started: now,
             in_force: false,
-            began: (Marks::default(), 0),
+            began: (Marks::default(), 0, Aligned::default()),
             slice_start: now,
             counting_since: now,
             at_count: Marks::default(),
@@ -320,7 +327,7 @@ impl SliceBudget {
                 return Ok(());
             }
             let m = self.edge(engine, probes, pids, true)?;
-            self.began = (m.clone(), probes.counted(engine)?);
+            self.began = (m.clone(), probes.counted(engine)?, probes.aligned(engine)?);
             (self.at_slice, self.at_count) = (m.clone(), m);
             self.counting_since = Instant::now();
             self.check_at = self.counting_since + self.slice_length();
@@ -422,12 +429,16 @@ impl SliceBudget {
         probes: &dyn SlicedProbes,
         end: &Marks,
     ) -> Result<()> {
-        let (began, calls_before) = &self.began;
+        let (began, calls_before, aligned_before) = &self.began;
         let calls = probes.counted(engine)?.saturating_sub(*calls_before);
+        let aligned = probes.aligned(engine)?.since(aligned_before);
         let bytes = end.read_bytes.saturating_sub(began.read_bytes);
         let syscalls = end.syscalls.saturating_sub(began.syscalls);
-        self.total.spread.add(calls, bytes, syscalls);
-        self.window.spread.add(calls, bytes, syscalls);
+        let (c, b) = slice_calls_and_bytes(calls, bytes, &aligned);
+        for t in [&mut self.total, &mut self.window] {
+            t.spread.add(c, b, syscalls);
+            t.align.add(calls, bytes, &aligned);
+        }
         Ok(())
     }
 
@@ -564,6 +575,10 @@ impl SliceBudget {
     /// What `t` counted between the marks `from` and `to` (the bytes read, `by_read_bytes`).
     fn info(&self, t: Tally, from: &Marks, to: &Marks, by_read_bytes: bool) -> BudgetInfo {
         let bytes = |n: u64| if by_read_bytes { n } else { 0 };
+        let (read_bytes_in, reads_aligned) = t
+            .align
+            .bytes_worked(t.read_bytes_in)
+            .unwrap_or((t.read_bytes_in, 0));
         BudgetInfo {
             budget: self.duty.budget,
             counted_own_ns: t.counted_own_ns,
@@ -574,7 +589,8 @@ impl SliceBudget {
             syscalls: to.syscalls.saturating_sub(from.syscalls),
             reads_in_slices: bytes(t.reads_in),
             reads: bytes(to.reads.saturating_sub(from.reads)),
-            read_bytes_in_slices: bytes(t.read_bytes_in),
+            read_bytes_in_slices: bytes(read_bytes_in),
+            reads_aligned: bytes(reads_aligned),
             read_bytes: bytes(to.read_bytes.saturating_sub(from.read_bytes)),
             slices: t.slices,
             spread: t.spread,

@@ -208,6 +208,14 @@ struct phase_stack {
 };
 
 /* Per-OS-thread phase state, in `thread_phases` keyed by tid. */
+/* Under a phase budget: a thread's (native code) or a goroutine's last read in the slice of
+ * phase_generation `generation`, its bytes, and the calls done since (slice_align.bpf.h). */
+struct read_align {
+	__u32 generation;
+	__u32 calls;
+	__u64 bytes;
+};
+
 struct thread_phase {
 	/*
 	 * What the thread's events are charged to: its own stack (native code) or the stack of
@@ -224,10 +232,11 @@ struct thread_phase {
 	 * own runtime (se.sum_exec_runtime), which leaves out time the hypervisor stole (and IRQ
 	 * time where the kernel accounts it), so per-phase CPU matches the thread's CPU time.
 	 */
-	__u64 slice_start;	/* ktime at switch-in (0: unknown) */
-	__u64 runtime_in;	/* se.sum_exec_runtime at switch-in */
-	__u64 pending_mask;	/* phases with pending wall time this slice */
-	struct phase_stack own; /* native code: the thread's own phases */
+	__u64 slice_start;	 /* ktime at switch-in (0: unknown) */
+	__u64 runtime_in;	 /* se.sum_exec_runtime at switch-in */
+	__u64 pending_mask;	 /* phases with pending wall time this slice */
+	struct read_align align; /* native code: the thread's last read in a phase slice */
+	struct phase_stack own;	 /* native code: the thread's own phases */
 	__u64 pending[MAX_PHASES];
 };
 
@@ -391,6 +400,12 @@ enum probe_counter {
 	 * cost per hit beyond the uprobe machinery's, which user space measures (the programs
 	 * return at once for a thread that is no target's: see hit_calibration.rs). */
 	NS_PHASE_WORK,
+	/* Under a phase budget, where the syscall programs are in force too: the calls counted in
+	 * slices that worked on what a read of the same thread returned in the same slice, those
+	 * reads and their bytes (see slice_align.bpf.h). */
+	ALIGNED_CALLS,
+	ALIGNED_READS,
+	ALIGNED_READ_BYTES,
 	HITS_MAX,
 };
 

@@ -255,6 +255,15 @@ struct {
 	__type(value, struct goroutine_phase);
 } goroutine_phases SEC(".maps");
 
+/* Under a phase budget: each goroutine's last read in a slice (slice_align.bpf.h). The least
+ * recently used are dropped: a goroutine that has not read for a while has nothing pending. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct goroutine_key);
+	__type(value, struct read_align);
+} goroutine_aligns SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 2 * MAX_PHASES);

@@ -18,6 +18,7 @@
 #include "unwind.bpf.h"
 #include "sampling.bpf.h"
 #include "sched.bpf.h"
+#include "slice_align.bpf.h"
 #include "syscalls.bpf.h"
 #include "phases.bpf.h"
 #include "allocations.bpf.h"

@@ -79,8 +79,9 @@ static __always_inline void phase_call_done(__u32 phase, __u64 wall)
 }
 
 /* Pops the innermost entry for a return of `phase` (a non-empty stack; PHASE_ANY: whichever is
- * innermost) and counts the call. */
-static __always_inline void phase_pop(struct phase_stack *ps, __u32 phase, __u64 now)
+ * innermost) and counts the call, on the stretch `a` of its thread's or goroutine's reads. */
+static __always_inline void phase_pop(struct read_align *a, struct phase_stack *ps, __u32 phase,
+				      __u64 now)
 {
 	__u32 d = ps->depth;
 	if (d > MAX_PHASE_DEPTH) {
@@ -101,6 +102,7 @@ static __always_inline void phase_pop(struct phase_stack *ps, __u32 phase, __u64
 	ps->depth = d - 1;
 	phase_stack_changed(ps);
 	phase_call_done(popped, wall);
+	align_call_done(a);
 }
 
 /* The phase id a probe was attached for (its cookie); PHASE_ANY without cookies. */
@@ -160,7 +162,7 @@ static __always_inline int phase_exit(struct pt_regs *ctx)
 	}
 	__u64 now = bpf_ktime_get_ns();
 	charge_cpu(tp, now);
-	phase_pop(&tp->own, probe_phase(ctx), now);
+	phase_pop(&tp->align, &tp->own, probe_phase(ctx), now);
 	thread_view(tp, &tp->own);
 	phase_work_done(now);
 	return 0;
@@ -191,7 +193,7 @@ static __always_inline int phase_leave(struct pt_regs *ctx)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	charge_cpu(tp, now);
-	phase_pop(&tp->own, phase, now);
+	phase_pop(&tp->align, &tp->own, phase, now);
 	thread_view(tp, &tp->own);
 	phase_work_done(now);
 	return 0;
@@ -280,7 +282,7 @@ static __always_inline int go_phase_end(struct pt_regs *ctx, bool leave)
 	struct thread_phase *tp = target_thread_phase();
 	if (tp)
 		charge_cpu(tp, now);
-	phase_pop(&gp->stack, probe_phase(ctx), now);
+	phase_pop(goroutine_align(&key, false), &gp->stack, probe_phase(ctx), now);
 	if (tp) {
 		thread_view(tp, &gp->stack);
 		tp->cur_g = key.g;

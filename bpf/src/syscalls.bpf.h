@@ -171,6 +171,7 @@ int raw_tp__sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	}
 	long ret = (long)ctx->args[1];
 	add_syscall(&key, 1, delta, ret < 0 && ret >= -4095);
+	align_read_done((struct pt_regs *)ctx->args[0], key.nr, ret);
 	if (phases_enabled)
 		phases_add_syscall(key.phase_mask, key.nr, delta, key.window);
 	/* A command held until its entry point has its mappings read there: the loader's

@@ -37,6 +37,11 @@ pub struct BudgetInfo {
     pub read_bytes_in_slices: u64,
     #[serde(default)]
     pub read_bytes: u64,
+    /// Of the reads in slices, those whose work was set against the calls counted (see the
+    /// agent's slice_align): where any, `read_bytes_in_slices` is the bytes those calls
+    /// worked on, not the bytes read while the probes were in force.
+    #[serde(default)]
+    pub reads_aligned: u64,
     /// Slices the probes were attached for, and the shortest one's length: a call longer than
     /// a slice is never seen, and one of length d is seen with probability 1 − d/slice.
     pub slices: u64,
@@ -157,11 +162,16 @@ impl BudgetInfo {
     }
 
     /// The totals' expected relative error by the I/O basis: 1/√n for the n syscalls or reads
-    /// in slices, or the slices' disagreement if larger (`slice_spread`). None by own CPU time.
+    /// in slices (the reads the calls were aligned with, where they were), or the slices'
+    /// disagreement if larger (`slice_spread`). None by own CPU time.
     pub fn error(&self) -> Option<f64> {
         use crate::slice_spread::Unit;
+        let reads = match self.reads_aligned {
+            0 => self.reads_in_slices,
+            n => n,
+        };
         let (n, unit) = match self.basis() {
-            Basis::ReadBytes => (self.reads_in_slices, Unit::ReadBytes),
+            Basis::ReadBytes => (reads, Unit::ReadBytes),
             Basis::Syscalls => (self.syscalls_in_slices, Unit::Syscalls),
             Basis::OwnCpu => return None,
         };
@@ -185,6 +195,7 @@ impl BudgetInfo {
         self.reads += b.reads;
         self.read_bytes_in_slices += b.read_bytes_in_slices;
         self.read_bytes += b.read_bytes;
+        self.reads_aligned += b.reads_aligned;
         self.slices += b.slices;
         self.counted_ns += b.counted_ns;
         self.calls_voided += b.calls_voided;
@@ -423,6 +434,7 @@ mod tests {
             carried_windows: 0,
             attached_throughout: false,
             slowdown_measured: false,
+            reads_aligned: 0,
             overhead_while_attached: 0.5,
             syscall: "write".into(),
             syscalls_in_slices: 100,
@@ -487,6 +499,7 @@ mod tests {
             syscalls: 10_000,
             counted_own_ns: 5_000,
             own_ns: 50_000,
+            reads_aligned: 0,
             overhead_while_attached: 0.5,
             ..BudgetInfo::default()
         };

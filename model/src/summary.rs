@@ -386,6 +386,7 @@ fn budget_json(b: &crate::BudgetInfo) -> serde_json::Value {
         "reads": b.reads,
         "read_bytes_in_slices": b.read_bytes_in_slices,
         "read_bytes": b.read_bytes,
+        "reads_aligned": b.reads_aligned,
         "cpu_coverage": b.cpu_coverage(),
         "shortest_slice_ns": b.shortest_slice_ns,
         "counted_ns": b.counted_ns,

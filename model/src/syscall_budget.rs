@@ -156,6 +156,7 @@ mod tests {
             syscalls_in_slices: 1_000,
             syscalls: 10_000,
             slices: 4,
+            reads_aligned: 0,
             overhead_while_attached: 0.5,
             ..BudgetInfo::default()
         };

@@ -125,7 +125,8 @@ fn sampled_offcpu_stacks_match_every_stack() {
     let (stackless, workers_total) = workers_stackless(&sampled_stacks, "pipe_read");
     assert!(
         stackless * 100 <= workers_total,
-        "{stackless} of the workers' {workers_total} ns left without a stack"
+        "{stackless} of the workers' {workers_total} ns left without a stack: {:?}",
+        (sampled_stacks.iter()).filter(|(s, _)| s.contains("[no stack]"))
     );
     let (a, s) = (
         share_under(&all_stacks, "pipe_read"),

@@ -41,6 +41,17 @@ impl Engine<'_> {
         self.probe_hits(types::probe_counter::NS_PHASE_WORK)
     }
 
+    /// Under a phase budget: the calls counted that aligned with the reads they worked on,
+    /// those reads and their bytes so far (see slice_align.bpf.h).
+    pub fn aligned_reads(&self) -> Result<(u64, u64, u64)> {
+        use types::probe_counter as c;
+        Ok((
+            self.probe_hits(c::ALIGNED_CALLS)?,
+            self.probe_hits(c::ALIGNED_READS)?,
+            self.probe_hits(c::ALIGNED_READ_BYTES)?,
+        ))
+    }
+
     /// Under a phase budget: the calls in flight at a slice's end so far (never counted).
     pub fn phase_calls_voided(&self) -> Result<u64> {
         self.probe_hits(types::probe_counter::PHASE_CALLS_VOIDED)

@@ -7,6 +7,7 @@ use phaseprof_model::{BudgetInfo, PhaseStats};
 
 use super::probe_overhead::PhaseProbeOverhead;
 use crate::engine::Engine;
+use crate::slice_align::Aligned;
 use crate::slice_budget::{SliceBudget, SlicedProbes};
 
 /// The phase probes, as a budget slices them.
@@ -40,6 +41,9 @@ impl SlicedProbes for PhaseProbes<'_> {
     }
     fn voided(&self, engine: &Engine<'_>) -> Result<u64> {
         engine.phase_calls_voided()
+    }
+    fn aligned(&self, engine: &Engine<'_>) -> Result<Aligned> {
+        Aligned::read(engine)
     }
 }
 

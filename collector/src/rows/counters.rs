@@ -327,6 +327,7 @@ mod tests {
                 counted_ns: 30_000_000,
                 carried_windows: u64::from(!attached),
                 attached_throughout: attached,
+                reads_aligned: 0,
                 overhead_while_attached: 0.5,
                 ..BudgetInfo::default()
             });
