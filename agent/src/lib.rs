@@ -23,6 +23,7 @@ pub mod session;
 pub mod signals;
 pub mod slice_align;
 pub mod slice_budget;
+pub mod slice_tally;
 pub mod soak;
 pub mod symbolize;
 pub mod syscall_budget;

@@ -1,8 +1,10 @@
 //! Probes under a budget (`--phase-budget 1%`, `--syscall-budget 1%`): attached for slices, as
 //! much of the time as the budget allows, their cost measured by the targets' CPU time per
 //! syscall in and out of slices (or estimated from their hits). What they count is extrapolated
-//! from the slices (by the targets' read and write syscalls or their own CPU time, whichever
-//! errs less: see `slice_basis`), per window (the agent, `attach`) or over the whole recording.
+//! from the slices (by the bytes the targets read, their read and write syscalls or their own
+//! CPU time, whichever errs less: see `slice_basis`; the calls set against the reads they
+//! worked on where they can be: `slice_align`), per window (the agent, `attach`) or over the
+//! whole recording.
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -10,7 +12,8 @@ use phaseprof_model::BudgetInfo;
 
 use crate::duty_cycle::{slowdown_by_syscalls, slowdown_by_work, DutyCycle, MIN_READS_TO_MEASURE};
 use crate::engine::Engine;
-use crate::slice_align::{slice_calls_and_bytes, Aligned, SliceAlignment};
+use crate::slice_align::{slice_calls_and_bytes, Aligned};
+use crate::slice_tally::{Marks, Tally};
 use crate::target_clocks::{CpuClock, IoSyscallClock, ReadClock};
 use phaseprof_model::slice_basis::Io;
 
@@ -41,70 +44,6 @@ pub trait SlicedProbes {
     /// The calls counted so far that aligned with the reads they worked on (`slice_align`).
     fn aligned(&self, _engine: &Engine<'_>) -> Result<Aligned> {
         Ok(Aligned::default())
-    }
-}
-
-/// The targets' CPU time, the probes' estimated time and the targets' read and write syscalls,
-/// as counters.
-#[derive(Clone, Default)]
-struct Marks {
-    cpu_ns: u64,
-    probe_ns: f64,
-    syscalls: u64,
-    /// The reads among them, and the bytes they returned.
-    reads: u64,
-    read_bytes: u64,
-    /// Calls a slice's start or end cut, never counted.
-    voided: u64,
-    /// When taken (CLOCK_MONOTONIC).
-    mono_ns: u64,
-}
-
-impl Marks {
-    /// The counters halfway between two readings.
-    fn halfway(&self, after: &Marks) -> Marks {
-        let mid = |a: u64, b: u64| a + (b.saturating_sub(a)) / 2;
-        Marks {
-            cpu_ns: mid(self.cpu_ns, after.cpu_ns),
-            probe_ns: (self.probe_ns + after.probe_ns) / 2.0,
-            syscalls: mid(self.syscalls, after.syscalls),
-            reads: mid(self.reads, after.reads),
-            read_bytes: mid(self.read_bytes, after.read_bytes),
-            voided: mid(self.voided, after.voided),
-            mono_ns: mid(self.mono_ns, after.mono_ns),
-        }
-    }
-
-    /// The targets' own CPU time from `self` to `now` (the probes' time left out).
-    fn own_until(&self, now: &Marks) -> u64 {
-        let probe = (now.probe_ns - self.probe_ns).max(0.0) as u64;
-        now.cpu_ns.saturating_sub(self.cpu_ns).saturating_sub(probe)
-    }
-}
-
-/// What has been counted since a mark: the whole recording's, or a window's.
-#[derive(Clone, Copy, Default)]
-struct Tally {
-    counted_own_ns: u64,
-    /// Wall time the probes were counting.
-    counted_ns: u64,
-    slices: u64,
-    shortest: Option<Duration>,
-    /// The probes were detached at least once.
-    detached: bool,
-    /// The targets' CPU time (probes included) and syscalls while counted.
-    cpu_in_ns: u64,
-    sys_in: u64,
-    reads_in: u64,
-    read_bytes_in: u64,
-    spread: phaseprof_model::slice_spread::SliceSpread,
-    align: SliceAlignment,
-}
-
-impl Tally {
-    fn slice(&mut self, length: Duration) {
-        self.slices += 1;
-        self.shortest = Some(self.shortest.map_or(length, |s| s.min(length)));
     }
 }
 

@@ -207,7 +207,6 @@ struct phase_stack {
 	struct phase_frame frames[MAX_PHASE_DEPTH];
 };
 
-/* Per-OS-thread phase state, in `thread_phases` keyed by tid. */
 /* Under a phase budget: a thread's (native code) or a goroutine's last read in the slice of
  * phase_generation `generation`, its bytes, and the calls done since (slice_align.bpf.h). */
 struct read_align {
@@ -216,6 +215,7 @@ struct read_align {
 	__u64 bytes;
 };
 
+/* Per-OS-thread phase state, in `thread_phases` keyed by tid. */
 struct thread_phase {
 	/*
 	 * What the thread's events are charged to: its own stack (native code) or the stack of
