@@ -85,16 +85,25 @@ impl BudgetInfo {
         self.counted_own_ns > 0 || self.syscalls_in_slices > 0
     }
 
-    /// The basis that errs less (see `slice_basis`).
-    pub fn basis(&self) -> Basis {
-        let io = crate::slice_basis::Io {
+    /// The targets' reads and writes the totals may be extrapolated by.
+    fn io(&self) -> crate::slice_basis::Io {
+        crate::slice_basis::Io {
             syscalls_in_slices: self.syscalls_in_slices,
             syscalls: self.syscalls,
             reads_in_slices: self.reads_in_slices,
             reads: self.reads,
             read_bytes_in_slices: self.read_bytes_in_slices,
-        };
-        crate::slice_basis::basis(&io, self.overhead_while_attached, self.counted_own_ns)
+            read_bytes: self.read_bytes,
+        }
+    }
+
+    /// The basis that errs less (see `slice_basis`).
+    pub fn basis(&self) -> Basis {
+        crate::slice_basis::basis(
+            &self.io(),
+            self.overhead_while_attached,
+            self.counted_own_ns,
+        )
     }
 
     /// The share of the targets' work in which phases were counted, by the basis.
@@ -163,19 +172,19 @@ impl BudgetInfo {
 
     /// The totals' expected relative error by the I/O basis: 1/√n for the n syscalls or reads
     /// in slices (the reads the calls were aligned with, where they were), or the slices'
-    /// disagreement if larger (`slice_spread`). None by own CPU time.
+    /// disagreement if larger (`slice_spread`); by the syscalls, at least how far they stand
+    /// from the bytes read (`Io::syscalls_disagree`). None by own CPU time.
     pub fn error(&self) -> Option<f64> {
         use crate::slice_spread::Unit;
         let reads = match self.reads_aligned {
             0 => self.reads_in_slices,
             n => n,
         };
-        let (n, unit) = match self.basis() {
-            Basis::ReadBytes => (reads, Unit::ReadBytes),
-            Basis::Syscalls => (self.syscalls_in_slices, Unit::Syscalls),
+        let (by_count, unit) = match self.basis() {
+            Basis::ReadBytes => (crate::slice_basis::syscall_error(reads), Unit::ReadBytes),
+            Basis::Syscalls => (self.io().error_by(Basis::Syscalls), Unit::Syscalls),
             Basis::OwnCpu => return None,
         };
-        let by_count = crate::slice_basis::syscall_error(n);
         Some(by_count.max(self.spread.relative_error(unit).unwrap_or(0.0)))
     }
 

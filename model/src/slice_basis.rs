@@ -40,7 +40,7 @@ const FEWEST_SYSCALLS_TO_COUNT_BY: u64 = 25;
 const CPU_ERROR_FLOOR: f64 = 0.02;
 
 /// The targets' read and write syscalls, in slices and in all, and of them the reads, with the
-/// bytes the reads returned in slices.
+/// bytes the reads returned, in slices and in all.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Io {
     pub syscalls_in_slices: u64,
@@ -48,18 +48,48 @@ pub struct Io {
     pub reads_in_slices: u64,
     pub reads: u64,
     pub read_bytes_in_slices: u64,
+    pub read_bytes: u64,
 }
 
 impl Io {
     /// Whether the bytes read measure the targets' work: reads are at least a tenth of their
-    /// read and write syscalls, in slices and in all, and at least FEWEST_SYSCALLS_TO_COUNT_BY
-    /// of them in slices. A program that reads its configuration and then only writes
-    /// (validator-sim: 10 KB read, then 4,000,000 writes) is counted by its syscalls.
-    pub fn reads_carry_the_work(&self) -> bool {
+    /// read and write syscalls, in slices and in all, and returned bytes in slices. A program
+    /// that reads its configuration and then only writes (validator-sim: 10 KB read, then
+    /// 4,000,000 writes) is counted by its syscalls.
+    pub fn reads_are_the_work(&self) -> bool {
         self.read_bytes_in_slices > 0
-            && self.reads_in_slices >= FEWEST_SYSCALLS_TO_COUNT_BY
             && self.reads_in_slices * 10 >= self.syscalls_in_slices
             && self.reads * 10 >= self.syscalls
+    }
+
+    /// Whether the bytes read are counted by, whatever the syscalls say: the reads are the
+    /// work (`reads_are_the_work`), and FEWEST_SYSCALLS_TO_COUNT_BY or more of them in slices.
+    pub fn reads_carry_the_work(&self) -> bool {
+        self.reads_are_the_work() && self.reads_in_slices >= FEWEST_SYSCALLS_TO_COUNT_BY
+    }
+
+    /// How far extrapolating by the syscalls stands from extrapolating by the bytes read, where
+    /// the reads are the work (else 0): a server slowed in slices reads less at a time, so it
+    /// makes more syscalls for the same bytes there (nats-server slowed ~50x by goroutine
+    /// probes made 6.2 times the syscalls per byte read in slices that it did in all, and by
+    /// its 121 syscalls in slices was estimated 83.8% under, ±9% by their count alone).
+    pub fn syscalls_disagree(&self) -> f64 {
+        if !self.reads_are_the_work() || self.syscalls_in_slices == 0 || self.read_bytes == 0 {
+            return 0.0;
+        }
+        let by_syscalls = self.syscalls as f64 / self.syscalls_in_slices as f64;
+        let by_bytes = self.read_bytes as f64 / self.read_bytes_in_slices as f64;
+        (by_syscalls / by_bytes - 1.0).abs()
+    }
+
+    /// The expected error of extrapolating by `io`: 1/√n for the n syscalls or reads in slices
+    /// it counts by; by the syscalls, at least how far they stand from the bytes read.
+    pub fn error_by(&self, io: Basis) -> f64 {
+        let by_count = syscall_error(self.counted_by(io));
+        match io {
+            Basis::Syscalls => by_count.max(self.syscalls_disagree()),
+            _ => by_count,
+        }
     }
 
     /// The syscalls the basis `io` (bytes read, or syscalls) counts by in slices: its error is
@@ -78,9 +108,13 @@ impl Io {
 /// edges cut the unit of work they come in), own CPU time by a tenth of the slowdown (what a
 /// 10% error in the probes' cost moves it by); the syscalls, however few, where the probes'
 /// estimated time took all of the slices' CPU time (nothing own is left to scale by). Of the
-/// two, the bytes read where the reads carry the work.
+/// two, the bytes read where the reads carry the work; where fewer were read in slices, the
+/// bytes read still if they err less than the syscalls, which disagree with them as much as
+/// the slowed targets batched otherwise (`syscalls_disagree`).
 pub fn basis(io: &Io, overhead: f64, counted_own_ns: u64) -> Basis {
-    let by = if io.reads_carry_the_work() {
+    let by = if io.reads_carry_the_work()
+        || (io.reads_are_the_work() && io.error_by(Basis::ReadBytes) < io.error_by(Basis::Syscalls))
+    {
         Basis::ReadBytes
     } else {
         Basis::Syscalls
@@ -88,8 +122,8 @@ pub fn basis(io: &Io, overhead: f64, counted_own_ns: u64) -> Basis {
     if counted_own_ns == 0 && io.syscalls_in_slices > 0 {
         return by;
     }
-    let n = io.counted_by(by);
-    if n >= FEWEST_SYSCALLS_TO_COUNT_BY && syscall_error(n) <= cpu_error(overhead) {
+    let enough = by == Basis::ReadBytes || io.counted_by(by) >= FEWEST_SYSCALLS_TO_COUNT_BY;
+    if enough && io.error_by(by) <= cpu_error(overhead) {
         by
     } else {
         Basis::OwnCpu
@@ -125,6 +159,7 @@ mod tests {
             reads_in_slices: n / 3,
             reads: 100 * n / 3,
             read_bytes_in_slices: 100 * (n / 3),
+            read_bytes: 100 * (100 * n / 3),
             ..writes(n)
         }
     }
@@ -153,5 +188,35 @@ mod tests {
             ..reads(1_200)
         };
         assert_eq!(basis(&startup, 0.5, own), Basis::Syscalls);
+    }
+
+    // Checks a server slowed in slices so much that it read less at a time there (nats-server,
+    // ~50x: 121 syscalls and 13 reads of 786,432 bytes in slices; 12,301 and 7,708 of
+    // 496,004,459 in all): by the syscalls it was 83.8% under, which is how far they disagree
+    // with the bytes read, so its 13 reads (±28%) are counted by instead. Where the syscalls
+    // per byte are as in all, the more numerous syscalls still win over a few reads.
+    #[test]
+    fn syscalls_that_disagree_with_the_bytes_read_lose() {
+        let slowed = Io {
+            syscalls_in_slices: 121,
+            syscalls: 12_301,
+            reads_in_slices: 13,
+            reads: 7_708,
+            read_bytes_in_slices: 786_432,
+            read_bytes: 496_004_459,
+        };
+        assert!((slowed.syscalls_disagree() - 0.839).abs() < 0.001);
+        assert!((slowed.error_by(Basis::Syscalls) - 0.839).abs() < 0.001);
+        assert!((slowed.error_by(Basis::ReadBytes) - 0.277).abs() < 0.001);
+        assert_eq!(basis(&slowed, 5.27, 1_000_000), Basis::ReadBytes);
+        // At the pace of all: 20 reads and 60 syscalls in slices, the syscalls by ±13%.
+        assert_eq!(reads(60).syscalls_disagree(), 0.0);
+        assert_eq!(basis(&reads(60), 100.0, 1_000_000), Basis::Syscalls);
+        // No bytes read in all (a window of an earlier version): nothing to disagree with.
+        let unknown = Io {
+            read_bytes: 0,
+            ..slowed
+        };
+        assert_eq!(unknown.syscalls_disagree(), 0.0);
     }
 }

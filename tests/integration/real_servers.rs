@@ -102,6 +102,46 @@ fn wait_quiet(http: u16, probe: &KernelUprobe) {
     }
 }
 
+/// Starts `phaseprof record` on the NATS server `pid` with the nats-driver's phases and `extra`
+/// options, writing `NAME.phaseprof` in a scratch directory, and waits until it is attached.
+fn record_nats(
+    pid: &str,
+    name: &str,
+    extra: &[&str],
+) -> (
+    std::path::PathBuf,
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    let out = scratch(name).join(format!("{name}.phaseprof"));
+    let phases = root().join("tests/workloads/nats-driver/phases.toml");
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--pid".as_ref(),
+        pid.as_ref(),
+        "--phases".as_ref(),
+        phases.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ];
+    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+    let (rec, stderr) = record_until_attached(&args);
+    (out, rec, stderr)
+}
+
+/// Stops a recording with SIGINT (`record` then writes its file) and returns the rest of its
+/// stderr, having checked that it exited successfully.
+fn stop_recording(
+    mut rec: std::process::Child,
+    mut stderr: std::io::BufReader<std::process::ChildStderr>,
+) -> String {
+    // SAFETY: kill(2) with a pid we spawned.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(rec.wait().unwrap().success(), "{rest}");
+    rest
+}
+
 // Checks goroutine phases on NATS (nats-server v2.15.2 from the Go module proxy, a server with
 // two goroutines per connection) driven by NATS's own Go client (8 publishing and 2 subscribing
 // connections, 16,000 messages): phaseprof attaches to the running server by pid. Calls of
@@ -130,16 +170,7 @@ fn nats_server_phases_match_its_counters() {
     // counts are read on both sides of the attach and of the stop, with the server quiet.
     let before_attach = (inbound_hits.hits(), deliver_hits.hits());
 
-    let out = scratch("nats").join("nats.phaseprof");
-    let phases = root().join("tests/workloads/nats-driver/phases.toml");
-    let (mut rec, mut stderr) = record_until_attached(&[
-        "--pid".as_ref(),
-        pid.as_ref(),
-        "--phases".as_ref(),
-        phases.as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ]);
+    let (out, rec, stderr) = record_nats(&pid, "nats", &[]);
     let attached = (inbound_hits.hits(), deliver_hits.hits());
     let o = Command::new(&driver)
         .args([
@@ -155,12 +186,7 @@ fn nats_server_phases_match_its_counters() {
     let truth = truth_from(&o.stdout);
     wait_quiet(http, &inbound_hits);
     let stopping = (inbound_hits.hits(), deliver_hits.hits());
-    // SAFETY: kill(2) with a pid we spawned; SIGINT makes `record` stop and write the file.
-    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
-    assert!(rec.wait().unwrap().success(), "{rest}");
-    eprint!("{rest}");
+    eprint!("{}", stop_recording(rec, stderr));
     let stopped = (inbound_hits.hits(), deliver_hits.hits());
     // Exact when the server was quiet at both ends (the usual case); otherwise the kernel's
     // count is only known to lie between the two readings of each end.
@@ -216,11 +242,14 @@ fn nats_server_phases_match_its_counters() {
 }
 
 // Checks nats-server's goroutine phases under a phase budget (`--phase-budget 50%`), attached
-// by pid and driven by NATS's own Go client: the calls of `processInboundClientMsg`, counted in
-// slices and extrapolated by the bytes the server read, with the calls set against the reads
-// they worked on, land within twice the error the report prints (its standard error; at least
-// 5%) of the server's own count of messages received. (Before they were set against their reads, a slice's edges cut
-// a read's work for each connection: 24% under to 56% over at 1%.)
+// by pid and driven by NATS's own Go client (8 publishers of 1,000,000 messages): the calls of
+// `processInboundClientMsg`, counted in slices and extrapolated, land within twice the error
+// the report prints (its standard error; at least 5%) of the server's own count of messages
+// received. The probes slow a Go server's phases some 50x in slices (a single-stepped `ret` per
+// call), so the budget allows a few slices, which see a few dozen reads (8M messages: 26-45 in
+// 4-5 slices, totals within 0.5%); 400,000 messages, under half a second, gave one slice and
+// CI's machine 18 reads in 4 (by the syscalls, 41.7% under). The basis is whichever errs less;
+// whichever it is, the printed error must hold.
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn nats_server_phases_under_a_budget_match_its_counters() {
@@ -234,23 +263,14 @@ fn nats_server_phases_under_a_budget_match_its_counters() {
     let (port, http) = (nats.port, nats.http);
     let pid = nats.process.0.id().to_string();
     let in_before = varz(http, "in_msgs");
-    let out = scratch("nats-budget").join("nats.phaseprof");
-    let phases = root().join("tests/workloads/nats-driver/phases.toml");
-    let (mut rec, mut stderr) = record_until_attached(&[
-        "--pid".as_ref(),
-        pid.as_ref(),
-        "--phases".as_ref(),
-        phases.as_os_str(),
-        "--phase-budget".as_ref(),
-        "50%".as_ref(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ]);
+    let (out, rec, stderr) = record_nats(&pid, "nats-budget", &["--phase-budget", "50%"]);
+    let started = std::time::Instant::now();
     let o = Command::new(&driver)
         .args(["-url", &format!("nats://127.0.0.1:{port}")])
-        .args(["-publishers", "8", "-subscribers", "2", "-msgs", "50000"])
+        .args(["-publishers", "8", "-subscribers", "2", "-msgs", "1000000"])
         .output()
         .expect("running the NATS client");
+    let ran = started.elapsed();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for _ in 0..40 {
         if varz(http, "connections") == 0 {
@@ -258,22 +278,20 @@ fn nats_server_phases_under_a_budget_match_its_counters() {
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
-    // SAFETY: kill(2) with a pid we spawned; SIGINT makes `record` stop and write the file.
-    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
-    assert!(rec.wait().unwrap().success(), "{rest}");
+    stop_recording(rec, stderr);
     let in_msgs = varz(http, "in_msgs") - in_before;
 
     let report = report_json(&out);
     let budget = &report["phase_budget"];
     let inbound = num(&phase_json(&report, "inbound")["calls"]);
     let off = inbound as f64 / in_msgs as f64 - 1.0;
-    eprintln!("nats-server under a 50% phase budget: inbound {inbound} calls for {in_msgs} messages received ({:+.1}%); {budget}", 100.0 * off);
-    assert_eq!(budget["basis"], "read_bytes", "{budget}");
-    let error = budget["error"]
-        .as_f64()
-        .expect("an error for the bytes read");
+    eprintln!(
+        "nats-server under a 50% phase budget, driven for {ran:.1?}: inbound {inbound} calls \
+         for {in_msgs} messages received ({:+.1}%); {budget}",
+        100.0 * off
+    );
+    assert_eq!(budget["estimated"], true, "{budget}");
+    let error = budget["error"].as_f64().expect("an error for the estimate");
     assert!(
         off.abs() <= (2.0 * error).max(0.05),
         "{:+.1}% off, where the report said ±{:.1}%",
