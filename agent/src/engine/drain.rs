@@ -266,15 +266,16 @@ impl Engine<'_> {
         }
         let (offcpu, own) = super::offcpu_spread::spread_offcpu(offcpu);
         raw.offcpu_own_stack_ns = own;
-        for (k, [ns, cpu_wait_ns]) in offcpu {
-            raw.samples.push(RawSample {
+        let offcpu = (offcpu.into_iter())
+            .map(|(k, [ns, cpu_wait_ns])| RawSample {
                 kind: SampleKind::Offcpu,
                 user: self.stack(k.user_stack),
                 kernel: self.stack(k.kernel_stack),
                 values: vec![ns, cpu_wait_ns],
                 ..at(k.tgid, k.tid, k.phase, k.phase_mask)
-            });
-        }
+            })
+            .collect();
+        raw.samples.extend(self.offcpu_carry.apply(offcpu));
         if let (true, Some(end)) = (everything, self.detached_at_ns) {
             // Threads off-CPU at the stop: their time as it stands, with their stacks if taken.
             for s in self.offcpu_in_progress(end)? {

@@ -406,6 +406,7 @@ impl<'obj> Engine<'obj> {
             stack_map_entries: 0,
             cpu_counts: Counters::default(),
             offcpu_counts: Counters::default(),
+            offcpu_carry: Default::default(),
             syscall_counts: Counters::default(),
             alloc_totals: Counters::default(),
             alloc_stacks: Counters::default(),

@@ -21,6 +21,7 @@ pub mod features;
 mod hit_calibration;
 mod load;
 mod mapped;
+mod offcpu_carry;
 mod offcpu_spread;
 mod phase_slices;
 mod phase_totals;
@@ -267,6 +268,8 @@ pub struct Engine<'obj> {
     stack_map_entries: usize,
     cpu_counts: Counters,
     offcpu_counts: Counters,
+    /// The stacks each thread and phase was last shown with, for windows that sampled none.
+    offcpu_carry: offcpu_carry::OffcpuCarry,
     syscall_counts: Counters,
     alloc_totals: Counters,
     alloc_stacks: Counters,
