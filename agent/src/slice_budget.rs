@@ -335,9 +335,9 @@ impl SliceBudget {
     /// syscalls or the bytes read allow (`measured_slowdown`), else estimated from the calls at
     /// their cost per call (probes estimated to take nearly all of the CPU count as at least
     /// 100x). Never less than that estimate: the probes' own time is a floor, and a measurement
-    /// under it compared the slices with an idle stretch outside them, whose CPU time per byte
-    /// is the timers' (nats-server idle before its load measured 0x, so the probes, cheap by
-    /// that, stayed attached through a 60 s run at a 1% budget, slowing it 40x).
+    /// under it compared the slices with something else than their work (an idle stretch
+    /// outside them, whose CPU time per byte is the timers', would do it). A 1% run on
+    /// nats-server measured 0x: the probes, cheap by that, stayed attached for all of its 60 s.
     fn slowdown_so_far(&mut self, now: &Marks, by_read_bytes: bool) -> (f64, u64) {
         let cpu_in = self.total.cpu_in_ns + now.cpu_ns.saturating_sub(self.at_count.cpu_ns);
         let own_in = self.total.counted_own_ns + self.at_count.own_until(now);
