@@ -247,7 +247,7 @@ fn nats_server_phases_match_its_counters() {
 // the report prints (its standard error; at least 5%) of the server's own count of messages
 // received. The probes slow a Go server's phases some 50x in slices (a single-stepped `ret` per
 // call), so the budget's slices see a few dozen reads (8M messages in ~9 s: 24-26 reads in
-// 13-26 slices, +22.7%, +0.5%, +0.7%, +5.6% against ±20% printed); 400,000 messages, under
+// slices, +22.7%, +0.5%, +0.7%, +5.6% against ±20% printed); 400,000 messages, under
 // half a second, gave one slice here and 18 reads in 4 on CI's machine (by the syscalls, 41.7%
 // under). The basis is whichever errs less; whichever it is, the printed error must hold.
 #[test]
