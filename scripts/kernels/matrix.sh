@@ -60,6 +60,33 @@ if [ "${MATRIX_HOST:-1}" != 0 ]; then
   echo "matrix: host kernel $(uname -r) (also builds the workloads the guests run)"
   bash scripts/kernels/run-checks.sh "$exe" "${tests[@]}" >"$logs/host.log" 2>&1
 fi
+# A guest whose heartbeat stopped for FROZEN_AFTER seconds (default 120) once its tests began is
+# frozen: its kernel no longer runs user space (a 6.1 guest once held both emulated CPUs for 10
+# minutes inside one check, whose own time limit never fired). It is stopped, the check it was
+# in fails as frozen with the console's last kernel messages, instead of holding CI until
+# GUEST_LIMIT.
+watch_guest() {
+  local guest=$1 alive=$2 log=$3 console=$4 release=$5 beat="" seen=0
+  while kill -0 "$guest" 2>/dev/null; do
+    sleep 10
+    [ -e "$alive" ] || continue
+    # By the host's clock: when the heartbeat file last changed (the guest's clock may drift).
+    local now=$SECONDS stamp
+    stamp=$(stat -c %y "$alive" 2>/dev/null) || continue
+    [ "$stamp" != "$beat" ] && beat=$stamp seen=$now
+    local age=$((now - seen))
+    if ((age > ${FROZEN_AFTER:-120})); then
+      echo "matrix: the $release guest froze: no heartbeat for ${age}s, in: $(grep '^test ' "$log" | tail -n 1)" >&2
+      printf "\nmatrix: the guest froze (no heartbeat for %ss)\n" "$age" >>"$log"
+      grep -v "^\s*$" "$console" | tail -n 40 >&2 || true
+      kill -TERM -- "-$guest" 2>/dev/null
+      sleep 5
+      kill -KILL -- "-$guest" 2>/dev/null
+      return
+    fi
+  done
+}
+
 for suite in $kernels; do
   vmlinuz=$(ls "$root/target/kernels/$suite"/boot/vmlinuz-* | head -1)
   release=${vmlinuz##*/vmlinuz-}
@@ -71,9 +98,13 @@ for suite in $kernels; do
   # The guest reads its command from a script in the logs directory: on the kernel's command
   # line (2,048 bytes), PATH and a dozen test names did not fit, and the guest never ran them.
   guest_script=$logs/$suite.guest.sh
+  alive=$logs/$suite.alive
   {
     echo "cd $root && export PATH='$PATH' PHASEPROF_PREBUILT_WORKLOADS=1"
     echo "echo \"matrix-guest: \$(uname -r)\""
+    # A heartbeat the host watches: a guest whose user space cannot touch a file for
+    # FROZEN_AFTER seconds is frozen (see below).
+    echo "( while :; do touch $alive; sleep 5; done ) &"
     echo "CHECK_LIMIT=${CHECK_LIMIT:-300} bash $root/scripts/kernels/run-checks.sh $exe ${tests[*]}"
   } >"$guest_script"
   guest_cmd="bash $guest_script >$logs/$suite.log 2>&1"
@@ -81,12 +112,16 @@ for suite in $kernels; do
   # syscall (the vDSO falls back), which the workloads' truth does not count on. A guest that
   # did not get as far as the tests' summary is booted once more (software emulation on a busy
   # machine has failed a boot once in a CI run), and its console is shown so the cause is seen;
-  # one whose tests began is not booted again.
+  # one whose tests began is not booted again. The console is verbose: the guest kernel's own
+  # messages (a soft lockup, an RCU stall, the OOM killer) are in it.
   for attempt in 1 2; do
-    rm -f "$logs/$suite.log"
-    timeout "${GUEST_LIMIT:-45m}" vng --run "$vmlinuz" --disable-kvm --force-9p --cpus 2 --memory 3G \
-      --append "clocksource=tsc tsc=reliable" \
-      --rwdir="$logs" --exec "$guest_cmd" >"$logs/$suite.console" 2>&1 || true
+    rm -f "$logs/$suite.log" "$alive"
+    setsid timeout "${GUEST_LIMIT:-45m}" vng --verbose --run "$vmlinuz" --disable-kvm --force-9p \
+      --cpus 2 --memory 3G --append "clocksource=tsc tsc=reliable" \
+      --rwdir="$logs" --exec "$guest_cmd" >"$logs/$suite.console" 2>&1 &
+    guest=$!
+    watch_guest "$guest" "$alive" "$logs/$suite.log" "$logs/$suite.console" "$release"
+    wait "$guest" || true
     touch "$logs/$suite.log"
     grep -q "^running " "$logs/$suite.log" && break
     echo "matrix: $release did not boot to the tests (attempt $attempt); its console and log end:" >&2
@@ -126,6 +161,8 @@ for col, log in zip(columns, logs):
                 lines = block.strip().splitlines()
                 if not lines and "test %s ..." % test not in text:
                     lines = ["(never started: the guest's time limit, GUEST_LIMIT, ran out first)"]
+                elif not lines and "matrix: the guest froze" in text.split("test %s ..." % test, 1)[1]:
+                    lines = ["(the guest froze while it ran: its kernel's last messages are above)"]
                 elif not lines and not text.split("test %s ..." % test, 1)[1].strip():
                     lines = ["(still running when the guest's time limit, GUEST_LIMIT, ran out)"]
                 evidence.append("%s on %s:\n  %s" % (test, col, "\n  ".join(lines[:60] or ["(no output)"])))

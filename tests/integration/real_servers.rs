@@ -243,13 +243,16 @@ fn nats_server_phases_match_its_counters() {
 
 // Checks nats-server's goroutine phases under a phase budget (`--phase-budget 50%`), attached
 // by pid and driven by NATS's own Go client (8 publishers of 1,000,000 messages): the calls of
-// `processInboundClientMsg`, counted in slices and extrapolated, land within twice the error
-// the report prints (its standard error; at least 5%) of the server's own count of messages
-// received. The probes slow a Go server's phases some 50x in slices (a single-stepped `ret` per
-// call), so the budget's slices see a few dozen reads (8M messages in ~9 s: 24-26 reads in
-// slices, +22.7%, +0.5%, +0.7%, +5.6% against ±20% printed); 400,000 messages, under
-// half a second, gave one slice here and 18 reads in 4 on CI's machine (by the syscalls, 41.7%
-// under). The basis is whichever errs less; whichever it is, the printed error must hold.
+// `processInboundClientMsg`, counted in slices and extrapolated, land within three times the
+// error the report prints (its standard error; at least 5%) of the server's own count of
+// messages received. Three, not two: a standard error that is right is exceeded twice over in
+// one run of 22, which CI met (+42.2% against ±19.2%). The probes slow a Go server's phases
+// some 50x in slices (a single-stepped `ret` per call), so the budget's slices see a few dozen
+// reads (8M messages in ~9 s: 24-27 reads in slices, +22.7%, +0.5%, +0.7%, +5.6%, +42.2%
+// against ±19-20% printed: 1.2, 0.0, 0.0, 0.3 and 2.2 of it); 400,000 messages, under half a
+// second, gave 18 reads in 4 slices on CI's machine, and by the syscalls 41.7% under (83.8%
+// here), which the syscalls' printed error now includes. The basis is whichever errs less;
+// whichever it is, the printed error must hold.
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn nats_server_phases_under_a_budget_match_its_counters() {
@@ -293,7 +296,7 @@ fn nats_server_phases_under_a_budget_match_its_counters() {
     assert_eq!(budget["estimated"], true, "{budget}");
     let error = budget["error"].as_f64().expect("an error for the estimate");
     assert!(
-        off.abs() <= (2.0 * error).max(0.05),
+        off.abs() <= (3.0 * error).max(0.05),
         "{:+.1}% off, where the report said ±{:.1}%",
         100.0 * off,
         100.0 * error

@@ -9,15 +9,16 @@
 //! phase budget its estimated phase calls per message beside the exact run's. The phases' extra
 //! CPU (against cpu samples only) is also set against the phase probes' time `report` prints
 //! and the model's hits × cost per hit. The default events' cost, a few % and within one row's
-//! noise, is measured again over paired alternating rounds, with an interval.
+//! noise, is measured again over paired alternating rounds, with an interval, and so is the
+//! phase budget's against the default events.
 use std::process::{Command, Stdio};
 
 use phaseprof_e2e::{go_third_party, http_get, root, NatsServer};
 
 use super::defaults::BPFTRACE_DEFAULTS;
-use super::redis::{attach, phase_calls, versus_exact, Under};
+use super::redis::{attach, phase_calls, versus_exact, Under, BUDGET_PAIRS};
 
-use super::measure::{cpu_exact, median, paired_line, paired_rounds};
+use super::measure::{budget_line, cpu_exact, median, paired_line, paired_rounds};
 
 /// Messages published per round (8 clients; 2 subscribers: 400,000 delivered): ~0.2 s of the
 /// server's CPU bare, so that a few % stand out of the rounds' noise.
@@ -221,6 +222,12 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
         let r = round(pp, tmp, &srv, how, PAIR_MSGS);
         (r.cpu_per_msg, r.printed_per_msg)
     });
+    // A budget's 1.5 points are within one long round's noise too: paired long rounds, with
+    // the phases at 1% against the same recording without them.
+    let budget_pairs = paired_rounds(BUDGET_PAIRS, |with| {
+        let how = Under::Phaseprof(if with { &phases_budget } else { &[] });
+        (round(pp, tmp, &srv, how, BUDGET_MSGS).cpu_per_msg, None)
+    });
     drop(server);
     println!(
         "nats-server v2.15.2 driven by `nats bench` (natscli v0.5.0; 200,000 messages in, 400,000 \
@@ -279,5 +286,10 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
     println!(
         "  record -p (default events), {PAIR_MSGS} messages a round: {}",
         paired_line(&pairs, "message")
+    );
+    println!(
+        "  + goroutine phases, --phase-budget 1%, {BUDGET_MSGS} messages a round, against the \
+         default events: {}",
+        budget_line(&budget_pairs, 1.5)
     );
 }

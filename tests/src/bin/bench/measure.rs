@@ -156,8 +156,9 @@ pub fn wait_rusage(child: std::process::Child) -> (f64, i64) {
     (secs(ru.ru_utime) + secs(ru.ru_stime), ru.ru_maxrss)
 }
 
-/// One pair of adjacent rounds: the target's CPU per request bare and under the recording, and
-/// the probes' cost per request the recording printed (`probe_cost.ns`).
+/// One pair of adjacent rounds: the target's CPU per request bare (or under the recording a
+/// budget is set against, `budget_line`) and under the recording, and the probes' cost per
+/// request the recording printed (`probe_cost.ns`).
 pub struct Pair {
     pub bare: f64,
     pub with: f64,
@@ -215,6 +216,35 @@ pub fn paired_line(pairs: &[Pair], unit: &str) -> String {
          {low:+.0}..{high:+.0} ns over {n} alternating pairs); printed {printed:.0} ns, {verdict}",
         100.0 * measured / bare,
         100.0 * coverage,
+    )
+}
+
+/// What a budget added over paired rounds against the recording it is set against (`bare` of
+/// each pair: the same events without the budgeted probes), in % of that recording's CPU per
+/// request: the median of the pairs' differences and its interval (as `paired_line`), and
+/// whether the budget held within `points` %: the whole interval under it, the median only
+/// (the rounds' noise reaches past it), or not.
+pub fn budget_line(pairs: &[Pair], points: f64) -> String {
+    let n = pairs.len();
+    let mut diffs: Vec<f64> = pairs
+        .iter()
+        .map(|p| 100.0 * (p.with / p.bare - 1.0))
+        .collect();
+    diffs.sort_by(f64::total_cmp);
+    let measured = median(diffs.clone());
+    let (k, coverage) = sign_interval(n);
+    let (low, high) = (diffs[k], diffs[n - 1 - k]);
+    let verdict = if high <= points {
+        format!("held within {points} points")
+    } else if measured <= points {
+        format!("within {points} points at the median; the interval reaches past them")
+    } else {
+        format!("NOT held within {points} points")
+    };
+    format!(
+        "{measured:+.1}% ({:.0}% interval {low:+.1}..{high:+.1}% over {n} alternating pairs): \
+         {verdict}",
+        100.0 * coverage
     )
 }
 
@@ -283,5 +313,38 @@ mod tests {
             .map(|i| pair(100.0, 110.0 + i as f64 % 2.0, 50.0))
             .collect();
         assert!(paired_line(&off, "op").contains("OUTSIDE"));
+    }
+
+    // Checks the budget's verdict: all ten pairs +0.5..+1.4% hold 1.5 points; a median of +1%
+    // with pairs up to +4% holds at the median only; a median of +3% does not hold.
+    #[test]
+    fn budget_line_judges_the_interval() {
+        let pairs = |with: &dyn Fn(usize) -> f64| -> Vec<Pair> {
+            (0..10)
+                .map(|i| Pair {
+                    bare: 100.0,
+                    with: with(i),
+                    printed: f64::NAN,
+                })
+                .collect()
+        };
+        let held = pairs(&|i| 100.5 + 0.1 * i as f64);
+        assert!(
+            budget_line(&held, 1.5).contains(": held within 1.5 points"),
+            "{}",
+            budget_line(&held, 1.5)
+        );
+        let wide = pairs(&|i| {
+            [
+                97.0, 99.0, 100.0, 100.5, 101.0, 101.0, 101.5, 102.0, 104.0, 104.0,
+            ][i]
+        });
+        assert!(
+            budget_line(&wide, 1.5).contains("at the median"),
+            "{}",
+            budget_line(&wide, 1.5)
+        );
+        let over = pairs(&|i| 102.5 + 0.2 * i as f64);
+        assert!(budget_line(&over, 1.5).contains("NOT held"));
     }
 }

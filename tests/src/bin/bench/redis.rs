@@ -7,14 +7,15 @@
 //! (`report --json` `probe_cost.ns`: its cpu samples in the probes, the programs no sample sees
 //! timed by themselves, the syscall budget's slices) and, for allocations, its estimate; under a
 //! budget, the totals per command beside the exact run's. The default events' cost, a few % and
-//! within one row's noise, is measured again over paired alternating rounds, with an interval.
+//! within one row's noise, is measured again over paired alternating rounds, with an interval,
+//! and so is each budget's against the same recording without its probes.
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 
 use phaseprof_e2e::{read_until, root};
 
 use super::defaults::BPFTRACE_DEFAULTS;
-use super::measure::{cpu_exact, median, paired_line, paired_rounds};
+use super::measure::{budget_line, cpu_exact, median, paired_line, paired_rounds};
 
 /// Requests per round: 2 × this many commands (SET and GET).
 const REQUESTS: &str = "100000";
@@ -24,6 +25,10 @@ const BUDGET_REQUESTS: &str = "2000000";
 
 /// Requests of the paired rounds that measure the default events' cost.
 const PAIR_REQUESTS: &str = "500000";
+
+/// Pairs of long rounds (BUDGET_REQUESTS, and the Go server's BUDGET_MSGS) that measure each
+/// budget's cost: 6, whose widest interval (lowest to highest) covers the median at 96.9%.
+pub(super) const BUDGET_PAIRS: usize = 6;
 
 /// The server, killed when dropped.
 struct Redis {
@@ -372,6 +377,29 @@ pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace:
         "  record -p (default events), {PAIR_REQUESTS} requests a round: {}",
         paired_line(&pairs, "command")
     );
+    // A budget's 1.5 points are within one long round's noise too: paired long rounds, each
+    // budget against the same recording without its probes.
+    for (name, budgeted, against) in [
+        (
+            "+ --phases --phase-budget 1%, against the default events",
+            &phases_budget[..],
+            &[][..],
+        ),
+        (
+            "--events cpu,alloc --alloc-budget 1%, against --events cpu",
+            &alloc_budget[..],
+            &["--events", "cpu"][..],
+        ),
+    ] {
+        let pairs = paired_rounds(BUDGET_PAIRS, |with| {
+            let how = Under::Phaseprof(if with { budgeted } else { against });
+            (round(pp, tmp, &srv, how, BUDGET_REQUESTS).cpu_per_cmd, None)
+        });
+        println!(
+            "  {name}, {BUDGET_REQUESTS} requests a round: {}",
+            budget_line(&pairs, 1.5)
+        );
+    }
 }
 
 /// A row of the table: how the server runs, in short or long rounds, and the row (of the same
