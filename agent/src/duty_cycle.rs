@@ -69,10 +69,25 @@ const MIN_MEASURED_CPU_NS: u64 = 2_000_000;
 /// probe hits per ~20 ns pair), so the first slice cannot overspend.
 const UNMEASURED_COST: f64 = 3.0;
 
-/// Duty cycling of probes (allocations', phases') as a token bucket: the budget accrues with wall time
-/// (1% of every second), each attached slice spends its estimated slowdown (overhead × length),
-/// and probes are attached only when the bucket holds a whole slice's cost. So the slowdown
-/// stays within the budget from the first second on, whatever the target's allocation rate.
+/// Attaching and detaching, added to a slice's length when its cost is foreseen.
+const ATTACH: Duration = Duration::from_millis(10);
+
+/// The probes' share of the targets' CPU time while they slow them by `cost`: s/(1+s).
+fn probe_share(cost: f64) -> f64 {
+    let s = cost.max(0.0);
+    s / (1.0 + s)
+}
+
+/// Duty cycling of probes (allocations', phases', syscalls') as a token bucket in the targets'
+/// CPU time, the unit of the budget's promise (CPU per request within 1%): the budget accrues
+/// with the targets' own CPU time (1% of it), each attached slice spends the probes' time in
+/// it (the targets' CPU time in the slice × s/(1+s) at slowdown s), and probes are attached
+/// only when the bucket holds a slice's expected cost. A target that waits for its work slows
+/// s-fold in slices and spends s times the work it did there, as a charge of s × the slice's
+/// wall time would say; a saturated one cannot: it does 1/(1+s) of its work there, and its
+/// CPU time per request grows by the probes' time only (nats-server under `nats bench` on 2
+/// CPUs, slowed ~60x by goroutine phases: a 20 ms slice takes at most 40 ms of its CPU time,
+/// where s × 20 ms would charge 1.2 s).
 #[derive(Clone, Debug)]
 pub struct DutyCycle {
     /// Allowed slowdown (0.01 = 1%).
@@ -82,8 +97,10 @@ pub struct DutyCycle {
     pub cost: f64,
     /// Whether a slice has measured the cost yet.
     pub measured: bool,
-    /// Slowdown spent so far, in ns of the target's time.
+    /// The probes' time in the targets so far, ns.
     pub spent_ns: f64,
+    /// The last slice's spending per ns of its length: what the next is expected to spend.
+    spend_rate: Option<f64>,
     /// Time allocations were counted (every probe in force): totals are extrapolated by
     /// total / on.
     pub on_ns: u64,
@@ -96,6 +113,7 @@ impl DutyCycle {
             cost: UNMEASURED_COST,
             measured: false,
             spent_ns: 0.0,
+            spend_rate: None,
             on_ns: 0,
         }
     }
@@ -111,29 +129,72 @@ impl DutyCycle {
         }
     }
 
-    /// Whether the bucket, `elapsed` into the recording, holds the cost of a slice (with 10 ms
-    /// for attaching).
-    pub fn may_attach(&self, elapsed: Duration) -> bool {
-        let allowance = self.budget * elapsed.as_nanos() as f64;
-        let slice = (self.slice() + Duration::from_millis(10)).as_nanos() as f64;
-        allowance - self.spent_ns >= self.cost * slice
+    /// What the bucket holds once the targets ran `cpu_ns` of CPU time (the probes' included,
+    /// which accrue nothing), ns.
+    fn held(&self, cpu_ns: u64) -> f64 {
+        let own = (cpu_ns as f64 - self.spent_ns).max(0.0);
+        self.budget * own - self.spent_ns
     }
 
-    /// How far into the recording `may_attach` first holds (with no more spending meanwhile).
-    pub fn attach_at(&self) -> Duration {
-        let slice = (self.slice() + Duration::from_millis(10)).as_nanos() as f64;
-        let ns = (self.spent_ns + self.cost * slice) / self.budget.max(1e-9);
-        Duration::from_nanos(ns.min(u64::MAX as f64 / 2.0) as u64)
+    /// What the next slice, `length` long, is expected to spend: as the last one did per ns of
+    /// its length, or before any, the targets' CPU time at `rate` (CPU ns per ns, as lately) at
+    /// the assumed cost.
+    fn next_spend(&self, rate: f64, length: Duration) -> f64 {
+        let length = (length + ATTACH).as_nanos() as f64;
+        match self.spend_rate {
+            Some(r) => r * length,
+            None => rate * length * probe_share(self.cost),
+        }
     }
 
-    /// After an attached slice of `on` (attach and detach included) with measured overhead
-    /// `cost` over `target_cpu_ns`. The caller adds the counted window to `on_ns`.
-    pub fn slice_done(&mut self, on: Duration, cost: f64, target_cpu_ns: u64) {
-        if target_cpu_ns >= MIN_MEASURED_CPU_NS {
+    /// Whether the bucket, the targets having run `cpu_ns` of CPU time at `rate` (CPU ns per
+    /// ns) lately, holds the cost of a next slice `length` long (`slice`, or longer where the
+    /// caller lengthens its slices).
+    pub fn may_attach(&self, cpu_ns: u64, rate: f64, length: Duration) -> bool {
+        self.held(cpu_ns) >= self.next_spend(rate, length)
+    }
+
+    /// How long from now `may_attach` first holds, the targets running at `rate` (at most
+    /// `longest`: their pace may change).
+    pub fn attach_in(
+        &self,
+        cpu_ns: u64,
+        rate: f64,
+        length: Duration,
+        longest: Duration,
+    ) -> Duration {
+        let missing = self.next_spend(rate, length) - self.held(cpu_ns);
+        let accrues = self.budget * rate;
+        if missing <= 0.0 {
+            return Duration::ZERO;
+        }
+        if accrues <= 0.0 {
+            return longest;
+        }
+        Duration::from_nanos((missing / accrues).min(longest.as_nanos() as f64) as u64)
+    }
+
+    /// The probes' slowdown `cost`, measured over `measured_over_ns` of the targets' CPU time
+    /// in slices (too little says nothing: the estimate stays).
+    pub fn take_cost(&mut self, cost: f64, measured_over_ns: u64) {
+        if measured_over_ns >= MIN_MEASURED_CPU_NS {
             self.cost = cost;
             self.measured = true;
         }
-        self.spent_ns += self.cost * on.as_nanos() as f64;
+    }
+
+    /// A slice in force for `on`, in which the targets ran `slice_cpu_ns` of CPU time: spends
+    /// the probes' part of that time. The caller adds the counted window to `on_ns`.
+    pub fn spend(&mut self, on: Duration, slice_cpu_ns: u64) {
+        let spent = slice_cpu_ns as f64 * probe_share(self.cost);
+        self.spent_ns += spent;
+        self.spend_rate = Some(spent / on.as_nanos().max(1) as f64);
+    }
+
+    /// A slice `length` long that could not start: it spends what one was expected to, so
+    /// the next waits as if it had run.
+    pub fn slice_failed(&mut self, rate: f64, length: Duration) {
+        self.spent_ns += self.next_spend(rate, length);
     }
 }
 
@@ -141,23 +202,54 @@ impl DutyCycle {
 mod tests {
     use super::*;
 
-    // Checks the bucket: no slice before the budget has accrued one, spending delays the next,
-    // an idle slice keeps the cost estimate, and a cheap target gets long slices.
+    // Checks the bucket, in the targets' CPU time: no slice before the budget has accrued one,
+    // spending delays the next, the probes' time accrues nothing, an idle slice keeps the cost
+    // estimate, and a cheap target gets long slices.
     #[test]
     fn duty_cycle_spends_no_more_than_the_budget() {
+        let ms = |n: u64| n * 1_000_000;
         let mut d = DutyCycle::new(0.01);
-        // A first 30 ms slice at the assumed 300% costs 90 ms: 9 s of 1%.
-        assert!(!d.may_attach(Duration::from_millis(8_900)));
-        assert!(d.may_attach(Duration::from_secs(9)));
-        assert!((d.attach_at().as_secs_f64() - 9.0).abs() < 1e-6);
-        d.slice_done(Duration::from_millis(30), 3.0, 1_000);
+        // One CPU busy: a first 30 ms slice at the assumed 300% spends 3/4 of its 30 ms of
+        // CPU, 22.5 ms: 2.25 s of own CPU time at 1%.
+        assert!(!d.may_attach(ms(2_200), 1.0, d.slice()));
+        assert!(d.may_attach(ms(2_260), 1.0, d.slice()));
+        let wait = d.attach_in(ms(2_000), 1.0, d.slice(), Duration::from_secs(60));
+        assert!((wait.as_secs_f64() - 0.25).abs() < 1e-6, "{wait:?}");
+        // Two CPUs busy: the slice is expected to spend twice as much (45 ms), and the budget
+        // accrues twice as fast.
+        let wait = d.attach_in(ms(2_000), 2.0, d.slice(), Duration::from_secs(60));
+        assert!((wait.as_secs_f64() - 1.25).abs() < 1e-6, "{wait:?}");
+        // Targets that have not run: a slice would cost them nothing.
+        assert!(d.may_attach(0, 0.0, d.slice()));
+        d.take_cost(3.0, 1_000);
+        d.spend(Duration::from_millis(30), 1_000);
         assert!(!d.measured, "the target hardly ran: no estimate");
-        d.slice_done(Duration::from_millis(30), 1.0, 8_000_000);
-        assert_eq!((d.cost, d.measured), (1.0, true));
-        // Spent 90 + 30 ms: the next 30 ms slice at 100% needs 150 ms of allowance, 15 s of 1%.
-        assert!(!d.may_attach(Duration::from_millis(14_900)));
-        assert!(d.may_attach(Duration::from_secs(15)));
-        d.slice_done(Duration::from_millis(30), 0.001, 8_000_000);
+        // Slowed 59x in a slice where the target ran 30 ms: the probes took 29.5 ms of it.
+        d.take_cost(59.0, ms(30));
+        d.spend(Duration::from_millis(30), ms(30));
+        assert_eq!((d.cost, d.measured), (59.0, true));
+        assert!(
+            (d.spent_ns - (750.0 + 29.5e6)).abs() < 1.0,
+            "{}",
+            d.spent_ns
+        );
+        // The next slice is expected to spend as much: 1% of 29.5 + 29.5 ms of own time, and
+        // the probes' time is not own.
+        let spent = d.spent_ns as u64;
+        assert!(!d.may_attach(spent + ms(5_900) - ms(10), 1.0, d.slice()));
+        assert!(d.may_attach(spent + ms(5_900) + ms(10), 1.0, d.slice()));
+        // A slice lengthened to 90 ms (with attaching, 100 ms) is expected to spend over 3x
+        // as much, and waits for it.
+        let long = Duration::from_millis(90);
+        assert!(!d.may_attach(spent + ms(5_900) + ms(10), 1.0, long));
+        assert!(d.may_attach(spent + ms(19_700) + ms(10), 1.0, long));
+        // Targets that stopped running accrue nothing: the wait is the longest allowed.
+        let longest = Duration::from_secs(7);
+        assert_eq!(
+            d.attach_in(spent + ms(100), 0.0, d.slice(), longest),
+            longest
+        );
+        d.take_cost(0.001, ms(38));
         assert_eq!(d.slice(), Duration::from_secs(1));
     }
 }

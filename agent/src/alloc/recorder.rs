@@ -154,6 +154,11 @@ impl AllocRecorder {
         self.cpu.read(pids.into_iter())
     }
 
+    /// The targets' CPU time per ns of the recording so far, at `now`.
+    fn cpu_last_rate(&self, now: Instant) -> f64 {
+        self.cpu_last as f64 / (now - self.started).as_nanos().max(1) as f64
+    }
+
     /// The targets' read and write syscalls so far (see `IoSyscallClock`).
     fn sys_now(&mut self) -> u64 {
         let pids: Vec<u32> = self.sites.keys().copied().collect();
@@ -360,6 +365,7 @@ impl AllocRecorder {
     fn duty_tick(&mut self, engine: &mut Engine<'_>, now: Instant) -> Result<()> {
         let cpu_now = self.cpu_now();
         self.cpu_last = self.cpu_last.max(cpu_now);
+        let rate = self.cpu_last_rate(now);
         // Every tick: a target that exits takes its counts with it.
         self.sys_last = self.sys_now();
         let ns_per_hit = self.ns_per_hit;
@@ -388,15 +394,16 @@ impl AllocRecorder {
             let all = (cpu_now, sys);
             let measured = slowdown_by_syscalls((self.cpu_while_on, self.sys_in_slices), all);
             self.slowdown = measured.or(self.slowdown);
-            let (cost, cpu) = match measured {
+            let (cost, measured_over) = match measured {
                 Some(m) => (m, self.cpu_while_on),
                 None => (cost, own),
             };
-            // Spending covers the whole slice, attach and detach included; totals are
-            // extrapolated from the counted window alone.
-            duty.slice_done(self.slice_start.elapsed(), cost, cpu);
+            // Spending covers the slice's CPU time; totals are extrapolated from the counted
+            // window alone.
+            duty.take_cost(cost, measured_over);
+            duty.spend(self.slice_start.elapsed(), cpu);
             duty.on_ns += counted.as_nanos() as u64;
-        } else if !self.attached && duty.may_attach(now - self.started) {
+        } else if !self.attached && duty.may_attach(cpu_now, rate, duty.slice()) {
             // The slice (and its spending) starts before attaching, which takes milliseconds;
             // counting and the cost's measurement start when every probe is in force.
             self.slice_start = now;
