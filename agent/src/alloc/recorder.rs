@@ -30,6 +30,8 @@ pub struct AllocRecorder {
     measure_start: Instant,
     hits_at_slice: u64,
     cpu_at_slice: u64,
+    /// The targets' CPU time when the slice in force began attaching (it spends from there).
+    spend_from: u64,
     last_report: Instant,
     hits_at_report: u64,
     cpu_at_report: u64,
@@ -124,6 +126,7 @@ impl AllocRecorder {
             measure_start: now,
             hits_at_slice: 0,
             cpu_at_slice: 0,
+            spend_from: 0,
             last_report: now,
             hits_at_report: 0,
             cpu_at_report: 0,
@@ -389,6 +392,8 @@ impl AllocRecorder {
             self.window.on_mark = None;
             engine.detach_alloc();
             self.attached = false;
+            let pids: Vec<u32> = self.sites.keys().copied().collect();
+            let detached = self.cpu.read(pids.into_iter());
             // The slowdown measured by the syscalls once they are enough, over every slice so
             // far (no cost per hit assumed); until then estimated from the hits.
             let all = (cpu_now, sys);
@@ -398,15 +403,16 @@ impl AllocRecorder {
                 Some(m) => (m, self.cpu_while_on),
                 None => (cost, own),
             };
-            // Spending covers the slice's CPU time; totals are extrapolated from the counted
-            // window alone.
+            // Spending covers the targets' CPU time from attaching to detaching (the probes
+            // trap all along); totals are extrapolated from the counted window alone.
             duty.take_cost(cost, measured_over);
-            duty.spend(self.slice_start.elapsed(), cpu);
+            let spent_cpu = detached.saturating_sub(self.spend_from);
+            duty.spend(self.slice_start.elapsed(), spent_cpu);
             duty.on_ns += counted.as_nanos() as u64;
         } else if !self.attached && duty.may_attach(cpu_now, rate, duty.slice()) {
             // The slice (and its spending) starts before attaching, which takes milliseconds;
             // counting and the cost's measurement start when every probe is in force.
-            self.slice_start = now;
+            (self.slice_start, self.spend_from) = (now, cpu_now);
             engine.pause_alloc(true);
             let mut gone = Vec::new();
             for (&pid, found) in &self.sites {
