@@ -14,6 +14,7 @@ pub mod kinds;
 pub mod lost;
 pub mod merge;
 pub mod phase_budget;
+pub mod phase_probe_share;
 pub mod phase_stats;
 pub mod probe_cost;
 pub mod profile;

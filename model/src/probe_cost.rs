@@ -195,7 +195,7 @@ impl Profile {
     }
 
     /// The leaf of `s`'s stack when its root is the probes' tower.
-    fn own_cost_leaf(&self, s: &Sample) -> Option<&str> {
+    pub(crate) fn own_cost_leaf(&self, s: &Sample) -> Option<&str> {
         let frames = &self.stacks.get(s.stack? as usize)?.frames;
         let name = |i: &u32| self.frames.get(*i as usize).map(|f| f.function.as_str());
         (name(frames.last()?)? == OWN_COST_FRAME).then(|| name(frames.first()?))?

@@ -279,6 +279,7 @@ fn phase_probes_json(profile: &Profile, c: &crate::PhaseProbeCost) -> serde_json
 /// `(none)`. Values are inclusive of nested phases.
 pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
     let order = (1..profile.phase_stats.len()).chain(std::iter::once(0));
+    let shares = profile.phase_probe_shares();
     order
         .filter_map(|i| profile.phase_stats.get(i).map(|st| (i, st)))
         .map(|(i, st)| {
@@ -314,6 +315,7 @@ pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
                 "allocs": recorded(EventKind::Alloc, st.allocs),
                 "frees": recorded(EventKind::Alloc, st.frees),
                 "costs": with_unmeasured_costs(&st.costs),
+                "probes": phase_probes_inside_json(st, shares[i]),
                 "per_call": {
                     "wall_ns": per_call(st.wall_ns),
                     "cpu_ns": per_call(st.cpu_ns),
@@ -329,6 +331,23 @@ pub fn phase_summaries(profile: &Profile) -> Vec<serde_json::Value> {
             })
         })
         .collect()
+}
+
+/// How much of a phase's times is phaseprof's probes, from its cpu samples: the share (null
+/// with too few samples) and the phase's cpu and wall time without it.
+fn phase_probes_inside_json(
+    st: &crate::phase_stats::PhaseStats,
+    share: crate::phase_probe_share::PhaseProbeShare,
+) -> serde_json::Value {
+    let without = share.without(st.cpu_ns, st.wall_ns);
+    serde_json::json!({
+        "cpu_samples": share.all,
+        "cpu_samples_in_probes": share.in_probes,
+        "share": share.share().map(|s| s.0),
+        "share_stderr": share.share().map(|s| s.1),
+        "cpu_ns_without": without.map(|w| w.0),
+        "wall_ns_without": without.map(|w| w.1),
+    })
 }
 
 /// The measured costs plus the built-in ones this profile could not measure, as null

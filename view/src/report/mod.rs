@@ -418,6 +418,42 @@ fn write_phase_table(profile: &Profile, mut out: impl Write) -> std::io::Result<
         }
         writeln!(out)?;
     }
+    write_probes_inside_phases(profile, &rows, out)
+}
+
+/// The phases' times hold the probes' own (see `phase_probe_share`): how much, by the phase's
+/// cpu samples, and the cpu and wall time per call without it.
+fn write_probes_inside_phases(
+    profile: &Profile,
+    rows: &[(u32, &phaseprof_model::PhaseStats)],
+    mut out: impl Write,
+) -> std::io::Result<()> {
+    let shares = profile.phase_probe_shares();
+    let mut lines = Vec::new();
+    for (i, st) in rows.iter().filter(|(_, st)| st.calls > 0) {
+        let share = shares[*i as usize];
+        let (Some(said), Some((cpu, wall))) =
+            (share.describe(), share.without(st.cpu_ns, st.wall_ns))
+        else {
+            continue;
+        };
+        lines.push(format!(
+            "{:<16} {said}: without them, per call wall {}  cpu {}",
+            profile.phase_name(*i),
+            fmt_ns(wall / st.calls),
+            fmt_ns(cpu / st.calls),
+        ));
+    }
+    if !lines.is_empty() {
+        writeln!(
+            out,
+            "phaseprof's probes inside each phase (its cpu samples taken in them; its times above \
+             include that much of the probes' time):"
+        )?;
+        for line in lines {
+            writeln!(out, "{line}")?;
+        }
+    }
     Ok(())
 }
 

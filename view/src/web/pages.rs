@@ -249,11 +249,13 @@ fn who_rows(p: &phaseprof_model::Profile, phase: Option<u32>) -> (Vec<WhoRow>, V
 /// The phase table's rows: each phase's cells and its cost columns, `(none)` last.
 fn phase_rows(p: &phaseprof_model::Profile, cost_names: &[String]) -> Vec<PhaseRow> {
     let order = (1..p.phase_stats.len()).chain(std::iter::once(0));
+    let shares = p.phase_probe_shares();
     order
         .filter_map(|i| p.phase_stats.get(i).map(|st| (i as u32, st)))
         .map(|(i, st)| {
             let name = p.phase_name(i).to_string();
             let mut cells = phase_cells(st);
+            cells.push(shares[i as usize].describe().unwrap_or_else(|| "-".into()));
             cells.extend(
                 cost_names
                     .iter()
