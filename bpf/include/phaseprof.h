@@ -124,16 +124,30 @@ struct offcpu_value {
 	__u64 cpu_wait_weighted;
 };
 
-/* Per-thread state from switch-out to switch-in. */
+/* A thread's rate of sampled stack walks, for one event kind (see next_stack_in). */
+struct stack_rate {
+	__u32 until_stack; /* events of this thread until the next sampled stack */
+	__u32 every;	   /* its mean events per stack (the minimum or more) */
+	__u32 walks;	   /* its stack walks since walks_since */
+	__u32 pad;
+	__u64 walks_since;
+};
+
+/* Per-thread state from switch-out to switch-in (kept between them, with ts 0). */
 struct offcpu_start {
+	/* The switch-out; 0 while the thread runs. */
 	__u64 ts;
 	__u32 tgid;
 	__u32 phase;
 	__u64 user_stack;
 	__u64 kernel_stack;
 	__u64 phase_mask;
-	/* When it became runnable (switched out preempted, or woken); 0: still blocked. */
+	/* When it became runnable (switched out preempted, or, with the sched_wakeup program,
+	 * woken); 0: still blocked, or woken where the scheduler's own accounting tells. */
 	__u64 runnable_ts;
+	/* Its wait for a CPU so far by the scheduler's account (sched_info.run_delay) at the
+	 * switch-out, where the kernel keeps it (wait_from_sched_info). */
+	__u64 run_delay;
 	/* Its CPU time (se.sum_exec_runtime) at the switch-out: what it ran since tells a switch-in
 	 * the tracepoint never reported (see sched.bpf.h). */
 	__u64 runtime;
@@ -141,6 +155,8 @@ struct offcpu_start {
 	 * credit_offcpu), 0 at the others; and the thread's one-in-N then (0: not sampled). */
 	__u32 walk_ns;
 	__u32 every;
+	/* Its rate of stack walks (offcpu_stack_walks_per_sec). */
+	struct stack_rate rate;
 };
 
 struct syscall_key {
@@ -158,15 +174,6 @@ struct syscall_value {
 	__u64 count;
 	__u64 total_ns;
 	__u64 errors; /* returned -4095..-1 (-errno), as strace -c counts them */
-};
-
-/* A thread's rate of sampled stack walks, for one event kind (see next_stack_in). */
-struct stack_rate {
-	__u32 until_stack; /* events of this thread until the next sampled stack */
-	__u32 every;	   /* its mean events per stack (the minimum or more) */
-	__u32 walks;	   /* its stack walks since walks_since */
-	__u32 pad;
-	__u64 walks_since;
 };
 
 /* Per-thread state from sys_enter to sys_exit. */

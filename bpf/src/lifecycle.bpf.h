@@ -160,16 +160,14 @@ int raw_tp__sched_process_exit(struct bpf_raw_tracepoint_args *ctx)
 	if (!bpf_map_lookup_elem(&target_pids, &tgid))
 		return 0;
 	/* A thread's state goes with the thread: task storage by itself, hash entries here. */
+	__u32 tid = (__u32)id;
 	if (!have_task_storage) {
-		__u32 tid = (__u32)id;
 		bpf_map_delete_elem(&syscall_starts, &tid);
 		bpf_map_delete_elem(&thread_phases, &tid);
 		bpf_map_delete_elem(&alloc_threads, &tid);
 	}
-	if (offcpu_stack_walks_per_sec) {
-		__u32 tid = (__u32)id;
-		bpf_map_delete_elem(&offcpu_rates, &tid);
-	}
+	/* Its off-CPU record too: its last switch-out, a dying one, records nothing. */
+	bpf_map_delete_elem(&offcpu_starts, &tid);
 	struct task_struct *task = current_task();
 	/* signal->live reaches 0 when the last thread of the group exits. */
 	/* Named now, while it exists: a short-lived thread is gone by the window's drain. */

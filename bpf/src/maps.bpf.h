@@ -43,6 +43,9 @@
 /* Task-local storage and bpf_get_current_task_btf (Linux 5.11); else per-thread hash maps keyed
  * by tid (user space retypes the maps before load), deleted at the thread's exit. */
 const volatile bool have_task_storage = true;
+/* The scheduler's wait accounting readable (sched_info, the run queue's clock: see
+ * sched.bpf.h); else the sched_wakeup program marks when a thread becomes runnable. */
+const volatile bool wait_from_sched_info = true;
 /* bpf_task_pt_regs (5.15); else the registers at the top of the task's kernel stack. */
 const volatile bool have_task_pt_regs = true;
 /* bpf_get_attach_cookie (5.15); else a phase's return pops the innermost entry unchecked (and
@@ -179,7 +182,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
-	__type(key, __u32); /* tid */
+	__type(key, __u32); /* tid: deleted at the thread's exit */
 	__type(value, struct offcpu_start);
 } offcpu_starts SEC(".maps");
 
@@ -210,16 +213,7 @@ struct {
 
 _Static_assert(sizeof(struct syscall_start) <= sizeof(struct thread_phase), "thread_zeros");
 _Static_assert(sizeof(struct alloc_thread) <= sizeof(struct thread_phase), "thread_zeros");
-
-/* Per-thread rate of off-CPU stack walks (offcpu_stack_walks_per_sec), keyed by tid and deleted
- * at the thread's exit. A hash, not task storage: at sched_switch, 6.18 created no task storage
- * (every switch-out walked). A thread beyond it walks every stack. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct stack_rate);
-} offcpu_rates SEC(".maps");
+_Static_assert(sizeof(struct offcpu_start) <= sizeof(struct thread_phase), "thread_zeros");
 
 /* Per-thread phase state, in task-local storage: every phase probe and every event looks it up,
  * and a task's own storage is a pointer away where a hash lookup costs ~0.1-0.2 us here. Created

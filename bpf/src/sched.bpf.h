@@ -14,13 +14,46 @@ struct task_struct___o {
 static __always_inline __u64 task_state(struct task_struct *t)
 {
 	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
+		return t->__state;
 	return BPF_CORE_READ((struct task_struct___o *)t, state);
 }
 
-/* The current thread `prev` leaves the CPU: its stacks and phase, for its switch-in. */
-static __always_inline void record_switch_out(void *ctx, bool preempt, __u32 tgid, __u32 tid,
-					      __u64 state, __u64 now, __u64 runtime)
+/*
+ * How long `t` waited for a CPU since its switch-out `start`, by the scheduler's own account,
+ * which its switch-in (or a later switch-out) reads: the waits it already added to run_delay
+ * (a migration ends one), and the one in progress since it was queued (last_queued, in its run
+ * queue's clock, which the scheduler updated before this tracepoint and adds at the switch
+ * itself). Reading it here costs a few loads of lines the scheduler just touched, where a
+ * sched_wakeup program ran at every wakeup in the system and, for a target, wrote the
+ * switch-out's record from the waker's CPU.
+ */
+static __always_inline __u64 sched_info_wait(struct task_struct *t, struct offcpu_start *start)
+{
+	__u64 waited = t->sched_info.run_delay - start->run_delay;
+	__u64 queued = t->sched_info.last_queued;
+	if (queued) {
+		__u64 clock = t->se.cfs_rq->rq->clock;
+		if (clock > queued)
+			waited += clock - queued;
+	}
+	return waited;
+}
+
+/* How long the thread of switch-out `start` waited for a CPU until `end`: since it became
+ * runnable (marked at its switch-out or by sched_wakeup), or by the scheduler's account. */
+static __always_inline __u64 cpu_wait_until(struct task_struct *t, struct offcpu_start *start,
+					    __u64 end)
+{
+	if (wait_from_sched_info)
+		return sched_info_wait(t, start);
+	return start->runnable_ts && end > start->runnable_ts ? end - start->runnable_ts : 0;
+}
+
+/* The current thread `prev` leaves the CPU: its stacks and phase, for its switch-in, in its
+ * record `start` (whose stack rate it keeps). */
+static __always_inline void record_switch_out(void *ctx, bool preempt, struct task_struct *prev,
+					      struct offcpu_start *start, __u32 tgid, __u64 state,
+					      __u64 now, __u64 runtime)
 {
 	__u64 mask = 1;
 	__u32 phase = PHASE_NONE;
@@ -38,36 +71,43 @@ static __always_inline void record_switch_out(void *ctx, bool preempt, __u32 tgi
 	 * it too). */
 	bool runnable = preempt || state == 0;
 	bool walk = true;
-	__u32 every = 1;
-	if (offcpu_stack_walks_per_sec) {
-		struct stack_rate *rate = bpf_map_lookup_elem(&offcpu_rates, &tid);
-		if (!rate) {
-			struct stack_rate zero = {};
-			bpf_map_update_elem(&offcpu_rates, &tid, &zero, BPF_NOEXIST);
-			rate = bpf_map_lookup_elem(&offcpu_rates, &tid);
-		}
-		/* The one-in-N this switch-out was drawn at: take_stack may set the next one. */
-		if (rate && rate->every > 1)
-			every = rate->every;
-		walk = !rate || take_stack(rate, offcpu_stack_walks_per_sec);
-	}
+	/* The one-in-N this switch-out was drawn at: take_stack may set the next one. */
+	__u32 every = start->rate.every > 1 ? start->rate.every : 1;
+	if (offcpu_stack_walks_per_sec)
+		walk = take_stack(&start->rate, offcpu_stack_walks_per_sec);
 	/* prev is current here, so the stacks are prev's. */
-	struct offcpu_start start = {
-		.ts = now,
-		.runnable_ts = runnable ? now : 0,
-		.tgid = tgid,
-		.phase = phase,
-		.user_stack =
-			walk ? user_stack_id(ctx, SLOT_SWITCH, DROP_USER_STACK) : STACK_NOT_SAMPLED,
-		.kernel_stack = walk ? stack_id(ctx, 0, SLOT_SWITCH, DROP_KERNEL_STACK) : 0,
-		.phase_mask = mask,
-		.runtime = runtime,
-		.every = walk ? every : 0,
-	};
-	if (walk && offcpu_stack_walks_per_sec)
-		start.walk_ns = bpf_ktime_get_ns() - now;
-	if (bpf_map_update_elem(&offcpu_starts, &tid, &start, BPF_ANY))
+	start->runnable_ts = runnable ? now : 0;
+	start->tgid = tgid;
+	start->phase = phase;
+	start->user_stack =
+		walk ? user_stack_id(ctx, SLOT_SWITCH, DROP_USER_STACK) : STACK_NOT_SAMPLED;
+	start->kernel_stack = walk ? stack_id(ctx, 0, SLOT_SWITCH, DROP_KERNEL_STACK) : 0;
+	start->phase_mask = mask;
+	start->runtime = runtime;
+	start->every = walk ? every : 0;
+	start->walk_ns = walk && offcpu_stack_walks_per_sec ? bpf_ktime_get_ns() - now : 0;
+	if (wait_from_sched_info)
+		start->run_delay = prev->sched_info.run_delay;
+	/* Last: a record with ts set is a switch-out awaiting its switch-in. */
+	start->ts = now;
+}
+
+/* Thread `tid`'s record (created at its first switch-out when `create`), kept from switch to
+ * switch and written in place: a hash update and delete at every switch cost more than the
+ * rest of the program. Deleted at the thread's exit. */
+static __always_inline struct offcpu_start *offcpu_record(__u32 tid, bool create)
+{
+	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &tid);
+	if (start || !create)
+		return start;
+	__u32 zero = 0;
+	void *zeros = bpf_map_lookup_elem(&thread_zeros, &zero);
+	if (zeros)
+		bpf_map_update_elem(&offcpu_starts, &tid, zeros, BPF_NOEXIST);
+	start = bpf_map_lookup_elem(&offcpu_starts, &tid);
+	if (!start)
 		count_drop(DROP_OFFCPU_START);
+	return start;
 }
 
 /* Adds `off` ns off-CPU, `runnable` of them waiting for a CPU, under `key`, weighted by
@@ -89,10 +129,10 @@ static __always_inline void add_offcpu(struct offcpu_key *key, __u64 off, __u64 
 	}
 }
 
-/* Credits `off` ns off-CPU, from the switch-out `start` recorded to `end` (the switch-in), to
- * its stacks and phases; the time since it became runnable is the wait for a CPU. */
+/* Credits `off` ns off-CPU, from the switch-out `start` recorded to its switch-in, `runnable` of
+ * them waiting for a CPU, to its stacks and phases. */
 static __always_inline void credit_offcpu(struct offcpu_start *start, __u32 tid, __u64 off,
-					  __u64 end)
+					  __u64 runnable)
 {
 	struct offcpu_key key = {
 		.tgid = start->tgid,
@@ -103,8 +143,6 @@ static __always_inline void credit_offcpu(struct offcpu_start *start, __u32 tid,
 		.kernel_stack = start->kernel_stack,
 		.phase_mask = start->phase_mask,
 	};
-	__u64 runnable =
-		start->runnable_ts && end > start->runnable_ts ? end - start->runnable_ts : 0;
 	if (runnable > off)
 		runnable = off;
 	/* With sampled stacks, the walks' own time at a sampled switch-out goes with the unsampled
@@ -141,25 +179,33 @@ static __always_inline void credit_offcpu(struct offcpu_start *start, __u32 tid,
  * thread was off the CPU since that switch-out is the time gone less the CPU time it ran since
  * (sum_exec_runtime, which the scheduler updates before the tracepoint): exact, not a guess.
  */
-static __always_inline void credit_unseen_switch_in(__u32 tid, __u64 now, __u64 runtime)
+static __always_inline void credit_unseen_switch_in(struct task_struct *t,
+						    struct offcpu_start *stale, __u32 tid,
+						    __u64 now, __u64 runtime)
 {
-	struct offcpu_start *stale = bpf_map_lookup_elem(&offcpu_starts, &tid);
-	if (!stale)
-		return;
 	__u64 gone = now - stale->ts;
 	__u64 ran = runtime - stale->runtime;
 	if (gone > ran)
-		credit_offcpu(stale, tid, gone - ran, stale->ts + gone - ran);
-	bpf_map_delete_elem(&offcpu_starts, &tid);
+		credit_offcpu(stale, tid, gone - ran,
+			      cpu_wait_until(t, stale, stale->ts + gone - ran));
+	stale->ts = 0;
 }
 
+/*
+ * The tasks are the tracepoint's typed arguments: their fields are read directly, a load each
+ * (BPF_CORE_READ would call a helper for each). Most switches on a busy host are other
+ * programs': they leave after two bitmap checks, before any clock read or hash lookup.
+ */
 static __always_inline void on_switch(void *ctx, bool preempt, struct task_struct *prev,
 				      struct task_struct *next)
 {
+	__u32 prev_tgid = prev->tgid;
+	__u32 prev_tid = prev->pid;
+	bool prev_target = prev_tgid && is_active(prev_tgid);
+	bool next_target = is_active(next->tgid);
+	if (!prev_target && !next_target && !entry_holds)
+		return;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
-	/* A dying thread's last switch-out is never followed by a switch-in. */
-	__u32 prev_tid = BPF_CORE_READ(prev, pid);
 	__u64 state = task_state(prev);
 	/* Only the stop itself is ours: a held thread preempted before its SIGSTOP lands, or whose
 	 * SIGSTOP a SIGCONT cancelled, keeps the hold until it really stops, and its waits count. */
@@ -167,43 +213,52 @@ static __always_inline void on_switch(void *ctx, bool preempt, struct task_struc
 		    !bpf_map_delete_elem(&entry_held, &prev_tid);
 	if (held)
 		__sync_fetch_and_add(&entry_holds, -1);
-	if (prev_tgid && is_active(prev_tgid)) {
-		__u64 runtime = BPF_CORE_READ(prev, se.sum_exec_runtime);
-		credit_unseen_switch_in(prev_tid, now, runtime);
-		/* Stopped by us: no wait of its own. */
-		if (!held && !(state & TASK_DEAD))
-			record_switch_out(ctx, preempt, prev_tgid, prev_tid, state, now, runtime);
+	if (prev_target) {
+		__u64 runtime = prev->se.sum_exec_runtime;
+		/* Stopped by us: no wait of its own. A dying thread's last switch-out is never
+		 * followed by a switch-in. */
+		bool waits = !held && !(state & TASK_DEAD);
+		struct offcpu_start *start = offcpu_record(prev_tid, waits);
+		if (start && start->ts)
+			credit_unseen_switch_in(prev, start, prev_tid, now, runtime);
+		if (start && waits)
+			record_switch_out(ctx, preempt, prev, start, prev_tgid, state, now,
+					  runtime);
 	}
-
-	__u32 next_tid = BPF_CORE_READ(next, pid);
-	if (phases_enabled && is_active(BPF_CORE_READ(next, tgid))) {
+	/* A thread of a target that stopped being one (detached, or recording stopped) keeps its
+	 * switch-out: user space reads what is still off-CPU at the stop. */
+	if (!next_target)
+		return;
+	__u32 next_tid = next->pid;
+	if (phases_enabled) {
 		__u32 zero = 0;
 		struct switch_in *si = bpf_map_lookup_elem(&switch_ins, &zero);
 		if (si) {
 			si->tid = next_tid;
 			si->ts = now;
-			si->runtime = BPF_CORE_READ(next, se.sum_exec_runtime);
+			si->runtime = next->se.sum_exec_runtime;
 		}
 	}
-	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &next_tid);
-	if (!start)
+	struct offcpu_start *start = offcpu_record(next_tid, false);
+	if (!start || !start->ts)
 		return;
-	credit_offcpu(start, next_tid, now - start->ts, now);
-	bpf_map_delete_elem(&offcpu_starts, &next_tid);
+	credit_offcpu(start, next_tid, now - start->ts, cpu_wait_until(next, start, now));
+	start->ts = 0;
 	/* The target switched in pays for this program (see NS_SWITCH_TO_TARGET). */
 	count_add(NS_SWITCH_TO_TARGET, bpf_ktime_get_ns() - now);
 }
 
-/* A blocked target thread was woken: from now on it waits for a CPU. */
+/* A blocked target thread was woken: from now on it waits for a CPU. Attached only where the
+ * scheduler's own wait accounting cannot be read (wait_from_sched_info). */
 static __always_inline void on_wakeup(struct task_struct *p)
 {
-	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 tgid = p->tgid;
 	if (!is_active(tgid))
 		return;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 tid = BPF_CORE_READ(p, pid);
-	struct offcpu_start *start = bpf_map_lookup_elem(&offcpu_starts, &tid);
-	if (start && !start->runnable_ts)
+	__u32 tid = p->pid;
+	struct offcpu_start *start = offcpu_record(tid, false);
+	if (start && start->ts && !start->runnable_ts)
 		start->runnable_ts = now;
 	/* The waker pays for this program: counted when it is a target (its own thread woken,
 	 * as a futex or pipe hand-off does, or another target's). */

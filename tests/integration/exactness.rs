@@ -442,12 +442,30 @@ fn offcpu_in_progress_at_stop_is_counted() {
 // when preempted and after its sleeps. Over the worker threads (the main thread only waits for
 // them): the time waiting for a CPU within 5% of the kernel's own run delay (schedstat, which
 // each worker reads at its end), and the time blocked between the sleeps requested and the
-// time measured around them.
+// time measured around them. The wait is read from the scheduler's own accounting at each
+// switch-in where the kernel's BTF has it (here).
 #[test]
 #[ignore = "needs root: run as root with --include-ignored"]
 fn offcpu_splits_blocked_time_from_cpu_wait() {
     require_root!();
     let _g = bpf_lock();
+    check_offcpu_split("offcpu-split", &[], "yes");
+}
+
+// The same split as older kernels without that accounting take it: a sched_wakeup program marks
+// when each thread becomes runnable.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn offcpu_split_from_wakeups_where_the_kernel_lacks_sched_info() {
+    require_root!();
+    let _g = bpf_lock();
+    let without = [("PHASEPROF_KERNEL_WITHOUT", "sched_info")];
+    check_offcpu_split("offcpu-split-wakeups", &without, "no");
+}
+
+/// Records validator-sim's competing workers with `env`, whose `sched_info` feature is `used`
+/// (`yes`, or `no` and why), and checks the split of their off-CPU time.
+fn check_offcpu_split(name: &str, env: &[(&str, &str)], used: &str) {
     let sim = rust_workload("validator-sim");
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let threads = (cpus + 1).to_string();
@@ -461,8 +479,12 @@ fn offcpu_splits_blocked_time_from_cpu_wait() {
         "--sleep-ms",
         "10",
     ];
-    let (out, truth) = record_workload("offcpu-split", &["--events", "offcpu"], &sim, &args);
+    let (out, truth) = record_workload_env(name, &["--events", "offcpu"], &sim, &args, env);
     let report = report_json(&out);
+    let feature = report["target"]["kernel_features"]["sched_info"]
+        .as_str()
+        .unwrap_or("");
+    assert!(feature.starts_with(used), "sched_info: {feature}");
     let pid = truth["pid"].as_u64().unwrap();
     let workers: Vec<&serde_json::Value> = (report["threads"].as_array().unwrap().iter())
         .filter(|t| t["tid"].as_u64() != Some(pid))

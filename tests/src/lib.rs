@@ -151,15 +151,26 @@ pub fn bpf_lock() -> MutexGuard<'static, ()> {
 
 /// Runs phaseprof with `args`, returning its output (stdout holds the workload's output).
 pub fn phaseprof(args: &[&str]) -> Output {
+    phaseprof_env(args, &[])
+}
+
+/// Runs phaseprof with `env` added to its environment.
+pub fn phaseprof_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(phaseprof_bin())
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("running phaseprof")
 }
 
 /// Runs phaseprof and panics with its stderr unless it succeeded.
 pub fn phaseprof_ok(args: &[&str]) -> Output {
-    let out = phaseprof(args);
+    phaseprof_ok_env(args, &[])
+}
+
+/// `phaseprof_ok` with `env` added to its environment.
+pub fn phaseprof_ok_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let out = phaseprof_env(args, env);
     assert!(
         out.status.success(),
         "phaseprof {args:?} failed: {}\n{}",
@@ -417,6 +428,18 @@ pub fn record_workload(
     program: &Path,
     args: &[&str],
 ) -> (PathBuf, serde_json::Value) {
+    record_workload_env(name, opts, program, args, &[])
+}
+
+/// `record_workload` with `env` added to phaseprof's environment (`PHASEPROF_KERNEL_WITHOUT`
+/// runs the fallbacks older kernels take).
+pub fn record_workload_env(
+    name: &str,
+    opts: &[&str],
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (PathBuf, serde_json::Value) {
     let out = scratch(name).join(format!("{name}.phaseprof"));
     let mut all: Vec<&str> = vec!["record"];
     all.extend_from_slice(opts);
@@ -427,7 +450,7 @@ pub fn record_workload(
         program.to_str().expect("UTF-8 path"),
     ]);
     all.extend_from_slice(args);
-    let o = phaseprof_ok(&all);
+    let o = phaseprof_ok_env(&all, env);
     (out, truth_from(&o.stdout))
 }
 

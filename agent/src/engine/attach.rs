@@ -51,7 +51,9 @@ impl Engine<'_> {
         };
         if has(EventKind::Offcpu) {
             attach(&progs.tp_btf__sched_switch, "tp_btf/sched_switch")?;
-            attach(&progs.tp_btf__sched_wakeup, "tp_btf/sched_wakeup")?;
+            if !self.features.sched_info {
+                attach(&progs.tp_btf__sched_wakeup, "tp_btf/sched_wakeup")?;
+            }
         }
 
         if self.features.atomic_or {

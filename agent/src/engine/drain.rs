@@ -305,7 +305,8 @@ impl Engine<'_> {
         let in_progress =
             take_window::<u32, types::offcpu_start>(&self.skel.maps.offcpu_starts, |_| true)?;
         for (tid, start) in in_progress {
-            if start.ts < end {
+            // ts 0: the record of a thread that was running.
+            if start.ts != 0 && start.ts < end {
                 let (pid, phase, mask) = (start.tgid, start.phase, start.phase_mask);
                 out.push(RawSample {
                     user: self.stack(start.user_stack),
@@ -352,8 +353,12 @@ impl Engine<'_> {
     fn prune_stacks(&mut self) {
         let maps = &self.skel.maps;
         let mut pinned = Vec::new();
+        // Records stay from switch to switch: their stacks matter while the thread is off-CPU
+        // (ts set); a running thread's are those of a switch-out already credited.
         for (_, start) in entries::<u32, types::offcpu_start>(&maps.offcpu_starts) {
-            pinned.extend([start.user_stack, start.kernel_stack]);
+            if start.ts != 0 {
+                pinned.extend([start.user_stack, start.kernel_stack]);
+            }
         }
         for (_, live) in entries::<types::live_key, types::live_alloc>(&maps.live_allocs) {
             pinned.push(live.user_stack);

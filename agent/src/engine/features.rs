@@ -29,6 +29,11 @@ pub struct KernelFeatures {
     /// uprobe_multi links with per-process filtering (6.6, the filter fixed in 6.10); else one
     /// uprobe per allocator function.
     pub uprobe_multi: bool,
+    /// The scheduler's own per-task wait accounting in the kernel's BTF (`sched_info`'s
+    /// run_delay and last_queued, and the run queue's clock through `se.cfs_rq`:
+    /// CONFIG_SCHED_INFO and CONFIG_FAIR_GROUP_SCHED): a thread's wait for a CPU is read at its
+    /// switch-in; else a sched_wakeup program marks when it became runnable.
+    pub sched_info: bool,
 }
 
 impl KernelFeatures {
@@ -56,6 +61,13 @@ impl KernelFeatures {
                 libbpf_sys::BPF_FUNC_task_pt_regs,
             ),
             uprobe_multi: probe::uprobe_multi(),
+            sched_info: probe::kernel_fields(&[
+                ("sched_info", "run_delay"),
+                ("sched_info", "last_queued"),
+                ("sched_entity", "cfs_rq"),
+                ("cfs_rq", "rq"),
+                ("rq", "clock"),
+            ]),
         }
     }
 
@@ -70,7 +82,32 @@ impl KernelFeatures {
             attach_cookie: true,
             task_pt_regs: true,
             uprobe_multi: true,
+            sched_info: true,
         }
+    }
+
+    /// These features taken as missing (`PHASEPROF_KERNEL_WITHOUT=sched_info,task_storage`):
+    /// a newer kernel runs the fallbacks an older one needs, to test them.
+    pub fn without(mut self, names: &str) -> Result<KernelFeatures, String> {
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let flag = match name {
+                "task_storage" => &mut self.task_storage,
+                "atomic_or" => &mut self.atomic_or,
+                "attach_cookie" => &mut self.attach_cookie,
+                "task_pt_regs" => &mut self.task_pt_regs,
+                "uprobe_multi" => &mut self.uprobe_multi,
+                "sched_info" => &mut self.sched_info,
+                _ => {
+                    return Err(format!(
+                        "PHASEPROF_KERNEL_WITHOUT: unknown feature `{name}` (known: \
+                         task_storage, atomic_or, attach_cookie, task_pt_regs, uprobe_multi, \
+                         sched_info)"
+                    ))
+                }
+            };
+            *flag = false;
+        }
+        Ok(self)
     }
 
     /// Why nothing can be recorded on this kernel, if so.
@@ -144,6 +181,15 @@ impl KernelFeatures {
                     .to_string(),
             ));
         }
+        if events.contains(&EventKind::Offcpu) && !self.sched_info {
+            out.push((
+                "sched_info",
+                "no scheduler wait accounting in the kernel's BTF (CONFIG_SCHED_INFO, \
+                 CONFIG_FAIR_GROUP_SCHED); a sched_wakeup program marks when threads become \
+                 runnable"
+                    .to_string(),
+            ));
+        }
         out
     }
 
@@ -157,6 +203,7 @@ impl KernelFeatures {
             ("attach_cookie", self.attach_cookie),
             ("task_pt_regs", self.task_pt_regs),
             ("uprobe_multi", self.uprobe_multi),
+            ("sched_info", self.sched_info),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), if v { "yes" } else { "no" }.to_string()))
@@ -257,6 +304,22 @@ mod probe {
         load(libbpf_sys::BPF_PROG_TYPE_SOCKET_FILTER, &insns, 0).is_some()
     }
 
+    /// Whether the kernel's BTF has every `(struct, field)` of `fields` (CO-RE reads them).
+    pub fn kernel_fields(fields: &[(&str, &str)]) -> bool {
+        use libbpf_rs::btf::{types::Struct, Btf};
+        let Ok(btf) = Btf::from_vmlinux() else {
+            return false;
+        };
+        fields.iter().all(|(ty, field)| {
+            btf.type_by_name::<Struct<'_>>(ty).is_some_and(|s| {
+                s.iter().any(|m| {
+                    m.name
+                        .is_some_and(|n| n.as_encoded_bytes() == field.as_bytes())
+                })
+            })
+        })
+    }
+
     /// Whether uprobe_multi links exist and filter by process (libbpf's own probe: on "/" the
     /// link fails with EBADF where they exist; with pid -1 it fails earlier, with EINVAL, once
     /// the filter is per process, not per thread).
@@ -314,6 +377,7 @@ mod tests {
             attach_cookie: false,
             task_pt_regs: false,
             uprobe_multi: false,
+            sched_info: false,
             ..KernelFeatures::all("5.10.0-32-amd64")
         };
         assert_eq!(
@@ -334,6 +398,20 @@ mod tests {
             ]
         );
         assert_eq!(old.summary(&[], false)["uprobe_multi"], "no");
+        // Off-CPU time says how it reads the wait for a CPU there.
+        let offcpu = old.fallbacks(&[EventKind::Offcpu], false);
+        assert!(offcpu
+            .iter()
+            .any(|(k, why)| *k == "sched_info" && why.contains("sched_wakeup")));
+        // The fallbacks can be forced on a newer kernel, by name only.
+        let forced = KernelFeatures::all("6.18.0")
+            .without("sched_info, task_storage")
+            .unwrap();
+        assert!(!forced.sched_info && !forced.task_storage && forced.atomic_or);
+        let err = KernelFeatures::all("6.18.0")
+            .without("bpf_loop")
+            .unwrap_err();
+        assert!(err.contains("unknown feature `bpf_loop`"), "{err}");
         let new = KernelFeatures::all("6.18.0");
         assert!(new.fallbacks(&[EventKind::Alloc], true).is_empty());
         assert!(new.cannot(Needs::GoAlloc).is_none());

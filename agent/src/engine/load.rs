@@ -110,9 +110,10 @@ fn choose_programs(
     progs
         .tp_btf__sched_switch
         .set_autoload(has(EventKind::Offcpu));
+    // Where the scheduler's own wait accounting is readable, the switch-in reads it.
     progs
         .tp_btf__sched_wakeup
-        .set_autoload(has(EventKind::Offcpu));
+        .set_autoload(has(EventKind::Offcpu) && !features.sched_info);
     // sys_enter also starts counting for `record -- CMD` at its execve, so it loads whenever
     // syscalls are recorded; sched_process_exec covers the other case.
     progs
@@ -235,6 +236,7 @@ fn open_skel<'obj>(
     rodata.alloc_live = cfg.alloc_live;
     rodata.stack_copy_bytes = cfg.stack_copy_bytes.min(MAX_STACK_COPY);
     rodata.have_task_storage = features.task_storage;
+    rodata.wait_from_sched_info = features.sched_info;
     rodata.have_task_pt_regs = features.task_pt_regs;
     rodata.have_attach_cookie = features.attach_cookie;
     open.maps
@@ -289,7 +291,10 @@ fn probe_features_for(cfg: &EngineConfig) -> Result<KernelFeatures> {
         }
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, print)));
     }
-    let features = KernelFeatures::probe();
+    let mut features = KernelFeatures::probe();
+    if let Ok(names) = std::env::var("PHASEPROF_KERNEL_WITHOUT") {
+        features = features.without(&names).map_err(anyhow::Error::msg)?;
+    }
     if let Some(why) = features.core_missing() {
         bail!("{why}");
     }
