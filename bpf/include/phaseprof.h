@@ -403,9 +403,10 @@ enum probe_counter {
 	/* ns the cpu sampling program ran on a target's CPU: an interrupt of the target, which the
 	 * kernel charges to it (unless it accounts interrupt time apart) and no sample sees. */
 	NS_SAMPLE_ON_TARGET,
-	/* ns the phase programs worked for a target, from their clock read to their end: their
-	 * cost per hit beyond the uprobe machinery's, which user space measures (the programs
-	 * return at once for a thread that is no target's: see hit_calibration.rs). */
+	/* ns the phase programs worked for a target, from their clock read (first thing, before
+	 * the target lookups) to their end: their cost per hit beyond the uprobe machinery's, which
+	 * user space measures (the programs return at once for a thread that is no target's: see
+	 * hit_calibration.rs). */
 	NS_PHASE_WORK,
 	/* Under a phase budget, where the syscall programs are in force too: the calls counted in
 	 * slices that worked on what a read of the same thread returned in the same slice, those

@@ -1,6 +1,7 @@
 //! phaseprof's own cost to its targets, measured: every cpu sample taken while a target's thread
-//! ran one of phaseprof's probes (the program, the glue that runs it, a uprobe's trap) is put
-//! under a tower of its own, `[phaseprof probes]`, split by mechanism at its leaf. The tower's
+//! ran one of phaseprof's probes (the program, the glue that runs it, a uprobe's trap, and the
+//! user-mode instruction where an entry probe's trap resumes the thread, where a sample due
+//! while the trap ran with interrupts off lands) is put under a tower of its own, `[phaseprof probes]`, split by mechanism at its leaf. The tower's
 //! share of the samples is the probes' share of the targets' CPU time, with a binomial
 //! standard error: a measurement on the running machine and target, not a cost per hit written
 //! down elsewhere. What runs with interrupts off (the scheduler's programs) or in the sampling

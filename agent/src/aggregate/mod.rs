@@ -22,6 +22,11 @@ pub trait Symbolize {
     fn named_later(&self, _pid: u32, _addr: u64) -> bool {
         false
     }
+    /// Whether the address of `pid` is where one of phaseprof's entry probes resumes the
+    /// thread after its trap (see `probe_resumes`).
+    fn probe_resumes_at(&self, _pid: u32, _addr: u64) -> bool {
+        false
+    }
 }
 
 fn at(phase: u32, mask: u64) -> PhaseAt {
@@ -91,6 +96,11 @@ fn probe_mechanism(f: &Frame) -> Option<&'static str> {
     }
 }
 
+/// A cpu sample of a thread in user mode (no kernel stack).
+fn user_mode_cpu_sample(s: &RawSample) -> bool {
+    s.kind == SampleKind::Cpu && s.kernel.as_ref().is_none_or(|k| k.is_empty())
+}
+
 /// User frames of phaseprof's own machinery: the kernel's uprobe page (`[uprobes]`), where a
 /// return probe's trampoline runs before the function's caller gets its return.
 fn is_probe_user_frame(f: &Frame) -> bool {
@@ -117,6 +127,9 @@ enum Taken {
 pub struct Aggregator {
     builder: ProfileBuilder,
     user_frames: HashMap<(u32, u64), Vec<u32>>,
+    /// This window's user addresses (pid, address) where cpu samples land as an entry probe's
+    /// trap resumes the thread (`Symbolize::probe_resumes_at`).
+    probe_resumed: HashSet<(u32, u64)>,
     kernel_frames: HashMap<u64, Vec<u32>>,
     /// Go allocation estimates per phase id (inclusive), added to the phase totals at the end.
     go_phase_allocs: HashMap<u32, (f64, f64)>,
@@ -164,6 +177,7 @@ impl Aggregator {
         Aggregator {
             builder: ProfileBuilder::new(meta, phases),
             user_frames: HashMap::new(),
+            probe_resumed: HashSet::new(),
             kernel_frames: HashMap::new(),
             go_phase_allocs: HashMap::new(),
             provisional: Vec::new(),
@@ -224,6 +238,7 @@ impl Aggregator {
             };
             // A sampled-out event has neither stack (a failed user walk keeps the kernel's).
             let stack = match (spec.stacks, &s.user) {
+                _ if self.resumed_from_probe(s) => Some(self.own_stack(UPROBE_PROBES_FRAME)),
                 (Stacks::Never, _) => None,
                 (Stacks::Sometimes, None) if s.kernel.is_none() => None,
                 _ => Some(self.stack(s.pid, s.user.as_deref(), s.kernel.as_deref(), taken)),
@@ -335,6 +350,14 @@ impl Aggregator {
                 self.user_frames.insert((pid, a), ids);
             }
         }
+        self.probe_resumed.clear();
+        for s in w.samples.iter().filter(|s| user_mode_cpu_sample(s)) {
+            if let Some(&a) = s.user.as_ref().and_then(|u| u.first()) {
+                if sym.probe_resumes_at(s.pid, a) {
+                    self.probe_resumed.insert((s.pid, a));
+                }
+            }
+        }
         let kernel: Vec<u64> = kernel.into_iter().collect();
         if !kernel.is_empty() {
             let frames = sym.kernel(&kernel);
@@ -389,23 +412,34 @@ impl Aggregator {
             mechanism = mechanism.or_else(|| self.builder.frame(f).and_then(probe_mechanism));
         }
         if ours {
-            let mut synthetic = |function: &str| {
-                self.builder.intern_frame(Frame {
-                    function: function.into(),
-                    module: "phaseprof".into(),
-                    kind: FrameKind::Synthetic,
-                    inlined: false,
-                })
-            };
-            let mechanism = mechanism.unwrap_or(OTHER_PROBES_FRAME);
-            let leaf = synthetic(mechanism);
-            let own = synthetic(OWN_COST_FRAME);
-            let id = self.builder.intern_stack(vec![leaf, own]);
-            self.own_stacks.insert(id, mechanism);
-            return id;
+            return self.own_stack(mechanism.unwrap_or(OTHER_PROBES_FRAME));
         }
         frames.extend(user_frames);
         self.builder.intern_stack(frames)
+    }
+
+    /// The stack of the [`OWN_COST_FRAME`] tower with `mechanism` at its leaf.
+    fn own_stack(&mut self, mechanism: &'static str) -> u32 {
+        let mut synthetic = |function: &str| {
+            self.builder.intern_frame(Frame {
+                function: function.into(),
+                module: "phaseprof".into(),
+                kind: FrameKind::Synthetic,
+                inlined: false,
+            })
+        };
+        let leaf = synthetic(mechanism);
+        let own = synthetic(OWN_COST_FRAME);
+        let id = self.builder.intern_stack(vec![leaf, own]);
+        self.own_stacks.insert(id, mechanism);
+        id
+    }
+
+    /// Whether `s` is a cpu sample taken as an entry probe's trap resumed its thread.
+    fn resumed_from_probe(&self, s: &RawSample) -> bool {
+        user_mode_cpu_sample(s)
+            && (s.user.as_ref().and_then(|u| u.first()))
+                .is_some_and(|&a| self.probe_resumed.contains(&(s.pid, a)))
     }
 
     /// A user stack's frames, leaf first. The kernel's frame-pointer walk follows a frame that

@@ -4,12 +4,13 @@ use crate::window::*;
 use phaseprof_model::{EventKind, FrameKind, Sample, SampleKind};
 
 /// Names each address after itself, and counts how often it was asked; addresses in `later`
-/// are named provisionally (their names have not come).
+/// are named provisionally (their names have not come); in `resumes`, entry probes resume.
 #[derive(Default)]
 struct FakeSymbolizer {
     user_calls: usize,
     asked: Vec<u64>,
     later: Vec<u64>,
+    resumes: Vec<u64>,
 }
 
 fn frame(name: String, kind: FrameKind, inlined: bool) -> Frame {
@@ -58,6 +59,10 @@ impl Symbolize for FakeSymbolizer {
             })
             .collect()
     }
+    fn probe_resumes_at(&self, _pid: u32, addr: u64) -> bool {
+        self.resumes.contains(&addr)
+    }
+
     fn named_later(&self, _pid: u32, addr: u64) -> bool {
         self.later.contains(&addr)
     }
@@ -174,6 +179,43 @@ fn samples_in_our_probes_are_our_own_line() {
     assert_eq!((own.uprobes, own.other, own.syscalls), (7 + 11, 5, 13));
     assert_eq!(by_leaf["kff00"], 5);
     assert_eq!(p.total(SampleKind::Cpu, 0), 28 + 13);
+}
+
+// Checks that a cpu sample in user mode where an entry probe's trap resumes the thread is the
+// probes' (the trap ran with interrupts off until then), and that neither a sample there with
+// kernel frames (the thread was in a syscall) nor a page fault there is.
+#[test]
+fn samples_where_a_probe_resumes_are_the_probes() {
+    let mut agg = Aggregator::new(Meta::default(), vec![]);
+    let mut sym = FakeSymbolizer {
+        resumes: vec![0x3002],
+        ..FakeSymbolizer::default()
+    };
+    let w = RawWindow {
+        samples: vec![
+            raw(SampleKind::Cpu, vec![0x3002, 0x1000], None, vec![3]),
+            raw(SampleKind::Cpu, vec![0x3002, 0x1000], Some(vec![]), vec![4]),
+            raw(
+                SampleKind::Cpu,
+                vec![0x3002, 0x1000],
+                Some(vec![0x5500]),
+                vec![5],
+            ),
+            raw(SampleKind::Cpu, vec![0x3004, 0x1000], None, vec![6]),
+            raw(SampleKind::Pagefault, vec![0x3002, 0x1000], None, vec![7]),
+        ],
+        ..RawWindow::default()
+    };
+    agg.add_window(&w, &mut sym);
+    let p = agg.finish();
+    let own = p.own_samples();
+    assert_eq!(
+        (own.uprobes, own.own(), own.all),
+        (3 + 4, 3 + 4, 3 + 4 + 5 + 6)
+    );
+    let cpu = by_leaf(&p, SampleKind::Cpu);
+    assert_eq!((cpu["k5500"], cpu["u3004"]), (5, 6));
+    assert_eq!(by_leaf(&p, SampleKind::Pagefault)["u3002"], 7);
 }
 
 // Checks that an off-CPU stack whose thread waited inside phaseprof's machinery (a uprobe

@@ -234,6 +234,7 @@ impl Engine<'_> {
     /// Calls already inside an allocator are not waited for after a re-attach.
     pub fn attach_alloc(&mut self, pid: u32, probes: &[ProbeSpec]) -> Result<()> {
         self.bump_alloc_generation();
+        self.probe_resumes.add(probes);
         let progs = &self.skel.progs;
         let mut links = Vec::new();
         let mut uprobes = Vec::with_capacity(probes.len());

@@ -391,6 +391,7 @@ impl<'obj> Engine<'obj> {
         let target_bits = map_target_bits(&skel)?;
         Ok(Engine {
             inlined_unprobed: 0,
+            probe_resumes: Default::default(),
             phases: cfg.phase_ids > 0,
             phase_totals: Default::default(),
             timed_ns_taken: Default::default(),

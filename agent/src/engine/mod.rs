@@ -286,6 +286,8 @@ pub struct Engine<'obj> {
     detached_at_ns: Option<u64>,
     /// Inlined copies of phase functions that could not be probed (their calls go unseen).
     inlined_unprobed: u64,
+    /// Where the targets' entry probes resume (cpu samples there are the probes').
+    pub probe_resumes: crate::probe_resumes::ProbeResumes,
     /// Phases recorded: the drains take the kernel's per-phase totals.
     phases: bool,
     /// The per-phase totals the drains took, per window and in all.

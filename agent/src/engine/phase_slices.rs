@@ -64,6 +64,7 @@ impl Engine<'_> {
     /// Attaches `probes` now if phases are not duty-cycled or a slice is in force, and keeps
     /// them for the slices to come.
     pub(super) fn add_phase_probes(&mut self, probes: &[ProbeSpec]) -> Result<()> {
+        self.probe_resumes.add(probes);
         if !self.phase_links.sliced || self.phase_links.in_force {
             let links = self.attach_phase_probes(probes, -1)?;
             self.phase_links.links.extend(links);

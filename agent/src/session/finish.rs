@@ -71,6 +71,7 @@ impl Session<'_> {
                 let mut naming = Naming {
                     sym: &mut self.sym,
                     processes: &mut self.processes,
+                    probe_resumes: &self.engine.probe_resumes,
                 };
                 self.agg.set_live(&live, stopped_ns, &mut naming);
             }

@@ -569,6 +569,7 @@ impl<'obj> Session<'obj> {
         let mut naming = Naming {
             sym: &mut self.sym,
             processes: &mut self.processes,
+            probe_resumes: &self.engine.probe_resumes,
         };
         self.agg.add_window(w, &mut naming);
         self.tell_changed_maps();

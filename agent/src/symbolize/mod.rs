@@ -236,6 +236,7 @@ impl BlazeSymbolizer {
 pub struct Naming<'a> {
     pub sym: &'a mut BlazeSymbolizer,
     pub processes: &'a mut Processes,
+    pub probe_resumes: &'a crate::probe_resumes::ProbeResumes,
 }
 
 impl Symbolize for Naming<'_> {
@@ -247,6 +248,10 @@ impl Symbolize for Naming<'_> {
             self.sym.mapped(pid, maps.vmas(pid));
         }
         self.sym.user(maps, pid, addrs)
+    }
+
+    fn probe_resumes_at(&self, pid: u32, addr: u64) -> bool {
+        (self.processes.find(pid, addr)).is_some_and(|vma| self.probe_resumes.contains(vma, addr))
     }
 
     fn named_later(&self, pid: u32, addr: u64) -> bool {

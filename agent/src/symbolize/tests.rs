@@ -23,6 +23,7 @@ fn a_waiting_lookup_gets_the_names() {
     let mut sym = Naming {
         sym: &mut sym,
         processes: &mut processes,
+        probe_resumes: &Default::default(),
     };
     let frames = sym.user(pid, &[marker()]);
     let names: Vec<&str> = frames[0].iter().map(|f| f.function.as_str()).collect();
@@ -42,6 +43,7 @@ fn a_lookup_with_a_budget_names_later() {
     let mut sym = Naming {
         sym: &mut sym,
         processes: &mut processes,
+        probe_resumes: &Default::default(),
     };
     // Reading this binary's symbols takes far longer than no time at all.
     let first = sym.user(pid, &[marker()]);
