@@ -15,7 +15,6 @@ pub mod perf_events;
 pub mod phases;
 pub mod preflight;
 pub mod probe_costs;
-pub mod probe_resumes;
 pub mod processes;
 pub mod procmaps;
 pub mod record;

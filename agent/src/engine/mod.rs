@@ -25,6 +25,7 @@ mod offcpu_carry;
 mod offcpu_spread;
 mod phase_slices;
 mod phase_totals;
+pub mod probe_resumes;
 mod stacks;
 mod stats;
 mod syscall_slices;
@@ -287,7 +288,7 @@ pub struct Engine<'obj> {
     /// Inlined copies of phase functions that could not be probed (their calls go unseen).
     inlined_unprobed: u64,
     /// Where the targets' entry probes resume (cpu samples there are the probes').
-    pub probe_resumes: crate::probe_resumes::ProbeResumes,
+    pub probe_resumes: probe_resumes::ProbeResumes,
     /// Phases recorded: the drains take the kernel's per-phase totals.
     phases: bool,
     /// The per-phase totals the drains took, per window and in all.

@@ -236,7 +236,7 @@ impl BlazeSymbolizer {
 pub struct Naming<'a> {
     pub sym: &'a mut BlazeSymbolizer,
     pub processes: &'a mut Processes,
-    pub probe_resumes: &'a crate::probe_resumes::ProbeResumes,
+    pub probe_resumes: &'a crate::engine::probe_resumes::ProbeResumes,
 }
 
 impl Symbolize for Naming<'_> {

@@ -15,7 +15,7 @@ use std::io::{Read, Seek, SeekFrom};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
 
-use crate::engine::{ProbeSpec, Uprobe};
+use super::{ProbeSpec, Uprobe};
 use crate::procmaps::Vma;
 
 /// The longest x86 instruction.
