@@ -86,26 +86,34 @@ impl KernelFeatures {
         }
     }
 
+    /// The features a kernel may lack, each with a fallback, by name: the one list that
+    /// `without` and `summary` go by.
+    fn optional(&mut self) -> [(&'static str, &mut bool); 6] {
+        [
+            ("task_storage", &mut self.task_storage),
+            ("atomic_or", &mut self.atomic_or),
+            ("attach_cookie", &mut self.attach_cookie),
+            ("task_pt_regs", &mut self.task_pt_regs),
+            ("uprobe_multi", &mut self.uprobe_multi),
+            ("sched_info", &mut self.sched_info),
+        ]
+    }
+
     /// These features taken as missing (`PHASEPROF_KERNEL_WITHOUT=sched_info,task_storage`):
     /// a newer kernel runs the fallbacks an older one needs, to test them.
     pub fn without(mut self, names: &str) -> Result<KernelFeatures, String> {
         for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let flag = match name {
-                "task_storage" => &mut self.task_storage,
-                "atomic_or" => &mut self.atomic_or,
-                "attach_cookie" => &mut self.attach_cookie,
-                "task_pt_regs" => &mut self.task_pt_regs,
-                "uprobe_multi" => &mut self.uprobe_multi,
-                "sched_info" => &mut self.sched_info,
-                _ => {
+            let mut optional = self.optional();
+            match optional.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, flag)) => **flag = false,
+                None => {
+                    let known: Vec<&str> = optional.iter().map(|(n, _)| *n).collect();
                     return Err(format!(
-                        "PHASEPROF_KERNEL_WITHOUT: unknown feature `{name}` (known: \
-                         task_storage, atomic_or, attach_cookie, task_pt_regs, uprobe_multi, \
-                         sched_info)"
-                    ))
+                        "PHASEPROF_KERNEL_WITHOUT: unknown feature `{name}` (known: {})",
+                        known.join(", ")
+                    ));
                 }
-            };
-            *flag = false;
+            }
         }
         Ok(self)
     }
@@ -195,19 +203,13 @@ impl KernelFeatures {
 
     /// Every feature with `yes` or what replaced it: the recording's `kernel_features`.
     pub fn summary(&self, events: &[EventKind], phases: bool) -> BTreeMap<String, String> {
-        let mut all: BTreeMap<String, String> = [
-            ("btf", self.btf),
-            ("ringbuf", self.ringbuf),
-            ("task_storage", self.task_storage),
-            ("atomic_or", self.atomic_or),
-            ("attach_cookie", self.attach_cookie),
-            ("task_pt_regs", self.task_pt_regs),
-            ("uprobe_multi", self.uprobe_multi),
-            ("sched_info", self.sched_info),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), if v { "yes" } else { "no" }.to_string()))
-        .collect();
+        let mut copy = self.clone();
+        let optional = copy.optional().map(|(name, flag)| (name, *flag));
+        let mut all: BTreeMap<String, String> = [("btf", self.btf), ("ringbuf", self.ringbuf)]
+            .into_iter()
+            .chain(optional)
+            .map(|(k, v)| (k.to_string(), if v { "yes" } else { "no" }.to_string()))
+            .collect();
         for (k, why) in self.fallbacks(events, phases) {
             all.insert(k.to_string(), format!("no: {why}"));
         }
@@ -412,6 +414,14 @@ mod tests {
             .without("bpf_loop")
             .unwrap_err();
         assert!(err.contains("unknown feature `bpf_loop`"), "{err}");
+        assert!(err.ends_with("uprobe_multi, sched_info)"), "{err}");
+        let summary = forced.summary(&[EventKind::Offcpu], false);
+        assert_eq!(summary.len(), 8, "{summary:?}");
+        assert_eq!(
+            (summary["btf"].as_str(), summary["atomic_or"].as_str()),
+            ("yes", "yes")
+        );
+        assert!(summary["sched_info"].starts_with("no: "), "{summary:?}");
         let new = KernelFeatures::all("6.18.0");
         assert!(new.fallbacks(&[EventKind::Alloc], true).is_empty());
         assert!(new.cannot(Needs::GoAlloc).is_none());

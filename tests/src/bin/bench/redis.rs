@@ -459,6 +459,22 @@ fn print_rows(rows: &[Row], cpu: Vec<Vec<f64>>, reports: &[Vec<serde_json::Value
                 m - bare
             );
         }
+        // Exact phases: the phase probes' modelled time (hits × the cost per hit measured at the
+        // start) against what they added to the default events.
+        let model = |r: &serde_json::Value| r["phase_probes"]["model_ns"].as_f64();
+        let defaults = find("record -p (default events)", row.long);
+        if let (Some(model), Some(d), false) = (
+            med(&|r| Some(model(r)? / r["commands"].as_f64()?)),
+            defaults,
+            is_budget(flags),
+        ) {
+            line += &format!(
+                "; phase probes: hits × cost {model:.0} ns, {:+.0}% vs the {:.0} ns over the \
+                 default events",
+                100.0 * (model / (m - d) - 1.0),
+                m - d
+            );
+        }
         let alloc = |r: &serde_json::Value| r["events"]["alloc"].clone();
         if let Some(est) = med(&|r| alloc(r)["estimated_overhead"].as_f64()) {
             let attached = med(&|r| alloc(r)["attached_fraction"].as_f64()).unwrap_or(1.0);
