@@ -5,8 +5,9 @@
 //! defaults plus six phases (exact, and at a 1% budget), allocations (exact) and allocations at a
 //! 1% budget. Beside each measured slowdown, what phaseprof printed: the probes' cost it measured
 //! (`report --json` `probe_cost.ns`: its cpu samples in the probes, the programs no sample sees
-//! timed by themselves, the syscall budget's slices) and, for allocations, its estimate; under a
-//! budget, the totals per command beside the exact run's. The default events' cost, a few % and
+//! timed by themselves, the syscall budget's slices), for exact phases the phase probes' hits ×
+//! their cost per hit beside what they added to the default events, and for allocations its
+//! estimate; under a budget, the totals per command beside the exact run's. The default events' cost, a few % and
 //! within one row's noise, is measured again over paired alternating rounds, with an interval,
 //! and so is each budget's against the same recording without its probes.
 use std::io::BufRead;
