@@ -498,7 +498,14 @@ fn check_offcpu_split(name: &str, env: &[(&str, &str)], used: &str) {
         100.0 * rel_diff(cpu_wait, run_delay)
     );
     assert!(run_delay > 0.0, "no run delay: {truth}");
-    assert!(rel_diff(cpu_wait, run_delay) <= 0.05);
+    // Each worker reads its run delay last, but what it waits on its way out after that read
+    // (a preemption, on a loaded machine) is recorded too: 21 ms over 317 once in CI (+6.6%),
+    // where runs alone come within 1%. Beyond the 5%, up to 10 ms a worker may be over.
+    let over_after_truth = 10e6 * workers.len() as f64;
+    assert!(
+        cpu_wait >= 0.95 * run_delay && cpu_wait <= 1.05 * run_delay + over_after_truth,
+        "cpu wait {cpu_wait:.0} ns against a run delay of {run_delay:.0} ns"
+    );
     assert_offcpu_covers_sleep(offcpu, cpu_wait, &truth);
     assert_offcpu_misses_nothing(offcpu, &truth);
     // The report's totals carry the split too.

@@ -26,7 +26,7 @@ const MAX_INSN_BYTES: usize = 15;
 #[derive(Default, Debug)]
 pub struct ProbeResumes {
     sites: HashSet<(u64, u64, u64)>,
-    /// Probes already looked at (a budget's slices attach the same ones again).
+    /// Probes already looked at (each target process gets the same libraries' probes).
     seen: HashSet<(std::path::PathBuf, u64)>,
 }
 
