@@ -7,9 +7,10 @@
 //! (`report --json` `probe_cost.ns`: its cpu samples in the probes, the programs no sample sees
 //! timed by themselves, the syscall budget's slices), for exact phases the phase probes' hits ×
 //! their cost per hit beside what they added to the default events, and for allocations its
-//! estimate; under a budget, the totals per command beside the exact run's. The default events' cost, a few % and
-//! within one row's noise, is measured again over paired alternating rounds, with an interval,
-//! and so is each budget's against the same recording without its probes.
+//! estimate; under a budget, the totals per command beside the exact run's. The default
+//! events' cost, a few % and within one row's noise, is measured again over paired alternating
+//! rounds, with an interval, and so is each budget's against the same recording without its
+//! probes.
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 
