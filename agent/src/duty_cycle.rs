@@ -18,7 +18,7 @@ pub fn overhead(hits: u64, target_cpu_ns: u64, ns_per_hit: f64) -> f64 {
 
 /// Syscalls in slices (and outside) below which they are too few to measure the probes'
 /// slowdown by (their count's own noise, √n, would pass 5%).
-const MIN_SYSCALLS_TO_MEASURE: u64 = 400;
+pub const MIN_SYSCALLS_TO_MEASURE: u64 = 400;
 
 /// The probes' slowdown of the targets measured by their syscalls: their CPU time per syscall
 /// while the probes were in force (`inside`: CPU ns, syscalls) over the same outside (the

@@ -30,6 +30,7 @@ pub mod syscall_budget;
 pub mod target_clocks;
 pub mod target_files;
 pub mod targets;
+pub mod targets_slowdown;
 pub mod unwind;
 pub mod window;
 pub mod x86;

@@ -18,6 +18,7 @@ use crate::engine::{Engine, EngineConfig};
 use crate::phases::{PhaseConfig, PhasePlan};
 use crate::session::{DeferredPhases, Session, Turn};
 use crate::targets::{self, TargetSpec};
+use crate::targets_slowdown;
 use crate::unwind::UnwindMode;
 
 /// Everything `record` needs, independent of how the CLI spells it.
@@ -42,6 +43,9 @@ pub struct RecordOptions {
     pub syscall_budget: Option<f64>,
     /// Probe allocator functions at their first instruction instead of the chosen one.
     pub alloc_at_entry: bool,
+    /// With pids: how long their CPU time per unit of work is watched before anything is
+    /// attached, to measure phaseprof's whole cost in them (zero: not measured).
+    pub baseline: Duration,
     pub verbose: bool,
 }
 
@@ -274,6 +278,20 @@ fn record_into(
     deferred: Option<DeferredPhases>,
     interrupted: Arc<AtomicBool>,
 ) -> Result<Recorded> {
+    // Before anything is attached: the targets' work as it is without phaseprof.
+    let before = match &opts.target {
+        TargetSpec::Pids(pids) if !opts.baseline.is_zero() => {
+            if opts.verbose {
+                eprintln!(
+                    "phaseprof: watching the targets' work for {:.1} s before attaching \
+                     (--baseline)",
+                    opts.baseline.as_secs_f64()
+                );
+            }
+            targets_slowdown::measure_before(pids, opts.baseline).map(|b| (b, pids))
+        }
+        _ => None,
+    };
     let t0 = Instant::now();
     let mut storage = MaybeUninit::uninit();
     let (mut session, engine_cfg) = open_session(opts, plan, deferred, &mut storage)?;
@@ -306,6 +324,7 @@ fn record_into(
     }
     // Targets are in the map now: from this line on, nothing they do is missed.
     let attach_time = t0.elapsed();
+    let measuring = before.and_then(|(b, pids)| targets_slowdown::Measuring::attached(b, pids));
     if opts.verbose {
         let e = session.engine();
         eprintln!(
@@ -367,6 +386,11 @@ fn record_into(
     })?;
     if let Some(why) = session.unresolved_phases() {
         eprintln!("phaseprof: warning: {why}; the phases counted nothing");
+    }
+    match measuring.as_ref().map(|m| m.finish()) {
+        Some(Ok(t)) => session.meta_mut().targets_slowdown = Some(t),
+        Some(Err(why)) => eprintln!("phaseprof: not measured in the targets: {why}"),
+        None => {}
     }
     let profile = session.finish(start, SystemTime::now())?;
     if let Some(w) = watchdog {

@@ -139,6 +139,31 @@ impl ReadClock {
     }
 }
 
+/// A process's counts of its reads and writes (/proc/PID/io).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoCounts {
+    /// Bytes its reads returned (`rchar`).
+    pub bytes_read: u64,
+    /// Its read syscalls (`syscr`).
+    pub reads: u64,
+    /// Its read and write syscalls (`syscr` + `syscw`).
+    pub io_syscalls: u64,
+}
+
+/// `pid`'s counts (None when gone or unreadable).
+pub fn io_counts(pid: u32) -> Option<IoCounts> {
+    let text = proc_io(pid);
+    if text.is_empty() {
+        return None;
+    }
+    let field = |f: &str| proc_io_sum(&text, &[f]);
+    Some(IoCounts {
+        bytes_read: field("rchar:"),
+        reads: field("syscr:"),
+        io_syscalls: field("syscr:") + field("syscw:"),
+    })
+}
+
 /// `syscr` + `syscw` of /proc/PID/io (0 when gone or not counted by this kernel).
 fn io_syscalls(pid: u32) -> u64 {
     proc_io_sum(&proc_io(pid), &["syscr:", "syscw:"])

@@ -26,6 +26,7 @@ pub mod stats;
 pub mod summary;
 pub mod syscall_budget;
 mod syscall_names;
+pub mod targets_slowdown;
 pub mod threads;
 pub mod units;
 pub mod unwind_info;
@@ -48,6 +49,7 @@ pub use probe_cost::{
 };
 pub use profile::*;
 pub use summary::Summary;
+pub use targets_slowdown::{TargetsSlowdown, WorkDone, WorkUnit};
 pub use unwind_info::{TableInfo, UnwindInfo, WalkCounts};
 pub use weighted::{in_phase, Weighted};
 

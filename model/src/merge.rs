@@ -71,6 +71,14 @@ fn merge_meta(meta: &mut Meta, p: &Meta, first: bool) {
                 (Some(_), None) => {}
             }
         }
+        // Measured against one stretch before attaching: the stretches recorded after it add up;
+        // against different ones, or in some windows only, it is not one measurement.
+        meta.targets_slowdown = match (meta.targets_slowdown, p.targets_slowdown) {
+            (Some(a), Some(b)) if a.unit == b.unit && a.before == b.before => {
+                Some(a.and_after(&b.during))
+            }
+            _ => None,
+        };
         // Addresses named late (see the agent's windows) add up.
         meta.names_late = meta.names_late.saturating_add(p.names_late);
     }

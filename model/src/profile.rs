@@ -129,6 +129,10 @@ pub struct Meta {
     /// it to no one, but the node pays it all the same).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub sample_probe_ns: u64,
+    /// phaseprof's whole cost measured in the targets: their CPU time per unit of work before
+    /// it attached and while it recorded (None: not measured; see `targets_slowdown`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets_slowdown: Option<crate::TargetsSlowdown>,
     /// Addresses named `file+offset` because their names came after their window was taken.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub names_late: u64,

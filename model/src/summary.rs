@@ -254,6 +254,13 @@ fn probe_cost_json(profile: &Profile) -> Option<serde_json::Value> {
         "syscalls": ns(s.syscalls),
         "uprobes": ns(s.uprobes),
         "other": ns(s.other),
+        "in_targets": profile.meta.targets_slowdown.map(|t| serde_json::json!({
+            "unit": t.unit,
+            "before": t.before,
+            "during": t.during,
+            "slowdown": t.slowdown(),
+            "ns": t.extra_ns(),
+        })),
     }))
 }
 

@@ -119,6 +119,7 @@ impl SoakArgs {
             phase_budget: self.engine.phase_budget,
             syscall_budget: None,
             alloc_at_entry: false,
+            baseline: Duration::ZERO,
             verbose: false,
         }))
     }
@@ -148,6 +149,7 @@ pub fn run_attach(mut args: AttachArgs) -> Result<i32> {
             phase_budget: args.engine.phase_budget,
             syscall_budget,
             alloc_at_entry: false,
+            baseline: Duration::ZERO,
             verbose: args.verbose,
         },
         keep: args.keep,

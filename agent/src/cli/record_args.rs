@@ -43,6 +43,12 @@ pub struct RecordArgs {
     /// How often kernel maps are drained into the profile.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub window: Duration,
+    /// With --pid: how long the targets' CPU time per unit of work (the bytes their reads
+    /// return, else their read and write syscalls: counted by the kernel, no probe) is watched
+    /// before anything is attached, to measure phaseprof's whole cost in them against it at the
+    /// end (`measured in the targets` in the report). 0 skips it.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub baseline: Duration,
     /// With alloc: where allocator probes go: `auto` (an instruction the kernel emulates) or
     /// `entry` (the first instruction, as naive tools do; for benchmarks).
     #[arg(long, default_value = "auto", value_parser = ["auto", "entry"])]
@@ -107,6 +113,7 @@ impl RecordArgs {
             phase_budget: self.engine.phase_budget,
             syscall_budget,
             alloc_at_entry: self.alloc_placement == "entry",
+            baseline: self.baseline,
             output: self.output,
             phases: self.phases,
             window: self.window,

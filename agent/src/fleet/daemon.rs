@@ -59,6 +59,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         phase_budget: cfg.phase_budget,
         syscall_budget: cfg.syscall_budget,
         alloc_at_entry: false,
+        baseline: std::time::Duration::ZERO,
         verbose: false,
     };
     let delivery = Delivery::start(Sender::new(

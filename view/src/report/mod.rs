@@ -165,6 +165,9 @@ fn write_probe_costs(profile: &Profile, out: &mut impl Write) -> std::io::Result
     if let Some(line) = profile.probe_cost().and_then(|c| c.describe()) {
         writeln!(out, "probes' cost: {line}")?;
     }
+    if let Some(line) = m.targets_slowdown.and_then(|t| t.describe()) {
+        writeln!(out, "measured in the targets: {line}")?;
+    }
     if let Some(cost) = &m.phase_probes {
         let sampled = (own.uprobes, own.all);
         writeln!(out, "phase probes: {}", cost.describe_measured(sampled))?;

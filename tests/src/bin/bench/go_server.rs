@@ -18,7 +18,7 @@ use phaseprof_e2e::{go_third_party, http_get, root, NatsServer};
 use super::defaults::BPFTRACE_DEFAULTS;
 use super::redis::{attach, phase_calls, versus_exact, Under, BUDGET_PAIRS};
 
-use super::measure::{budget_line, cpu_exact, median, paired_line, paired_rounds};
+use super::measure::{budget_line, cpu_exact, median, paired_line, paired_rounds, Printed};
 
 /// Messages published per round (8 clients; 2 subscribers: 400,000 delivered): ~0.2 s of the
 /// server's CPU bare, so that a few % stand out of the rounds' noise.
@@ -220,13 +220,20 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
     let pairs = paired_rounds((3 * rounds).max(10), |with| {
         let how = Under::defaults_if(with);
         let r = round(pp, tmp, &srv, how, PAIR_MSGS);
-        (r.cpu_per_msg, r.printed_per_msg)
+        let printed = Printed {
+            probes: r.printed_per_msg.unwrap_or(f64::NAN),
+            ..Printed::NONE
+        };
+        (r.cpu_per_msg, printed)
     });
     // A budget's 1.5 points are within one long round's noise too: paired long rounds, with
     // the phases at 1% against the same recording without them.
     let budget_pairs = paired_rounds(BUDGET_PAIRS, |with| {
         let how = Under::Phaseprof(if with { &phases_budget } else { &[] });
-        (round(pp, tmp, &srv, how, BUDGET_MSGS).cpu_per_msg, None)
+        (
+            round(pp, tmp, &srv, how, BUDGET_MSGS).cpu_per_msg,
+            Printed::NONE,
+        )
     });
     drop(server);
     println!(

@@ -157,18 +157,48 @@ pub fn wait_rusage(child: std::process::Child) -> (f64, i64) {
 }
 
 /// One pair of adjacent rounds: the target's CPU per request bare (or under the recording a
-/// budget is set against, `budget_line`) and under the recording, and the probes' cost per
-/// request the recording printed (`probe_cost.ns`).
+/// budget is set against, `budget_line`) and under the recording, and what the recording
+/// printed.
 pub struct Pair {
     pub bare: f64,
     pub with: f64,
-    pub printed: f64,
+    pub printed: Printed,
+}
+
+/// What a recording printed of its cost, per request: the probes' time (`probe_cost.ns`) and
+/// the cost measured in the target against its work before the recording attached
+/// (`probe_cost.in_targets`), NaN where it printed none.
+#[derive(Clone, Copy)]
+pub struct Printed {
+    pub probes: f64,
+    pub in_targets: f64,
+}
+
+impl Printed {
+    pub const NONE: Printed = Printed {
+        probes: f64::NAN,
+        in_targets: f64::NAN,
+    };
+
+    /// From a recording's `report --json` of a round in which the target spent `cpu_per_req`
+    /// ns of CPU time a request over `requests` requests.
+    pub fn of(report: &serde_json::Value, requests: f64, cpu_per_req: f64) -> Printed {
+        let cost = &report["probe_cost"];
+        // The slowdown s measured in the target: of its CPU time a request, s/(1+s) was extra.
+        let in_targets = cost["in_targets"]["slowdown"]
+            .as_f64()
+            .map_or(f64::NAN, |s| cpu_per_req * s / (1.0 + s));
+        Printed {
+            probes: cost["ns"].as_f64().map_or(f64::NAN, |ns| ns / requests),
+            in_targets,
+        }
+    }
 }
 
 /// Runs `pairs` pairs of rounds, bare and recorded in turn (which goes first alternates, so a
 /// drift over the run weighs on both sides alike); `round(true)` is a recorded round, returning
 /// CPU per request and the printed cost per request.
-pub fn paired_rounds(pairs: usize, mut round: impl FnMut(bool) -> (f64, Option<f64>)) -> Vec<Pair> {
+pub fn paired_rounds(pairs: usize, mut round: impl FnMut(bool) -> (f64, Printed)) -> Vec<Pair> {
     (0..pairs)
         .map(|i| {
             let (first, second) = if i % 2 == 0 {
@@ -181,7 +211,7 @@ pub fn paired_rounds(pairs: usize, mut round: impl FnMut(bool) -> (f64, Option<f
             Pair {
                 bare: bare.0,
                 with: with.0,
-                printed: with.1.unwrap_or(f64::NAN),
+                printed: with.1,
             }
         })
         .collect()
@@ -189,19 +219,46 @@ pub fn paired_rounds(pairs: usize, mut round: impl FnMut(bool) -> (f64, Option<f
 
 /// The measured cost of paired rounds (the median of the pairs' differences, with its
 /// distribution-free interval: the order statistics a sign test puts around a median at 90% or
-/// more) beside the median printed cost, and whether the printed figure is within 20% of the
-/// measured one or, where the rounds' noise is wider than that, inside the interval.
+/// more) beside the median printed costs, and whether each is within 20% of the measured one
+/// or, where the rounds' noise is wider than that, inside the interval.
 pub fn paired_line(pairs: &[Pair], unit: &str) -> String {
     let n = pairs.len();
     let mut diffs: Vec<f64> = pairs.iter().map(|p| p.with - p.bare).collect();
     diffs.sort_by(f64::total_cmp);
     let measured = median(diffs.clone());
     let bare = median(pairs.iter().map(|p| p.bare).collect());
-    let printed = median(pairs.iter().map(|p| p.printed).collect());
     let (k, coverage) = sign_interval(n);
     let (low, high) = (diffs[k], diffs[n - 1 - k]);
+    let printed = |of: fn(&Printed) -> f64| {
+        let v: Vec<f64> = pairs
+            .iter()
+            .map(|p| of(&p.printed))
+            .filter(|v| !v.is_nan())
+            .collect();
+        (!v.is_empty()).then(|| median(v))
+    };
+    let mut out = format!(
+        "measured {measured:+.0} ns a {unit} ({:+.1}% of bare {bare:.0} ns; {:.0}% interval \
+         {low:+.0}..{high:+.0} ns over {n} alternating pairs)",
+        100.0 * measured / bare,
+        100.0 * coverage,
+    );
+    for (what, p) in [
+        ("printed (probes' time)", printed(|p| p.probes)),
+        ("measured in the target", printed(|p| p.in_targets)),
+    ] {
+        if let Some(p) = p {
+            out += &format!("; {what} {p:.0} ns, {}", verdict(p, measured, (low, high)));
+        }
+    }
+    out
+}
+
+/// Whether `printed` is within 20% of `measured` or, where the rounds' noise is wider than
+/// that, inside `interval`.
+fn verdict(printed: f64, measured: f64, (low, high): (f64, f64)) -> String {
     let off = printed / measured - 1.0;
-    let verdict = if off.abs() <= 0.2 {
+    if off.abs() <= 0.2 {
         format!("{:+.0}% vs measured: within 20%", 100.0 * off)
     } else if (low..=high).contains(&printed) {
         format!(
@@ -210,13 +267,7 @@ pub fn paired_line(pairs: &[Pair], unit: &str) -> String {
         )
     } else {
         format!("{:+.0}% vs measured, OUTSIDE its interval", 100.0 * off)
-    };
-    format!(
-        "measured {measured:+.0} ns a {unit} ({:+.1}% of bare {bare:.0} ns; {:.0}% interval \
-         {low:+.0}..{high:+.0} ns over {n} alternating pairs); printed {printed:.0} ns, {verdict}",
-        100.0 * measured / bare,
-        100.0 * coverage,
-    )
+    }
 }
 
 /// What a budget added over paired rounds against the recording it is set against (`bare` of
@@ -292,10 +343,14 @@ mod tests {
 
     #[test]
     fn paired_line_judges_the_printed_cost() {
-        let pair = |bare, with, printed| Pair {
+        // The probes' time printed; the same measured in the target, twice what was added.
+        let pair = |bare, with: f64, probes| Pair {
             bare,
             with,
-            printed,
+            printed: Printed {
+                probes,
+                in_targets: 2.0 * (with - bare),
+            },
         };
         let close: Vec<Pair> = (0..10)
             .map(|i| pair(100.0, 110.0 + i as f64 % 3.0, 10.5))
@@ -312,7 +367,15 @@ mod tests {
         let off: Vec<Pair> = (0..10)
             .map(|i| pair(100.0, 110.0 + i as f64 % 2.0, 50.0))
             .collect();
-        assert!(paired_line(&off, "op").contains("OUTSIDE"));
+        let line = paired_line(&off, "op");
+        assert!(
+            line.contains("printed (probes' time) 50 ns, +355% vs measured, OUTSIDE"),
+            "{line}"
+        );
+        assert!(
+            line.contains("measured in the target 22 ns, +100% vs measured, OUTSIDE"),
+            "{line}"
+        );
     }
 
     // Checks the budget's verdict: all ten pairs +0.5..+1.4% hold 1.5 points; a median of +1%
@@ -324,7 +387,7 @@ mod tests {
                 .map(|i| Pair {
                     bare: 100.0,
                     with: with(i),
-                    printed: f64::NAN,
+                    printed: Printed::NONE,
                 })
                 .collect()
         };

@@ -1,13 +1,15 @@
 //! phaseprof's cost on Debian's redis-server (`--only redis`), driven by its own benchmark
-//! (`redis-benchmark` SET and GET, 10 clients, over a unix socket; server and client pinned to
-//! CPUs 0 and 1): the server's CPU time per command from its threads' schedstat, in rounds
-//! alternating bare, bpftrace doing the same work, and `record -p`: the default events, the
-//! defaults plus six phases (exact, and at a 1% budget), allocations (exact) and allocations at a
-//! 1% budget. Beside each measured slowdown, what phaseprof printed: the probes' cost it measured
+//! (`redis-benchmark` SET and GET at once, 5 clients each, over a unix socket; server and
+//! clients pinned to CPUs 0 and 1; the load runs across the attach, as on a live node): the
+//! server's CPU time per command from its threads' schedstat, in rounds alternating bare,
+//! bpftrace doing the same work, and `record -p`: the default events, the defaults plus six
+//! phases (exact, and at a 1% budget), allocations (exact) and allocations at a 1% budget.
+//! Beside each measured slowdown, what phaseprof printed: the probes' cost it measured
 //! (`report --json` `probe_cost.ns`: its cpu samples in the probes, the programs no sample sees
-//! timed by themselves, the syscall budget's slices), for exact phases the phase probes' hits ×
-//! their cost per hit beside what they added to the default events, and for allocations its
-//! estimate; under a budget, the totals per command beside the exact run's. The default
+//! timed by themselves, the syscall budget's slices), the slowdown it measured in the server
+//! against its work before attaching (`probe_cost.in_targets`), for exact phases the phase
+//! probes' hits × their cost per hit beside what they added to the default events, and for
+//! allocations its estimate; under a budget, the totals per command beside the exact run's. The default
 //! events' cost, a few % and within one row's noise, is measured again over paired alternating
 //! rounds, with an interval, and so is each budget's against the same recording without its
 //! probes.
@@ -17,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use phaseprof_e2e::{read_until, root};
 
 use super::defaults::BPFTRACE_DEFAULTS;
-use super::measure::{budget_line, cpu_exact, median, paired_line, paired_rounds};
+use super::measure::{budget_line, cpu_exact, median, paired_line, paired_rounds, Printed};
 
 /// Requests per round: 2 × this many commands (SET and GET).
 const REQUESTS: &str = "100000";
@@ -76,8 +78,9 @@ impl Redis {
     }
 
     fn cli(&self, args: &[&str]) -> Option<String> {
-        let o = Command::new("redis-cli")
-            .args(["-s", &self.socket])
+        // On the clients' CPU, away from the server's.
+        let o = Command::new("taskset")
+            .args(["-c", "1", "redis-cli", "-s", &self.socket])
             .args(args)
             .output()
             .ok()?;
@@ -170,29 +173,51 @@ pub(super) fn is_budget(flags: &[&str]) -> bool {
     flags.contains(&"--alloc-budget") || flags.contains(&"--phase-budget")
 }
 
+/// redis-benchmark on CPU 1 looping SET and GET at once (5 clients each, so that every stretch
+/// of the round holds both alike), killed when dropped.
+struct Load(Vec<Child>);
+
+impl Load {
+    fn start(srv: &Redis) -> Load {
+        let one = |test: &str| {
+            Command::new("taskset")
+                .args(["-c", "1", "redis-benchmark", "-s", &srv.socket])
+                .args(["-c", "5", "-n", "1000000000", "-l", "-q", "-t", test])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-benchmark")
+        };
+        Load(vec![one("set"), one("get")])
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A round: the load runs across the tracer's attach, as on a live node (and phaseprof watches
+/// the server's work before it attaches, `--baseline`); the server's CPU per command is taken
+/// from the tracer's attach on, over 2 × `requests` commands.
 fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under, requests: &str) -> Round {
     let pid = srv.child.id();
+    let load = Load::start(srv);
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let tracer = attach(pp, tmp, pid, how);
     let (c0, n0) = (cpu_exact(pid), srv.commands());
-    let ok = Command::new("taskset")
-        .args([
-            "-c",
-            "1",
-            "redis-benchmark",
-            "-s",
-            &srv.socket,
-            "-n",
-            requests,
-        ])
-        .args(["-c", "10", "-t", "set,get", "-q"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("redis-benchmark")
-        .success();
-    assert!(ok, "redis-benchmark failed");
-    let commands = (srv.commands() - n0) as f64;
-    let cpu_per_cmd = (cpu_exact(pid) - c0) * 1e9 / commands;
+    let want = 2 * requests.parse::<u64>().unwrap();
+    let mut n1 = n0;
+    while n1 < n0 + want {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        n1 = srv.commands();
+    }
+    let cpu_per_cmd = (cpu_exact(pid) - c0) * 1e9 / (n1 - n0) as f64;
+    let commands = (n1 - n0) as f64;
     let mut report = None;
     if let Some(mut t) = tracer {
         // SAFETY: signalling a child we spawned; SIGINT makes it write its file / print maps.
@@ -209,6 +234,7 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Redis, how: Under, requests: &st
             report = Some(r);
         }
     }
+    drop(load);
     Round {
         cpu_per_cmd,
         report,
@@ -370,9 +396,13 @@ pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace:
     let pairs = paired_rounds((3 * rounds).max(10), |with| {
         let how = Under::defaults_if(with);
         let r = round(pp, tmp, &srv, how, PAIR_REQUESTS);
-        let printed = r
-            .report
-            .and_then(|r| Some(r["probe_cost"]["ns"].as_f64()? / r["commands"].as_f64()?));
+        let printed = r.report.map_or(Printed::NONE, |rep| {
+            Printed::of(
+                &rep,
+                rep["commands"].as_f64().unwrap_or(f64::NAN),
+                r.cpu_per_cmd,
+            )
+        });
         (r.cpu_per_cmd, printed)
     });
     println!(
@@ -395,7 +425,8 @@ pub fn redis_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftrace:
     ] {
         let pairs = paired_rounds(BUDGET_PAIRS, |with| {
             let how = Under::Phaseprof(if with { budgeted } else { against });
-            (round(pp, tmp, &srv, how, BUDGET_REQUESTS).cpu_per_cmd, None)
+            let r = round(pp, tmp, &srv, how, BUDGET_REQUESTS);
+            (r.cpu_per_cmd, Printed::NONE)
         });
         println!(
             "  {name}, {BUDGET_REQUESTS} requests a round: {}",
@@ -418,9 +449,10 @@ struct Row<'a> {
 /// totals per command against the exact run's.
 fn print_rows(rows: &[Row], cpu: Vec<Vec<f64>>, reports: &[Vec<serde_json::Value>], rounds: usize) {
     println!(
-        "redis-server 7.0 (Debian) driven by redis-benchmark (SET+GET, 10 clients, unix socket), \
-         server CPU per command, median of {rounds} alternating rounds; {REQUESTS} requests a \
-         round, then {BUDGET_REQUESTS} a round for the budgets:"
+        "redis-server 7.0 (Debian) driven by redis-benchmark (SET and GET at once, 5 clients \
+         each, unix socket, running across the attach), server CPU per command from the attach \
+         on, median of {rounds} alternating rounds; {REQUESTS} requests a round, then \
+         {BUDGET_REQUESTS} a round for the budgets:"
     );
     let medians: Vec<f64> = cpu.into_iter().map(median).collect();
     let find = |name: &str, long: bool| {
@@ -459,6 +491,16 @@ fn print_rows(rows: &[Row], cpu: Vec<Vec<f64>>, reports: &[Vec<serde_json::Value
                 "; printed: probes {printed:.0} ns (probe_cost), {:+.0}% vs the {:.0} ns measured",
                 100.0 * (printed / (m - bare) - 1.0),
                 m - bare
+            );
+        }
+        // The slowdown phaseprof measured in the server against its work before attaching.
+        if let Some(s) = med(&|r| r["probe_cost"]["in_targets"]["slowdown"].as_f64()) {
+            let measured = m / bare - 1.0;
+            line += &format!(
+                "; measured in the target {:+.1}%, {:+.0}% vs the {:+.1}% measured",
+                100.0 * s,
+                100.0 * (s / measured - 1.0),
+                100.0 * measured
             );
         }
         // Exact phases: the phase probes' modelled time (hits × the cost per hit measured at the
