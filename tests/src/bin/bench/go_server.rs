@@ -1,11 +1,14 @@
 //! phaseprof's cost on a real Go server (`--only go-server`): nats-server v2.15.2 from the Go
 //! module proxy, driven by NATS's own benchmark (`nats bench` of natscli v0.5.0, also from the
-//! proxy: 8 publishing clients, 2 subscribing), the server's CPU time per message measured from
-//! its threads' schedstat over the benchmark's run, in rounds alternating bare, `record -p` with
+//! proxy: 8 publishing clients, 2 subscribing, running across the attach as on a live node), the
+//! server's CPU time per message measured from its threads' schedstat from the attach on, in
+//! rounds alternating bare, `record -p` with
 //! the default events, with cpu samples only, with goroutine phases on two hot functions, with
 //! those at a 1% phase budget, with Go's sampled allocations, and those at a 1% budget; beside
 //! each, the probes' cost phaseprof printed (`probe_cost.ns`: its cpu samples in the probes,
-//! the programs no sample sees timed by themselves, the syscall budget's slices), and under a
+//! the programs no sample sees timed by themselves, the syscall budget's slices) and the
+//! slowdown it measured in the server against its work before attaching
+//! (`probe_cost.in_targets`), and under a
 //! phase budget its estimated phase calls per message beside the exact run's. The phases' extra
 //! CPU (against cpu samples only) is also set against the phase probes' time `report` prints
 //! and the model's hits × cost per hit. The default events' cost, a few % and within one row's
@@ -13,7 +16,7 @@
 //! phase budget's against the default events.
 use std::process::{Command, Stdio};
 
-use phaseprof_e2e::{go_third_party, http_get, root, NatsServer};
+use phaseprof_e2e::{go_third_party, http_get, root, Killed, NatsServer};
 
 use super::defaults::BPFTRACE_DEFAULTS;
 use super::redis::{attach, phase_calls, versus_exact, Under, BUDGET_PAIRS};
@@ -65,52 +68,91 @@ struct Round {
     measured_per_msg: Option<f64>,
     model_per_msg: Option<f64>,
     probe_samples: Option<(u64, u64)>,
-    /// The probes' time phaseprof printed (`probe_cost.ns`), per message.
-    printed_per_msg: Option<f64>,
+    /// What phaseprof printed of its cost, per message.
+    printed: Printed,
     /// Phase calls per message (estimated under a budget).
     calls_per_msg: Option<f64>,
 }
 
-/// Runs the benchmark once against the server, bare or under `how`.
+/// A round's load: `nats bench` clients, killed when dropped; then the server is waited for
+/// until it has let their subscriptions go (killed, they leave it to notice), so that the
+/// next round counts its own.
+struct Load<'a> {
+    srv: &'a Server,
+    subs: u64,
+    clients: Vec<Killed>,
+}
+
+impl Drop for Load<'_> {
+    fn drop(&mut self) {
+        self.clients.clear();
+        for _ in 0..200 {
+            if self.srv.varz("subscriptions") <= self.subs {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+/// Runs the benchmark once against the server, bare or under `how`. The load runs across the
+/// tracer's attach, as on a live node (and phaseprof watches the server's work before it
+/// attaches, `--baseline`): subscribers first (the server's own count says when they are in),
+/// then publishers with more messages than the round needs, both killed after it. The server's
+/// CPU per message is taken from the attach on, over `msgs` messages in by its own count.
 fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under, msgs: &str) -> Round {
     let pid = srv.pid;
-    let mut rec = attach(pp, tmp, pid, how);
-    // Subscribers first (the server's own count says when they are in), then the publishers.
-    let (subs, in0) = (srv.varz("subscriptions"), srv.varz("in_msgs"));
+    let wanted = msgs.parse::<u64>().unwrap();
+    // More than any round and what comes before it take (bpftrace's attach under this load:
+    // a minute): the publishers would be done and the round stalled (~1M messages a second).
+    let count = (wanted + 300_000_000).to_string();
+    let subs = srv.varz("subscriptions");
     let subject = "phaseprof.bench";
-    let mut sub = (srv.bench(&["sub", subject, "--msgs", msgs, "--clients", "2"]))
+    let sub = (srv.bench(&["sub", subject, "--msgs", &count, "--clients", "2"]))
         .spawn()
         .expect("nats bench sub");
+    let mut load = Load {
+        srv,
+        subs,
+        clients: vec![Killed(sub)],
+    };
     while srv.varz("subscriptions") < subs + 2 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let c0 = cpu_exact(pid);
     let publish = [
         "pub",
         subject,
         "--msgs",
-        msgs,
+        &count,
         "--clients",
         "8",
         "--size",
         "128",
     ];
-    assert!(srv
-        .bench(&publish)
-        .status()
-        .expect("nats bench pub")
-        .success());
-    assert!(sub.wait().unwrap().success());
-    let published = msgs.parse::<f64>().unwrap();
+    (load.clients).push(Killed(srv.bench(&publish).spawn().expect("nats bench pub")));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut rec = attach(pp, tmp, pid, how);
+    let (c0, in0) = (cpu_exact(pid), srv.varz("in_msgs"));
+    let (mut seen, mut stalled) = (in0, 0);
+    while seen < in0 + wanted {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let now = srv.varz("in_msgs");
+        stalled = if now == seen { stalled + 1 } else { 0 };
+        assert!(
+            stalled < 50,
+            "no message in for 10 s ({} of {wanted})",
+            now - in0
+        );
+        seen = now;
+    }
+    let published = (seen - in0) as f64;
     let cpu_per_msg = (cpu_exact(pid) - c0) * 1e9 / published;
-    // The server's own count: every message arrived (besides a few of its own events).
-    assert!((srv.varz("in_msgs") - in0) as f64 >= published);
     let mut r = Round {
         cpu_per_msg,
         measured_per_msg: None,
         model_per_msg: None,
         probe_samples: None,
-        printed_per_msg: None,
+        printed: Printed::NONE,
         calls_per_msg: None,
     };
     if let Some(mut c) = rec.take() {
@@ -126,7 +168,7 @@ fn round(pp: &std::path::Path, tmp: &str, srv: &Server, how: Under, msgs: &str) 
             .output()
             .unwrap();
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        r.printed_per_msg = report["probe_cost"]["ns"].as_f64().map(|ns| ns / published);
+        r.printed = Printed::of(&report, published, cpu_per_msg);
         r.calls_per_msg = phase_calls(&report).map(|n| n / published);
         let probes = &report["phase_probes"];
         r.measured_per_msg = probes["measured_ns"].as_f64().map(|ns| ns / published);
@@ -194,7 +236,7 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
         ),
     ];
     let mut cpu: Vec<Vec<f64>> = vec![vec![]; rows.len()];
-    let mut printed: Vec<Vec<f64>> = vec![vec![]; rows.len()];
+    let mut printed: Vec<Vec<Printed>> = vec![vec![]; rows.len()];
     let mut calls: Vec<Vec<f64>> = vec![vec![]; rows.len()];
     let (mut measured, mut model, mut own, mut all) = (vec![], vec![], 0, 0);
     for _ in 0..rounds {
@@ -205,7 +247,9 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
             let msgs = if i >= long_from { BUDGET_MSGS } else { MSGS };
             let r = round(pp, tmp, &srv, *how, msgs);
             cpu[i].push(r.cpu_per_msg);
-            printed[i].extend(r.printed_per_msg);
+            if matches!(how, Under::Phaseprof(_)) {
+                printed[i].push(r.printed);
+            }
             calls[i].extend(r.calls_per_msg);
             if i == 4 {
                 measured.extend(r.measured_per_msg);
@@ -220,11 +264,7 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
     let pairs = paired_rounds((3 * rounds).max(10), |with| {
         let how = Under::defaults_if(with);
         let r = round(pp, tmp, &srv, how, PAIR_MSGS);
-        let printed = Printed {
-            probes: r.printed_per_msg.unwrap_or(f64::NAN),
-            ..Printed::NONE
-        };
-        (r.cpu_per_msg, printed)
+        (r.cpu_per_msg, r.printed)
     });
     // A budget's 1.5 points are within one long round's noise too: paired long rounds, with
     // the phases at 1% against the same recording without them.
@@ -237,8 +277,9 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
     });
     drop(server);
     println!(
-        "nats-server v2.15.2 driven by `nats bench` (natscli v0.5.0; 200,000 messages in, 400,000 \
-         delivered per round), server CPU per message, median of {rounds} alternating rounds:"
+        "nats-server v2.15.2 driven by `nats bench` (natscli v0.5.0, running across the attach; \
+         200,000 messages in, 400,000 delivered per round), server CPU per message from the \
+         attach on, median of {rounds} alternating rounds:"
     );
     let medians: Vec<f64> = (cpu.into_iter())
         .map(|v| if v.is_empty() { f64::NAN } else { median(v) })
@@ -258,11 +299,21 @@ pub fn go_server_bench(pp: &std::path::Path, tmp: &str, rounds: usize, has_bpftr
             let base = medians[long_from + 1];
             line += &format!(" ({:+.1}% vs the default events)", 100.0 * (m / base - 1.0));
         }
-        if !printed[i].is_empty() {
-            let p = median(printed[i].clone());
+        let of = |f: fn(&Printed) -> f64| {
+            let v: Vec<f64> = printed[i].iter().map(f).filter(|v| !v.is_nan()).collect();
+            (!v.is_empty()).then(|| median(v))
+        };
+        if let Some(p) = of(|p| p.probes) {
             line += &format!(
-                "; printed: probes {p:.0} ns (probe_cost) vs {:+.0} ns measured",
+                "; printed: probes {p:.0} ns (probe_cost), {:+.0}% vs the {:.0} ns measured",
+                100.0 * (p / (m - b) - 1.0),
                 m - b
+            );
+        }
+        if let Some(p) = of(|p| p.in_targets) {
+            line += &format!(
+                "; measured in the target {p:.0} ns, {:+.0}% vs measured",
+                100.0 * (p / (m - b) - 1.0)
             );
         }
         if let (false, Under::Phaseprof(flags)) = (calls[i].is_empty(), how) {
