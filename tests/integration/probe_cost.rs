@@ -114,13 +114,18 @@ fn the_whole_cost_is_measured_in_the_target() {
         ("cpu", &["--events", "cpu"][..]),
     ] {
         let out = dir.join(format!("{name}.phaseprof"));
-        phaseprof_ok(
+        let run = phaseprof_ok(
             &[
                 &["record", "-p", &pid, "--duration", "3s", "--baseline", "1s"][..],
                 events,
                 &["-o", out.to_str().unwrap()],
             ]
             .concat(),
+        );
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            stderr.contains("phaseprof: measured in the targets: "),
+            "{stderr}"
         );
         let report = report_json(&out);
         let cost = &report["probe_cost"];

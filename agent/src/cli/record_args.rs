@@ -144,6 +144,10 @@ pub fn run_record(args: RecordArgs) -> Result<i32> {
         p.lost.events,
         p.lost.stacks
     );
+    // What attaching cost them, as they measured it: the one figure an SRE needs at once.
+    if let Some(line) = p.meta.targets_slowdown.and_then(|t| t.describe()) {
+        eprintln!("phaseprof: measured in the targets: {line}");
+    }
     // As perf and strace do: a script sees the command's own status.
     Ok(status)
 }
