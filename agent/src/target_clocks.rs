@@ -166,14 +166,12 @@ pub fn io_counts(pid: u32) -> Option<IoCounts> {
 
 /// `syscr` + `syscw` of /proc/PID/io (0 when gone or not counted by this kernel).
 fn io_syscalls(pid: u32) -> u64 {
-    proc_io_sum(&proc_io(pid), &["syscr:", "syscw:"])
+    io_counts(pid).map_or(0, |c| c.io_syscalls)
 }
 
 /// `syscr` and `rchar` of /proc/PID/io (0 when gone).
 fn reads_and_bytes(pid: u32) -> [u64; 2] {
-    let text = proc_io(pid);
-    let field = |f: &str| proc_io_sum(&text, &[f]);
-    [field("syscr:"), field("rchar:")]
+    io_counts(pid).map_or([0, 0], |c| [c.reads, c.bytes_read])
 }
 
 /// The text of /proc/PID/io (empty when gone).
