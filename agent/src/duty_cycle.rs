@@ -125,8 +125,13 @@ impl DutyCycle {
         if self.measured && self.cost <= self.budget {
             Duration::from_secs(1)
         } else {
-            Duration::from_millis(20)
+            self.short_slice()
         }
+    }
+
+    /// The slice of probes that cost more than the budget.
+    pub fn short_slice(&self) -> Duration {
+        Duration::from_millis(20)
     }
 
     /// What the bucket holds once the targets ran `cpu_ns` of CPU time (the probes' included,

@@ -414,6 +414,10 @@ enum probe_counter {
 	ALIGNED_CALLS,
 	ALIGNED_READS,
 	ALIGNED_READ_BYTES,
+	/* Under a phase budget, where the syscall programs are in force: what the syscalls that
+	 * entered while phases counted added to /proc/PID/io's syscr + syscw (a phase slice's
+	 * edges are placed on that count by it, as a syscall slice's are: see slice_budget.rs). */
+	IO_SYSCALLS_IN_PHASE_SLICES,
 	HITS_MAX,
 };
 

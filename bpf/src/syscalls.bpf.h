@@ -85,6 +85,9 @@ int raw_tp__sys_enter(struct bpf_raw_tracepoint_args *ctx)
 
 	__u64 mask;
 	__u32 phase = thread_phase_of(&mask);
+	/* At the entry, as the phases' syscalls are told (by the phase mask there). */
+	if (phases_sliced && !phases_paused)
+		count_add(IO_SYSCALLS_IN_PHASE_SLICES, io_syscalls_of(nr));
 	struct syscall_key key = {
 		.tgid = tgid,
 		.tid = (__u32)bpf_get_current_pid_tgid(),

@@ -364,8 +364,11 @@ const MAX_EDGE_WEIGHT: f64 = 10.0;
 /// A call of length d that began in a slice of length T ended in it (and was counted) with
 /// probability (T − d)/T, its start being anywhere in the slice: each counted call stands for
 /// T/(T − d) of those that began in it (by its wall histogram bucket, T the slices' mean
-/// length). The counts (calls, the histogram) take the calls' weights; the sums (times,
-/// syscalls, bytes, costs) the weights by time, a longer call's share of them being larger.
+/// length). The counts (calls, the histogram, and what the calls counted: syscalls, bytes,
+/// allocations, faults, costs) take the calls' weights; the times the weights by time, a longer
+/// call's share of them being larger. What a call counts does not grow with its length as its
+/// times do (a call is long mostly because it waited): weighed by time, one preempted
+/// `finalize` call in a 20 ms slice moved a 4M-write run's writes in it by +12% (CI).
 fn unbias_slice_edges(stats: &mut [PhaseStats], info: &BudgetInfo) {
     if info.slices == 0 || info.counted_ns == 0 {
         return;
@@ -399,28 +402,32 @@ fn scale_totals(stats: &mut [PhaseStats], scale: f64) {
     }
 }
 
-/// A phase's calls times `by_calls`, its sums (times, syscalls, bytes, costs) times `by_time`
-/// (its histogram is the caller's).
+/// A phase's calls and what they counted (syscalls, bytes, allocations, faults, costs) times
+/// `by_calls`, its times times `by_time` (its histogram is the caller's).
 fn scale_phase(st: &mut PhaseStats, by_calls: f64, by_time: f64) {
-    st.calls = (st.calls as f64 * by_calls).round() as u64;
-    let up = |v: &mut u64| *v = (*v as f64 * by_time).round() as u64;
+    let up = |v: &mut u64, by: f64| *v = (*v as f64 * by).round() as u64;
+    for v in [
+        &mut st.calls,
+        &mut st.syscalls,
+        &mut st.alloc_bytes,
+        &mut st.allocs,
+        &mut st.frees,
+        &mut st.page_faults,
+    ] {
+        up(v, by_calls);
+    }
+    for v in st.costs.values_mut() {
+        up(v, by_calls);
+    }
     for v in [
         &mut st.wall_ns,
         &mut st.cpu_ns,
         &mut st.offcpu_ns,
         &mut st.cpu_wait_ns,
         &mut st.gowait_ns,
-        &mut st.syscalls,
         &mut st.syscall_ns,
-        &mut st.alloc_bytes,
-        &mut st.allocs,
-        &mut st.frees,
-        &mut st.page_faults,
     ] {
-        up(v);
-    }
-    for v in st.costs.values_mut() {
-        up(v);
+        up(v, by_time);
     }
 }
 
@@ -544,7 +551,8 @@ mod tests {
     }
 
     // Checks the slices' edges: calls half a slice long are seen half the time and count
-    // twice, short ones once; the time sums grow by the weights by time.
+    // twice, short ones once; the time sums grow by the weights by time, what the calls
+    // counted (syscalls) as the calls do.
     #[test]
     fn calls_the_slices_edges_cut_are_made_up_for() {
         let bucket_of = |ns: u64| {
@@ -565,6 +573,7 @@ mod tests {
         let phase = PhaseStats {
             calls: 20,
             wall_ns: 10 * d as u64,
+            syscalls: 20,
             wall_hist: vec![(short, 10), (long, 10)],
             ..PhaseStats::default()
         };
@@ -576,6 +585,7 @@ mod tests {
             vec![(short, 10), (long, (10.0 * w).round() as u64)]
         );
         assert_eq!(stats[1].calls, (10.0 + 10.0 * w).round() as u64);
+        assert_eq!(stats[1].syscalls, stats[1].calls);
         assert!((stats[1].wall_ns as f64 / (10.0 * d) / w - 1.0).abs() < 1e-3);
     }
 }

@@ -14,6 +14,8 @@ pub(super) struct SyscallLinks {
     pub links: Vec<Link>,
     /// Duty-cycled: the programs are attached only during slices.
     pub sliced: bool,
+    /// Counting is paused (between a duty cycle's slices).
+    pub paused: bool,
 }
 
 impl Engine<'_> {
@@ -78,7 +80,19 @@ impl Engine<'_> {
         Ok(vec![enter, exit])
     }
 
+    /// Under a phase budget, while the syscall programs count (attached, not paused): what
+    /// the syscalls that entered while phases counted added to the targets' read and write
+    /// syscalls (as /proc/PID/io counts them). None while they do not count.
+    pub fn io_syscalls_in_phase_slices(&self) -> Result<Option<u64>> {
+        if self.syscall_links.links.is_empty() || self.syscall_links.paused {
+            return Ok(None);
+        }
+        self.probe_hits(types::probe_counter::IO_SYSCALLS_IN_PHASE_SLICES)
+            .map(Some)
+    }
+
     fn set_syscalls_paused(&mut self, paused: bool) {
+        self.syscall_links.paused = paused;
         let ptr: *mut bool = &mut self.bss().syscalls_paused;
         // SAFETY: as in slice_syscalls.
         unsafe { std::ptr::write_volatile(ptr, paused) };

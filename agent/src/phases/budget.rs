@@ -30,8 +30,10 @@ impl SlicedProbes for PhaseProbes<'_> {
     fn end_slice(&self, engine: &mut Engine<'_>) {
         engine.end_phase_slice()
     }
-    fn io_syscalls_counted(&self, _engine: &Engine<'_>) -> Result<Option<u64>> {
-        Ok(None)
+    /// Where the syscall programs are in force (exact, or held through the slice by their
+    /// budget), the syscalls they saw enter while phases counted.
+    fn io_syscalls_counted(&self, engine: &Engine<'_>) -> Result<Option<u64>> {
+        engine.io_syscalls_in_phase_slices()
     }
     fn probe_ns(&self, engine: &Engine<'_>) -> Result<f64> {
         self.0.probe_ns(engine)
