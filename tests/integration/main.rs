@@ -18,6 +18,7 @@ mod exports;
 mod fleet;
 mod fleet_soak;
 mod follow_children;
+mod foreign_agents;
 mod hostile;
 mod hostile_bodies;
 mod hostile_local;

@@ -8,6 +8,7 @@ pub mod export;
 pub mod format;
 pub mod otlp;
 pub mod pprof;
+pub mod pprof_import;
 pub mod report;
 pub mod speedscope;
 pub mod terminal;

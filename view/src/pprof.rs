@@ -87,6 +87,8 @@ pub struct Location {
     pub id: u64,
     #[prost(uint64, tag = "2")]
     pub mapping_id: u64,
+    #[prost(uint64, tag = "3")]
+    pub address: u64,
     #[prost(message, repeated, tag = "4")]
     pub line: Vec<Line>,
 }
@@ -266,6 +268,7 @@ pub fn to_pprof(profile: &Profile, kind: EventKind, phase: Option<u32>) -> Pprof
                     location.push(Location {
                         id,
                         mapping_id,
+                        address: 0,
                         line: vec![Line {
                             function_id,
                             line: 0,

@@ -12,6 +12,8 @@ use axum::Json;
 use phaseprof_view::web::WebError;
 use tokio::sync::Semaphore;
 
+use phaseprof_model::{Meta, Profile};
+
 use super::{bearer, AppState};
 use crate::tokens::Agent;
 
@@ -193,7 +195,7 @@ fn admit(s: &AppState, headers: &HeaderMap) -> Result<(Agent, Option<String>), W
     Ok((entry, key))
 }
 
-/// Stores one window. In order, each before any further cost: the agent is named by its token
+/// `POST /api/v1/windows`: stores one window. In order, each before any further cost: the agent is named by its token
 /// (401, before a byte of the body is read); its rate (429); a declared length over
 /// `--max-body` (413); an upload slot (503 after `UPLOAD_WAIT`); the body within
 /// `body_timeout` (408) and `--max-body` (413); then, on the blocking pool under a decoder slot,
@@ -206,7 +208,44 @@ pub(super) async fn ingest(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Result<Response, WebError> {
-    let (entry, key) = admit(&s, &headers)?;
+    let stored = receive(&s, &headers, body, Upload::Window).await?;
+    let mut answer = serde_json::json!({"id": stored.id, "agent": stored.agent});
+    if stored.duplicate {
+        answer["duplicate"] = true.into();
+        return Ok(Json(answer).into_response());
+    }
+    Ok((StatusCode::CREATED, Json(answer)).into_response())
+}
+
+/// What an upload's body holds.
+pub(super) enum Upload {
+    /// A phaseprof window, stored as sent.
+    Window,
+    /// A pprof profile (another agent's push) to store as a window with these labels and time
+    /// range (`host` added from the token where it has none).
+    Pprof {
+        meta: Box<Meta>,
+        content_type: String,
+    },
+}
+
+/// An upload stored (or found stored already: `duplicate`).
+pub(super) struct Received {
+    pub id: i64,
+    pub agent: String,
+    pub duplicate: bool,
+    /// Sample types a pprof upload had that nothing stores.
+    pub ignored: Vec<String>,
+}
+
+/// Receives one upload (see `ingest` for the checks, in order) and stores it.
+pub(super) async fn receive(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    upload: Upload,
+) -> Result<Received, WebError> {
+    let (entry, key) = admit(s, headers)?;
     let agent = entry.name.clone();
     let l = &s.limits;
     let too_large = |what: String| {
@@ -269,12 +308,14 @@ pub(super) async fn ingest(
         .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let (raw, max_inflated, store) = (body.clone(), l.max_inflated, s.store.clone());
     let checked = tokio::task::spawn_blocking(move || {
-        check_window(&raw, max_inflated, &entry, store.stored())
+        let d = decode(&raw, max_inflated, upload, &entry)?;
+        let rows = check_window(&d.profile, &entry, store.stored())?;
+        Ok((rows, d.stored, d.ignored))
     })
     .await
     .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     drop(decoder);
-    let rows = match checked {
+    let (rows, stored_body, ignored) = match checked {
         Ok(m) => m,
         Err(Rejected::TooLarge(why)) => return Err(too_large(why)),
         Err(Rejected::Malformed(why)) => {
@@ -290,50 +331,95 @@ pub(super) async fn ingest(
         agent: agent.clone(),
         key,
         rows,
-        body: body.to_vec(),
+        body: stored_body.unwrap_or_else(|| body.to_vec()),
     };
     let store = s.store.clone();
     let inserted = tokio::task::spawn_blocking(move || store.insert(window))
         .await
         .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let received = Received {
+        id: inserted.id,
+        agent,
+        duplicate: inserted.duplicate,
+        ignored,
+    };
     if inserted.duplicate {
         s.metrics.windows_duplicate.fetch_add(1, Ordering::Relaxed);
-        return Ok(
-            Json(serde_json::json!({"id": inserted.id, "agent": agent, "duplicate": true}))
-                .into_response(),
-        );
+        return Ok(received);
     }
     s.metrics.windows_received.fetch_add(1, Ordering::Relaxed);
     s.metrics.windows_stored.fetch_add(1, Ordering::Relaxed);
     s.metrics
         .bytes_received
         .fetch_add(body.len() as u64, Ordering::Relaxed);
-    Ok((
-        StatusCode::CREATED,
-        Json(serde_json::json!({"id": inserted.id, "agent": agent})),
-    )
-        .into_response())
+    Ok(received)
 }
 
-/// Whether an upload's bytes are a window this agent may store: it decodes within
-/// `max_inflated`, validates, has a `host` label, carries the labels the agent's token pins,
-/// and does not end in the future. Its rows (split here, on the decoding worker), or why not.
-fn check_window(
+/// An upload's body as a window.
+struct Decoded {
+    profile: Profile,
+    /// What to store: None for the body as sent (a phaseprof window), else the window a pprof
+    /// profile made.
+    stored: Option<Vec<u8>>,
+    /// The sample types a pprof profile had that nothing stores.
+    ignored: Vec<String>,
+}
+
+/// An upload's body as a window, within `max_inflated`: a phaseprof window as sent, or a pprof
+/// profile made one.
+fn decode(
     raw: &[u8],
     max_inflated: u64,
-    agent: &crate::tokens::Agent,
+    upload: Upload,
+    agent: &Agent,
+) -> Result<Decoded, Rejected> {
+    let (mut meta, content_type) = match upload {
+        Upload::Window => {
+            return match phaseprof_model::read_profile_limited(raw, max_inflated) {
+                Ok(profile) => Ok(Decoded {
+                    profile,
+                    stored: None,
+                    ignored: Vec::new(),
+                }),
+                Err(e @ phaseprof_model::FormatError::TooLarge { .. }) => {
+                    Err(Rejected::TooLarge(format!("{e} (--max-inflated)")))
+                }
+                Err(e @ phaseprof_model::FormatError::OverLimit(_)) => {
+                    Err(Rejected::Malformed(e.to_string()))
+                }
+                Err(e) => Err(Rejected::Malformed(format!("not a phaseprof window: {e}"))),
+            };
+        }
+        Upload::Pprof { meta, content_type } => (*meta, content_type),
+    };
+    if !meta.labels.contains_key("host") {
+        let host = agent.pins.get("host").unwrap_or(&agent.name);
+        meta.labels.insert("host".into(), host.clone());
+    }
+    let pprof = super::multipart::profile_part(raw, &content_type).map_err(Rejected::Malformed)?;
+    use phaseprof_view::pprof_import::{window_from_pprof, ImportError};
+    let imported = window_from_pprof(pprof, max_inflated, meta).map_err(|e| match e {
+        ImportError::TooLarge(_) => Rejected::TooLarge(format!("{e} (--max-inflated)")),
+        e => Rejected::Malformed(e.to_string()),
+    })?;
+    let mut stored = Vec::new();
+    phaseprof_model::write_profile(&imported.profile, &mut stored)
+        .map_err(|e| Rejected::Malformed(format!("the profile could not be stored: {e}")))?;
+    Ok(Decoded {
+        profile: imported.profile,
+        stored: Some(stored),
+        ignored: imported.ignored,
+    })
+}
+
+/// Whether a window is one this agent may store: it validates, has a `host` label, carries
+/// the labels the agent's token pins, and does not end in the future. Its rows (split here, on
+/// the decoding worker), or why not.
+fn check_window(
+    profile: &Profile,
+    agent: &Agent,
     stored: &crate::rows::Stored,
 ) -> Result<crate::rows::WindowRows, Rejected> {
-    let profile = match phaseprof_model::read_profile_limited(raw, max_inflated) {
-        Ok(p) => p,
-        Err(e @ phaseprof_model::FormatError::TooLarge { .. }) => {
-            return Err(Rejected::TooLarge(format!("{e} (--max-inflated)")))
-        }
-        Err(e @ phaseprof_model::FormatError::OverLimit(_)) => {
-            return Err(Rejected::Malformed(e.to_string()))
-        }
-        Err(e) => return Err(Rejected::Malformed(format!("not a phaseprof window: {e}"))),
-    };
     if let Err(e) = profile.validate() {
         return Err(Rejected::Malformed(format!("invalid window: {e}")));
     }
@@ -356,7 +442,7 @@ fn check_window(
             ahead.as_secs()
         )));
     }
-    Ok(crate::rows::split(&profile, stored))
+    Ok(crate::rows::split(profile, stored))
 }
 
 pub(super) fn now() -> Duration {

@@ -1,5 +1,6 @@
-//! The collector's HTTP app: `POST /api/v1/windows` (ingest, in `ingest`), queries over what
-//! is stored (`queries`), and `/metrics`.
+//! The collector's HTTP app: `POST /api/v1/windows` (ingest, in `ingest`), `POST /ingest`
+//! (Pyroscope's push API: `pyroscope_push`), queries over what is stored (`queries`), and
+//! `/metrics`.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -16,6 +17,8 @@ use crate::store::{Store, StoreError};
 use crate::tokens::Tokens;
 
 mod ingest;
+mod multipart;
+mod pyroscope_push;
 mod queries;
 #[cfg(test)]
 mod tests;
@@ -82,6 +85,10 @@ pub fn app(state: AppState) -> Router {
             "/api/v1/windows",
             // The limit is enforced by `ingest` itself (after the token, with its own 413).
             post(ingest).layer(DefaultBodyLimit::disable()).get(windows),
+        )
+        .route(
+            "/ingest",
+            post(pyroscope_push::pyroscope_push).layer(DefaultBodyLimit::disable()),
         )
         .route("/api/v1/windows/{id}", get(window_download))
         .route("/api/v1/merged", get(merged))

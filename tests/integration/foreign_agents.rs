@@ -1,0 +1,104 @@
+//! Other agents' profiles in the collector: Pyroscope's own Go SDK (grafana/pyroscope-go v1.5.0,
+//! from the Go module proxy) pushes a Go program's CPU and heap profiles to `POST /ingest`, as
+//! it would to a Pyroscope server. The program keeps a copy of every profile the collector
+//! accepted and sums its sample types with Go's own pprof library (google/pprof): the truth the
+//! merged views are held to.
+use std::process::Command;
+
+use phaseprof_e2e::*;
+
+use crate::fleet::sqlite_collector;
+
+const TOKEN: &str = "pyroscope-sdk-token-0123456789";
+
+/// pyroscope-push run against the collector on `port` with `token`: its truth line.
+fn push(port: u16, token: &str, seconds: u32) -> serde_json::Value {
+    let bin = go_workload("pyroscope-push").expect("Go is installed");
+    let o = Command::new(bin)
+        .args(["-url", &format!("http://127.0.0.1:{port}")])
+        .args(["-token", token, "-seconds", &seconds.to_string()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+// Checks that what the SDK pushed lands in the merged views with the totals its own profiles
+// sum to: CPU samples, allocated bytes and objects, for the service and for a label selection;
+// that the program's burn function holds most of the CPU samples; that the in-use heap types
+// the SDK sends too are left out by name; and that a wrong token stores nothing.
+#[test]
+fn a_pyroscope_sdk_push_is_merged_with_its_own_totals() {
+    if go_binary().is_none() {
+        eprintln!("SKIPPED: Go is not installed");
+        return;
+    }
+    let dir = scratch("pyroscope-push");
+    let (port, _collector) = sqlite_collector(&dir, "pushers", TOKEN);
+    let truth = push(port, TOKEN, 3);
+    eprintln!("pyroscope-push: {truth}");
+    assert_eq!(truth["refused"], serde_json::Value::Null, "{truth}");
+    assert!(num(&truth["accepted"]) >= 2, "{truth}");
+    let sums = &truth["sums"];
+    for t in ["inuse_space/bytes", "inuse_objects/count"] {
+        assert_eq!(truth["ignored"][t], true, "{truth}");
+    }
+    for sel in [
+        "service%3Dpyroscope-push",
+        "service%3Dpyroscope-push,version%3D1.2.3",
+    ] {
+        let (status, body) = http_get(&format!("http://127.0.0.1:{port}/api/v1/merged?sel={sel}"));
+        assert_eq!(status, 200, "{body}");
+        let m: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let e = &m["events"];
+        assert_eq!(
+            e["cpu"]["samples"], sums["samples/count"],
+            "{sel}: {}",
+            e["cpu"]
+        );
+        assert_eq!(
+            e["alloc"]["bytes"], sums["alloc_space/bytes"],
+            "{sel}: {}",
+            e["alloc"]
+        );
+        assert_eq!(
+            e["alloc"]["count"], sums["alloc_objects/count"],
+            "{sel}: {}",
+            e["alloc"]
+        );
+        assert_eq!(
+            e["alloc"]["exact"], false,
+            "Go's heap samples are estimates"
+        );
+        assert_eq!(m["labels"]["host"], "pushers", "{}", m["labels"]);
+    }
+
+    let url =
+        format!("http://127.0.0.1:{port}/api/v1/merged.phaseprof?sel=service%3Dpyroscope-push");
+    let p = phaseprof_model::read_profile(&mut &crate::store_sums::download(&url)[..]).unwrap();
+    let stacks = p.weighted_stacks(phaseprof_model::EventKind::Cpu, None);
+    let in_burn: u64 = (stacks.iter())
+        .filter(|w| (w.frames.iter()).any(|&f| p.frames[f as usize].function == "main.burn"))
+        .map(|w| w.value)
+        .sum();
+    let all: u64 = stacks.iter().map(|w| w.value).sum();
+    assert!(
+        2 * in_burn > all,
+        "main.burn has {in_burn} of {all} cpu samples"
+    );
+
+    let bad = push(port, "not-the-token-0123456789", 1);
+    assert_eq!(bad["accepted"], 0, "{bad}");
+    assert!(bad["refused"].to_string().contains("401"), "{bad}");
+    let (_, body) = http_get(&format!(
+        "http://127.0.0.1:{port}/api/v1/merged?sel=service%3Dpyroscope-push"
+    ));
+    let again: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(again["events"]["cpu"]["samples"], sums["samples/count"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
