@@ -1,8 +1,11 @@
-//! Other agents' profiles in the collector: Pyroscope's own Go SDK (grafana/pyroscope-go v1.5.0,
-//! from the Go module proxy) pushes a Go program's CPU and heap profiles to `POST /ingest`, as
-//! it would to a Pyroscope server. The program keeps a copy of every profile the collector
-//! accepted and sums its sample types with Go's own pprof library (google/pprof): the truth the
-//! merged views are held to.
+//! Other agents' profiles in the collector, held to what the senders say they sent:
+//! - Pyroscope's own Go SDK (grafana/pyroscope-go v1.5.0, from the Go module proxy) pushes a Go
+//!   program's CPU and heap profiles to `POST /ingest`, as it would to a Pyroscope server; the
+//!   program keeps a copy of every profile the collector accepted and sums its sample types
+//!   with Go's own pprof library (google/pprof).
+//! - OTLP profiles built and encoded by the OpenTelemetry Collector's own data model (pdata
+//!   pprofile v0.165.0) are posted to `POST /v1development/profiles`; the sender sums its
+//!   samples back from what it encoded.
 use std::process::Command;
 
 use phaseprof_e2e::*;
@@ -13,10 +16,20 @@ const TOKEN: &str = "pyroscope-sdk-token-0123456789";
 
 /// pyroscope-push run against the collector on `port` with `token`: its truth line.
 fn push(port: u16, token: &str, seconds: u32) -> serde_json::Value {
-    let bin = go_workload("pyroscope-push").expect("Go is installed");
+    let seconds = seconds.to_string();
+    send(
+        "pyroscope-push",
+        port,
+        &["-token", token, "-seconds", &seconds],
+    )
+}
+
+/// The Go sender `name` run against the collector on `port` with `args`: its truth line.
+fn send(name: &str, port: u16, args: &[&str]) -> serde_json::Value {
+    let bin = go_workload(name).expect("Go is installed");
     let o = Command::new(bin)
         .args(["-url", &format!("http://127.0.0.1:{port}")])
-        .args(["-token", token, "-seconds", &seconds.to_string()])
+        .args(args)
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
@@ -78,9 +91,7 @@ fn a_pyroscope_sdk_push_is_merged_with_its_own_totals() {
         assert_eq!(m["labels"]["host"], "pushers", "{}", m["labels"]);
     }
 
-    let url =
-        format!("http://127.0.0.1:{port}/api/v1/merged.phaseprof?sel=service%3Dpyroscope-push");
-    let p = phaseprof_model::read_profile(&mut &crate::store_sums::download(&url)[..]).unwrap();
+    let p = merged_window(port, "service%3Dpyroscope-push");
     let stacks = p.weighted_stacks(phaseprof_model::EventKind::Cpu, None);
     let in_burn: u64 = (stacks.iter())
         .filter(|w| (w.frames.iter()).any(|&f| p.frames[f as usize].function == "main.burn"))
@@ -100,5 +111,63 @@ fn a_pyroscope_sdk_push_is_merged_with_its_own_totals() {
     ));
     let again: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(again["events"]["cpu"]["samples"], sums["samples/count"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The merged window of `sel` on the collector at `port`, as the store sums it.
+fn merged_window(port: u16, sel: &str) -> phaseprof_model::Profile {
+    let url = format!("http://127.0.0.1:{port}/api/v1/merged.phaseprof?sel={sel}");
+    phaseprof_model::read_profile(&mut &crate::store_sums::download(&url)[..]).unwrap()
+}
+
+// Checks OTLP profiles sent as the OpenTelemetry Collector's exporters send them (its pdata
+// model and encoder, gzipped protobuf, the strings as dictionary references): one window per
+// resource, labelled by its attributes; node-a's CPU samples, and those in phase `replay` (the
+// samples' `phaseprof.phase` attribute), node-b's allocated bytes and objects, all equal to
+// what the sender's samples hold; the goroutine profile named in the partial success.
+#[test]
+fn otlp_profiles_from_the_collectors_encoder_are_merged_per_resource() {
+    if go_binary().is_none() {
+        eprintln!("SKIPPED: Go is not installed");
+        return;
+    }
+    let dir = scratch("otlp-push");
+    let (port, _collector) = sqlite_collector(&dir, "otel", TOKEN);
+    let truth = send("otlp-push", port, &["-token", TOKEN]);
+    eprintln!("otlp-push: {truth}");
+    assert_eq!(truth["status"], 200, "{truth}");
+    assert_eq!(truth["rejected"], 1, "{truth}");
+    assert!(truth["partial_message"]
+        .to_string()
+        .contains("goroutine/count"));
+    let (a, b) = (&truth["totals"]["node-a"], &truth["totals"]["node-b"]);
+
+    let p = merged_window(port, "service%3Dotlp-push,host%3Dnode-a,version%3D2.0");
+    use phaseprof_model::SampleKind;
+    assert_eq!(p.total(SampleKind::Cpu, 0), num(&a["samples/count"]));
+    let replay = p.phase_index("replay").expect("phase replay");
+    let in_replay: u64 = (p.samples.iter())
+        .filter(|s| s.kind == SampleKind::Cpu && s.phase == replay)
+        .map(|s| s.value(0))
+        .sum();
+    assert_eq!(in_replay, num(&a["samples/count in replay"]));
+    assert_eq!(p.total(SampleKind::Alloc, 0), 0, "node-a allocated nothing");
+
+    let p = merged_window(port, "service%3Dotlp-push,host%3Dnode-b");
+    assert_eq!(p.total(SampleKind::Alloc, 0), num(&b["alloc_space/bytes"]));
+    assert_eq!(
+        p.total(SampleKind::Alloc, 1),
+        num(&b["alloc_objects/count"])
+    );
+    assert_eq!(
+        p.total(SampleKind::AllocTotal, 0),
+        num(&b["alloc_space/bytes"])
+    );
+    assert_eq!(p.total(SampleKind::Cpu, 0), 0, "node-b sent no CPU samples");
+    let leaf = &p.frames[p.stacks[0].frames[0] as usize];
+    assert_eq!(
+        (leaf.function.as_str(), leaf.module.as_str()),
+        ("main.grow", "otlp-push")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,9 +6,9 @@
 pub mod compare;
 pub mod export;
 pub mod format;
+pub mod import;
 pub mod otlp;
 pub mod pprof;
-pub mod pprof_import;
 pub mod report;
 pub mod speedscope;
 pub mod terminal;

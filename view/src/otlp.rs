@@ -56,6 +56,9 @@ pub struct KeyValue {
     pub key: String,
     #[prost(message, optional, tag = "2")]
     pub value: Option<AnyValue>,
+    /// The key as a string table index (the collector's encoder writes keys so).
+    #[prost(int32, tag = "3")]
+    pub key_strindex: i32,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -64,6 +67,9 @@ pub struct AnyValue {
     pub string_value: Option<String>,
     #[prost(int64, optional, tag = "3")]
     pub int_value: Option<i64>,
+    /// A string value as a string table index (the collector's encoder writes strings so).
+    #[prost(int32, optional, tag = "8")]
+    pub string_value_strindex: Option<i32>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -116,6 +122,9 @@ pub struct Sample {
     pub attribute_indices: Vec<i32>,
     #[prost(int64, repeated, tag = "4")]
     pub values: Vec<i64>,
+    /// When values are absent, each timestamp is one sample.
+    #[prost(fixed64, repeated, tag = "5")]
+    pub timestamps_unix_nano: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -128,6 +137,8 @@ pub struct Stack {
 pub struct Location {
     #[prost(int32, tag = "1")]
     pub mapping_index: i32,
+    #[prost(uint64, tag = "2")]
+    pub address: u64,
     #[prost(message, repeated, tag = "3")]
     pub lines: Vec<Line>,
 }
@@ -252,6 +263,7 @@ impl Tables {
         let mapping_index = self.mapping(p, module);
         self.d.location_table.push(Location {
             mapping_index,
+            address: 0,
             lines: vec![Line { function_index }],
         });
         let i = self.d.location_table.len() as i32 - 1;
@@ -290,14 +302,14 @@ impl Tables {
 fn text(s: &str) -> AnyValue {
     AnyValue {
         string_value: Some(s.to_string()),
-        int_value: None,
+        ..AnyValue::default()
     }
 }
 
 fn int(v: i64) -> AnyValue {
     AnyValue {
-        string_value: None,
         int_value: Some(v),
+        ..AnyValue::default()
     }
 }
 
@@ -342,6 +354,7 @@ pub fn to_otlp(p: &Profile, kind: EventKind, phase: Option<u32>) -> ProfilesData
             stack_index,
             attribute_indices,
             values: vec![(w.value * scale) as i64],
+            timestamps_unix_nano: Vec::new(),
         });
     }
     let period_type = (kind == EventKind::Cpu).then(|| value_type(&mut t));
@@ -351,14 +364,17 @@ pub fn to_otlp(p: &Profile, kind: EventKind, phase: Option<u32>) -> ProfilesData
             KeyValue {
                 key: "process.executable.name".into(),
                 value: Some(text(&m.comm)),
+                key_strindex: 0,
             },
             KeyValue {
                 key: "process.executable.path".into(),
                 value: Some(text(&m.exe)),
+                key_strindex: 0,
             },
             KeyValue {
                 key: "host.name".into(),
                 value: Some(text(&m.host)),
+                key_strindex: 0,
             },
         ],
     };

@@ -209,7 +209,7 @@ pub(super) async fn ingest(
     body: axum::body::Body,
 ) -> Result<Response, WebError> {
     let stored = receive(&s, &headers, body, Upload::Window).await?;
-    let mut answer = serde_json::json!({"id": stored.id, "agent": stored.agent});
+    let mut answer = serde_json::json!({"id": stored.ids.first(), "agent": stored.agent});
     if stored.duplicate {
         answer["duplicate"] = true.into();
         return Ok(Json(answer).into_response());
@@ -227,11 +227,15 @@ pub(super) enum Upload {
         meta: Box<Meta>,
         content_type: String,
     },
+    /// An OTLP profiles export request (protobuf): a window per resource, labelled by its
+    /// attributes.
+    Otlp,
 }
 
 /// An upload stored (or found stored already: `duplicate`).
 pub(super) struct Received {
-    pub id: i64,
+    /// The windows stored, one per upload but for OTLP (one per resource).
+    pub ids: Vec<i64>,
     pub agent: String,
     pub duplicate: bool,
     /// Sample types a pprof upload had that nothing stores.
@@ -309,13 +313,16 @@ pub(super) async fn receive(
     let (raw, max_inflated, store) = (body.clone(), l.max_inflated, s.store.clone());
     let checked = tokio::task::spawn_blocking(move || {
         let d = decode(&raw, max_inflated, upload, &entry)?;
-        let rows = check_window(&d.profile, &entry, store.stored())?;
-        Ok((rows, d.stored, d.ignored))
+        let mut windows = Vec::with_capacity(d.windows.len());
+        for (profile, stored) in d.windows {
+            windows.push((check_window(&profile, &entry, store.stored())?, stored));
+        }
+        Ok((windows, d.ignored))
     })
     .await
     .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     drop(decoder);
-    let (rows, stored_body, ignored) = match checked {
+    let (windows, ignored) = match checked {
         Ok(m) => m,
         Err(Rejected::TooLarge(why)) => return Err(too_large(why)),
         Err(Rejected::Malformed(why)) => {
@@ -327,58 +334,90 @@ pub(super) async fn receive(
             return Err(WebError::new(StatusCode::FORBIDDEN, why));
         }
     };
-    let window = crate::store::NewWindow {
-        agent: agent.clone(),
-        key,
-        rows,
-        body: stored_body.unwrap_or_else(|| body.to_vec()),
-    };
-    let store = s.store.clone();
-    let inserted = tokio::task::spawn_blocking(move || store.insert(window))
-        .await
-        .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    let received = Received {
-        id: inserted.id,
-        agent,
-        duplicate: inserted.duplicate,
-        ignored,
-    };
-    if inserted.duplicate {
-        s.metrics.windows_duplicate.fetch_add(1, Ordering::Relaxed);
-        return Ok(received);
-    }
-    s.metrics.windows_received.fetch_add(1, Ordering::Relaxed);
-    s.metrics.windows_stored.fetch_add(1, Ordering::Relaxed);
-    s.metrics
-        .bytes_received
-        .fetch_add(body.len() as u64, Ordering::Relaxed);
+    let mut received = store_windows(s, agent, key, windows, &body).await?;
+    received.ignored = ignored;
     Ok(received)
 }
 
-/// An upload's body as a window.
+/// Stores an upload's windows (`body` as received, for those stored as sent) under `key`.
+async fn store_windows(
+    s: &AppState,
+    agent: String,
+    key: Option<String>,
+    windows: Vec<(crate::rows::WindowRows, Option<Vec<u8>>)>,
+    body: &Bytes,
+) -> Result<Received, WebError> {
+    let mut received = Received {
+        ids: Vec::with_capacity(windows.len()),
+        agent: agent.clone(),
+        duplicate: false,
+        ignored: Vec::new(),
+    };
+    let several = windows.len() > 1;
+    for (i, (rows, stored)) in windows.into_iter().enumerate() {
+        // Each window of an upload that made several is its own under the key.
+        let key = key.as_ref().map(|k| {
+            if several {
+                format!("{k}:{i}")
+            } else {
+                k.clone()
+            }
+        });
+        let window = crate::store::NewWindow {
+            agent: agent.clone(),
+            key,
+            rows,
+            body: stored.unwrap_or_else(|| body.to_vec()),
+        };
+        let store = s.store.clone();
+        let inserted = tokio::task::spawn_blocking(move || store.insert(window))
+            .await
+            .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+        received.ids.push(inserted.id);
+        if inserted.duplicate {
+            s.metrics.windows_duplicate.fetch_add(1, Ordering::Relaxed);
+            received.duplicate = true;
+        } else {
+            s.metrics.windows_received.fetch_add(1, Ordering::Relaxed);
+            s.metrics.windows_stored.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    if !received.duplicate {
+        s.metrics
+            .bytes_received
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
+    }
+    Ok(received)
+}
+
+/// An upload's body as windows.
 struct Decoded {
-    profile: Profile,
-    /// What to store: None for the body as sent (a phaseprof window), else the window a pprof
-    /// profile made.
-    stored: Option<Vec<u8>>,
-    /// The sample types a pprof profile had that nothing stores.
+    /// Each window, and what to store of it: None for the body as sent (a phaseprof window),
+    /// else the window another agent's profile made.
+    windows: Vec<(Profile, Option<Vec<u8>>)>,
+    /// The sample types another agent's profile had that nothing stores.
     ignored: Vec<String>,
 }
 
-/// An upload's body as a window, within `max_inflated`: a phaseprof window as sent, or a pprof
-/// profile made one.
+/// An upload's body as windows, within `max_inflated`: a phaseprof window as sent, or those
+/// another agent's profile made (one for pprof, one per resource for OTLP), each without a
+/// `host` label given the token's pinned host, else its name.
 fn decode(
     raw: &[u8],
     max_inflated: u64,
     upload: Upload,
     agent: &Agent,
 ) -> Result<Decoded, Rejected> {
-    let (mut meta, content_type) = match upload {
+    use phaseprof_view::import::{otlp::windows_from_otlp, pprof::window_from_pprof, ImportError};
+    let refused = |e: ImportError| match e {
+        ImportError::TooLarge(_) => Rejected::TooLarge(format!("{e} (--max-inflated)")),
+        e => Rejected::Malformed(e.to_string()),
+    };
+    let imported = match upload {
         Upload::Window => {
             return match phaseprof_model::read_profile_limited(raw, max_inflated) {
                 Ok(profile) => Ok(Decoded {
-                    profile,
-                    stored: None,
+                    windows: vec![(profile, None)],
                     ignored: Vec::new(),
                 }),
                 Err(e @ phaseprof_model::FormatError::TooLarge { .. }) => {
@@ -390,26 +429,34 @@ fn decode(
                 Err(e) => Err(Rejected::Malformed(format!("not a phaseprof window: {e}"))),
             };
         }
-        Upload::Pprof { meta, content_type } => (*meta, content_type),
+        Upload::Pprof { meta, content_type } => {
+            let pprof =
+                super::multipart::profile_part(raw, &content_type).map_err(Rejected::Malformed)?;
+            vec![window_from_pprof(pprof, max_inflated, *meta).map_err(refused)?]
+        }
+        Upload::Otlp => (windows_from_otlp(raw, max_inflated, &Meta::default()))
+            .map_err(refused)?
+            .into_iter()
+            .map(|w| w.window)
+            .collect(),
     };
-    if !meta.labels.contains_key("host") {
-        let host = agent.pins.get("host").unwrap_or(&agent.name);
-        meta.labels.insert("host".into(), host.clone());
+    let mut decoded = Decoded {
+        windows: Vec::with_capacity(imported.len()),
+        ignored: Vec::new(),
+    };
+    for mut w in imported {
+        let labels = &mut w.profile.meta.labels;
+        if !labels.contains_key("host") {
+            let host = agent.pins.get("host").unwrap_or(&agent.name);
+            labels.insert("host".into(), host.clone());
+        }
+        let mut stored = Vec::new();
+        phaseprof_model::write_profile(&w.profile, &mut stored)
+            .map_err(|e| Rejected::Malformed(format!("the profile could not be stored: {e}")))?;
+        decoded.windows.push((w.profile, Some(stored)));
+        decoded.ignored.extend(w.ignored);
     }
-    let pprof = super::multipart::profile_part(raw, &content_type).map_err(Rejected::Malformed)?;
-    use phaseprof_view::pprof_import::{window_from_pprof, ImportError};
-    let imported = window_from_pprof(pprof, max_inflated, meta).map_err(|e| match e {
-        ImportError::TooLarge(_) => Rejected::TooLarge(format!("{e} (--max-inflated)")),
-        e => Rejected::Malformed(e.to_string()),
-    })?;
-    let mut stored = Vec::new();
-    phaseprof_model::write_profile(&imported.profile, &mut stored)
-        .map_err(|e| Rejected::Malformed(format!("the profile could not be stored: {e}")))?;
-    Ok(Decoded {
-        profile: imported.profile,
-        stored: Some(stored),
-        ignored: imported.ignored,
-    })
+    Ok(decoded)
 }
 
 /// Whether a window is one this agent may store: it validates, has a `host` label, carries

@@ -1,6 +1,6 @@
 //! The collector's HTTP app: `POST /api/v1/windows` (ingest, in `ingest`), `POST /ingest`
-//! (Pyroscope's push API: `pyroscope_push`), queries over what is stored (`queries`), and
-//! `/metrics`.
+//! (Pyroscope's push API: `pyroscope_push`), `POST /v1development/profiles` (OTLP profiles:
+//! `otlp_push`), queries over what is stored (`queries`), and `/metrics`.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +18,7 @@ use crate::tokens::Tokens;
 
 mod ingest;
 mod multipart;
+mod otlp_push;
 mod pyroscope_push;
 mod queries;
 #[cfg(test)]
@@ -89,6 +90,10 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/ingest",
             post(pyroscope_push::pyroscope_push).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/v1development/profiles",
+            post(otlp_push::otlp_push).layer(DefaultBodyLimit::disable()),
         )
         .route("/api/v1/windows/{id}", get(window_download))
         .route("/api/v1/merged", get(merged))

@@ -65,7 +65,7 @@ pub(super) async fn pyroscope_push(
     let stored = receive(&s, &headers, body, upload).await?;
     // 200, as Pyroscope answers: its SDKs take anything else for a failure.
     Ok(Json(serde_json::json!({
-        "id": stored.id,
+        "id": stored.ids.first(),
         "agent": stored.agent,
         "duplicate": stored.duplicate,
         "ignored_sample_types": stored.ignored,

@@ -1,89 +1,13 @@
 //! pprof import: a `profile.proto` (gzipped or not) that another agent pushed (Pyroscope's SDKs,
-//! Grafana Alloy) as a phaseprof window. Each sample type maps to the kind that measures the
-//! same thing: CPU samples (`samples`/`count`, else `cpu`/`nanoseconds` over the period) to
-//! `cpu`, allocations (`alloc_space`, `alloc_objects`) to `alloc`; a `phase` label on a sample
-//! (as phaseprof's own pprof export writes) puts it in that phase. Types no stored view shows
-//! (in-use heap, goroutines, mutex and block contention) are named in `ignored`, not stored.
-use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
+//! Grafana Alloy) as a phaseprof window (see `import` for what each sample type becomes). A
+//! `phase` label on a sample (as phaseprof's own pprof export writes) puts it in that phase.
+use std::collections::HashMap;
 
-use phaseprof_model::{
-    AllocInfo, EventKind, Frame, FrameKind, Meta, PhaseAt, Profile, ProfileBuilder, Sample,
-    SampleKind, MAX_WINDOW_PHASES,
-};
+use phaseprof_model::{Frame, Meta, PhaseAt, ProfileBuilder, MAX_WINDOW_PHASES};
 use prost::Message;
 
+use super::{inflate, location_frames, measure_of, ImportError, Imported, Measure, Samples};
 use crate::pprof::{Location, PprofProfile};
-
-/// Why a pushed profile was refused.
-#[derive(Debug)]
-pub enum ImportError {
-    /// Inflated past the limit (bytes).
-    TooLarge(u64),
-    Malformed(String),
-    /// Nothing in it is a type phaseprof stores (the types it has).
-    NothingStored(Vec<String>),
-}
-
-impl std::fmt::Display for ImportError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ImportError::TooLarge(max) => {
-                write!(f, "the profile inflates to more than {max} bytes")
-            }
-            ImportError::Malformed(why) => write!(f, "not a pprof profile: {why}"),
-            ImportError::NothingStored(types) => write!(
-                f,
-                "none of the profile's sample types ({}) is one the collector stores: \
-                 samples/count or cpu/nanoseconds (CPU), alloc_space and alloc_objects \
-                 (allocations)",
-                types.join(", ")
-            ),
-        }
-    }
-}
-
-/// A pushed profile as a window, and the sample types left out ("type/unit").
-pub struct Imported {
-    pub profile: Profile,
-    pub ignored: Vec<String>,
-}
-
-/// The sample types' places that the kinds take their values from.
-struct Columns {
-    /// CPU samples: a count, or CPU time (ns) over the sampling period (ns).
-    cpu: Option<(usize, i64)>,
-    alloc_bytes: Option<usize>,
-    alloc_objects: Option<usize>,
-}
-
-impl Columns {
-    fn of(types: &[(&str, &str)], period: i64) -> Self {
-        let named = |t: &str, unit: Option<&str>| {
-            (types.iter()).position(|(n, u)| *n == t && unit.is_none_or(|want| *u == want))
-        };
-        let cpu = match (
-            named("samples", Some("count")),
-            named("cpu", Some("nanoseconds")),
-        ) {
-            (Some(i), _) => Some((i, 1)),
-            (None, Some(i)) if period > 0 => Some((i, period)),
-            _ => None,
-        };
-        Columns {
-            cpu,
-            alloc_bytes: named("alloc_space", None),
-            alloc_objects: named("alloc_objects", None),
-        }
-    }
-
-    /// Whether column `i` is stored (the CPU time beside a count is: it is the same samples).
-    fn stores(&self, i: usize, types: &[(&str, &str)]) -> bool {
-        self.cpu.is_some() && matches!(types[i], ("samples", "count") | ("cpu", "nanoseconds"))
-            || self.alloc_bytes == Some(i)
-            || self.alloc_objects == Some(i)
-    }
-}
 
 /// `raw` (a pprof profile, gzipped or not, inflating to at most `max_inflated` bytes) as a
 /// window with `meta` (its labels, time range and names; its events and sampling frequency are
@@ -91,7 +15,7 @@ impl Columns {
 pub fn window_from_pprof(
     raw: &[u8],
     max_inflated: u64,
-    mut meta: Meta,
+    meta: Meta,
 ) -> Result<Imported, ImportError> {
     let bytes = inflate(raw, max_inflated)?;
     let p = PprofProfile::decode(&bytes[..]).map_err(|e| ImportError::Malformed(e.to_string()))?;
@@ -99,36 +23,34 @@ pub fn window_from_pprof(
     let types = (p.sample_type.iter())
         .map(|t| Ok((strings.get(t.r#type)?, strings.get(t.unit)?)))
         .collect::<Result<Vec<_>, ImportError>>()?;
-    let columns = Columns::of(&types, p.period);
-    let type_names = |keep: &dyn Fn(usize) -> bool| -> Vec<String> {
+    let mut columns: Vec<Option<Measure>> = (types.iter())
+        .map(|(t, u)| measure_of(t, u, p.period))
+        .collect();
+    let names = |keep: &dyn Fn(usize) -> bool| -> Vec<String> {
         (types.iter().enumerate())
             .filter(|(i, _)| keep(*i))
             .map(|(_, (t, u))| format!("{t}/{u}"))
             .collect()
     };
-    let ignored = type_names(&|i| !columns.stores(i, &types));
+    let ignored = names(&|i| columns[i].is_none());
     if ignored.len() == types.len() {
-        return Err(ImportError::NothingStored(type_names(&|_| true)));
+        return Err(ImportError::NothingStored(names(&|_| true)));
     }
-    let period_unit = p.period_type.as_ref().map(|t| strings.get(t.unit));
-    if columns.cpu.is_some() {
-        meta.events.push(EventKind::Cpu);
-        if p.period > 0 && matches!(period_unit, Some(Ok("nanoseconds"))) {
-            meta.frequency_hz = (1_000_000_000 / p.period as u64).max(1);
+    // Go's CPU profile has the same samples as a count and as CPU time: the count is kept.
+    let counted = |c: &Option<Measure>| matches!(c, Some(Measure::Cpu { per: 1 }));
+    if columns.iter().any(counted) {
+        for c in columns
+            .iter_mut()
+            .filter(|c| matches!(c, Some(Measure::Cpu { .. })))
+        {
+            if !counted(c) {
+                *c = None;
+            }
         }
     }
-    let alloc = columns.alloc_bytes.is_some() || columns.alloc_objects.is_some();
-    if alloc {
-        meta.events.push(EventKind::Alloc);
-        // The profile's own samples, weighed by its rate (Go: one per 512 KiB): estimates.
-        let per_bytes = matches!(period_unit, Some(Ok("bytes")));
-        meta.alloc = Some(AllocInfo {
-            sample_bytes: if per_bytes { p.period.max(0) as u64 } else { 0 },
-            attached_fraction: 1.0,
-            go_sampled: true,
-            ..AllocInfo::default()
-        });
-    }
+    let period_unit = (p.period_type.as_ref()).and_then(|t| strings.get(t.unit).ok());
+    let mut meta = meta;
+    super::set_events(&mut meta, columns.iter().flatten(), p.period, period_unit);
     if meta.start_unix_ns == 0 && p.time_nanos > 0 {
         meta.start_unix_ns = p.time_nanos as u64;
         meta.end_unix_ns = (p.time_nanos as u64).saturating_add(p.duration_nanos.max(0) as u64);
@@ -137,37 +59,18 @@ pub fn window_from_pprof(
     let labels = SampleLabels::of(&p, &strings)?;
     let mut b = ProfileBuilder::new(meta, labels.phase_names.clone());
     let mut frames = FrameTable::new(&p, strings);
-    let mut alloc_totals: BTreeMap<(u32, u32, u64), [u64; 2]> = BTreeMap::new();
+    let mut samples = Samples::default();
     for s in &p.sample {
-        let value = |i: usize| s.value.get(i).copied().unwrap_or(0).max(0) as u64;
         let stack = frames.stack(&mut b, &s.location_id)?;
         let (pid, tid, at) = labels.read(s);
-        if let Some((i, per)) = columns.cpu {
-            let n = value(i) / per.max(1) as u64;
-            if n > 0 {
-                b.add(Sample::new(SampleKind::Cpu, (pid, tid), at, vec![n]).on(stack));
+        for (m, v) in columns.iter().zip(&s.value) {
+            if let Some(m) = m {
+                samples.add(&mut b, m, (*v).max(0) as u64, (pid, tid), at, stack);
             }
         }
-        if alloc {
-            let bytes = columns.alloc_bytes.map_or(0, value);
-            let objects = columns.alloc_objects.map_or(0, value);
-            if bytes > 0 || objects > 0 {
-                let values = vec![bytes, objects, objects.saturating_mul(1000)];
-                b.add(Sample::new(SampleKind::Alloc, (pid, 0), at, values).on(stack));
-                let t = alloc_totals.entry((pid, at.phase, at.mask)).or_default();
-                t[0] = t[0].saturating_add(bytes);
-                t[1] = t[1].saturating_add(objects);
-            }
-        }
-    }
-    // The allocation totals (their own kind, without stacks), as the agent writes them.
-    for ((pid, phase, mask), [bytes, objects]) in alloc_totals {
-        let at = PhaseAt { phase, mask };
-        let values = vec![bytes, objects, 0];
-        b.add(Sample::new(SampleKind::AllocTotal, (pid, 0), at, values));
     }
     Ok(Imported {
-        profile: b.finish(),
+        profile: samples.finish(b),
         ignored,
     })
 }
@@ -288,8 +191,7 @@ impl<'a> FrameTable<'a> {
         Ok(b.intern_stack(frames))
     }
 
-    /// Location `id`'s frames, leaf first: each line's function (the last line is the caller
-    /// the others were inlined into), or `module+0xaddress` where it has none.
+    /// Location `id`'s frames, leaf first (see `import::location_frames`).
     fn location_frames(&self, id: u64) -> Result<Vec<Frame>, ImportError> {
         let l = (self.locations.get(&id))
             .ok_or_else(|| ImportError::Malformed(format!("a sample names location {id}")))?;
@@ -297,70 +199,25 @@ impl<'a> FrameTable<'a> {
             Some(&f) => self.strings.get(f)?,
             None => "",
         };
-        let module = path.rsplit('/').next().unwrap_or(path);
-        let module = if module.is_empty() { "?" } else { module };
-        if l.line.is_empty() {
-            return Ok(vec![frame(
-                &format!("{module}+0x{:x}", l.address),
-                module,
-                false,
-            )]);
-        }
-        let last = l.line.len() - 1;
-        let mut frames = Vec::with_capacity(l.line.len());
-        for (i, line) in l.line.iter().enumerate() {
+        let mut names = Vec::with_capacity(l.line.len());
+        for line in &l.line {
             let &(name, system) = (self.functions.get(&line.function_id)).ok_or_else(|| {
                 ImportError::Malformed(format!("location {id} names function {}", line.function_id))
             })?;
-            let name = match self.strings.get(name)? {
+            names.push(match self.strings.get(name)? {
                 "" => self.strings.get(system)?,
                 n => n,
-            };
-            frames.push(frame(name, module, i < last));
+            });
         }
-        Ok(frames)
+        Ok(location_frames(path, l.address, &names))
     }
-}
-
-/// A frame as phaseprof's pprof export names them: kernel functions end in `_[k]`, its own
-/// labels (a syscall's name) are in module `[phaseprof]`.
-fn frame(name: &str, module: &str, inlined: bool) -> Frame {
-    let (function, kind) = match (name.strip_suffix("_[k]"), module) {
-        (Some(f), _) => (f, FrameKind::Kernel),
-        (None, "[kernel]") => (name, FrameKind::Kernel),
-        (None, "[phaseprof]") => (name, FrameKind::Synthetic),
-        _ => (name, FrameKind::User),
-    };
-    Frame {
-        function: function.to_string(),
-        module: module.to_string(),
-        kind,
-        inlined,
-    }
-}
-
-/// `raw` inflated when gzipped, within `max` bytes.
-fn inflate(raw: &[u8], max: u64) -> Result<Vec<u8>, ImportError> {
-    if !raw.starts_with(&[0x1f, 0x8b]) {
-        if raw.len() as u64 > max {
-            return Err(ImportError::TooLarge(max));
-        }
-        return Ok(raw.to_vec());
-    }
-    let mut out = Vec::new();
-    let mut gz = flate2::read::GzDecoder::new(raw).take(max + 1);
-    gz.read_to_end(&mut out)
-        .map_err(|e| ImportError::Malformed(format!("gzip: {e}")))?;
-    if out.len() as u64 > max {
-        return Err(ImportError::TooLarge(max));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pprof::{to_pprof, Function, Line, ValueType};
+    use phaseprof_model::{EventKind, Profile, SampleKind};
 
     fn gzipped(p: &PprofProfile) -> Vec<u8> {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
