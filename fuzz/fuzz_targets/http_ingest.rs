@@ -1,12 +1,14 @@
 //! The collector's HTTP app on arbitrary requests: whatever an attacker sends to
-//! `POST /api/v1/windows` (or any other route) — method, path, headers, token, Idempotency-Key,
-//! body — must get a status, never a panic, and must store only windows that decode and
-//! validate. Runs the real router over an in-memory store.
+//! `POST /api/v1/windows`, `POST /ingest` (Pyroscope's push: pprof), `POST
+//! /v1development/profiles` (OTLP) or any other route — method, path, headers, token,
+//! Idempotency-Key, body — must get a status, never a panic, and must store only windows that
+//! decode and validate. Runs the real router over an in-memory store.
 //!
 //! Input layout: byte 0 picks the method and route, byte 1 the token (none, an agent's, a
-//! wrong one, empty) and whether an Idempotency-Key is sent, then a length-prefixed header
-//! value (the key, or a Host), then the body; odd byte 0 gzips the body behind a valid
-//! header, so that the fuzzer reaches JSON decoding and validation.
+//! wrong one, empty), whether an Idempotency-Key is sent and whether a pprof push is multipart,
+//! then a length-prefixed header value (the key, or a Host; a push's name), then the body; odd
+//! byte 0 gzips the body (behind a valid header for a window), so that the fuzzer reaches
+//! decoding and validation.
 #![no_main]
 
 use std::io::Write;
@@ -56,21 +58,29 @@ fuzz_target!(|data: &[u8]| {
     };
     let (value, body) = rest.split_at((*len as usize).min(rest.len()));
     let value = String::from_utf8_lossy(value).into_owned();
+    let which = (route >> 1) % 8;
+    let pushed = which >= 6;
     let body = if route & 1 == 1 {
-        let mut b = b"PHASEPROF\n".to_vec();
-        b.extend_from_slice(&1u32.to_le_bytes());
+        let mut b = Vec::new();
+        if !pushed {
+            b.extend_from_slice(b"PHASEPROF\n");
+            b.extend_from_slice(&1u32.to_le_bytes());
+        }
         let mut gz = flate2::write::GzEncoder::new(b, flate2::Compression::fast());
         gz.write_all(body).unwrap();
         gz.finish().unwrap()
     } else {
         body.to_vec()
     };
-    let (method, uri) = match (route >> 1) % 6 {
+    let name: String = value.bytes().map(|b| format!("%{b:02X}")).collect();
+    let (method, uri) = match which {
         0 | 1 => ("POST", "/api/v1/windows".to_string()),
         2 => ("GET", format!("/api/v1/merged?sel={}", value.escape_default())),
         3 => ("GET", "/api/v1/windows".to_string()),
         4 => ("GET", "/metrics".to_string()),
-        _ => ("GET", "/api/v1/diff?a=host%3Dh&b=host%3Dh".to_string()),
+        5 => ("GET", "/api/v1/diff?a=host%3Dh&b=host%3Dh".to_string()),
+        6 => ("POST", format!("/ingest?name={name}&from=1&until=2")),
+        _ => ("POST", "/v1development/profiles".to_string()),
     };
     let mut req = Request::builder().method(method);
     let Ok(uri) = uri.parse::<axum::http::Uri>() else {
@@ -83,9 +93,14 @@ fuzz_target!(|data: &[u8]| {
         2 => req = req.header("authorization", "Bearer wrong-token-0123456789"),
         _ => req = req.header("authorization", "Bearer "),
     }
+    if which == 7 {
+        req = req.header("content-type", "application/x-protobuf");
+    } else if which == 6 && auth & 16 != 0 {
+        req = req.header("content-type", "multipart/form-data; boundary=b");
+    }
     if auth & 4 != 0 {
         req = req.header("idempotency-key", value.as_bytes());
-    } else if auth & 8 != 0 {
+    } else if auth & 8 != 0 && !pushed {
         req = req.header("host", value.as_bytes());
     }
     let Ok(req) = req.body(Body::from(body)) else {
@@ -95,16 +110,18 @@ fuzz_target!(|data: &[u8]| {
     let resp = runtime().block_on(phaseprof_collector::app(s.clone()).oneshot(req));
     let status = resp.unwrap().status().as_u16();
     assert!((200..600).contains(&status));
-    // Stored only when accepted, and what is stored decodes and validates.
+    // Stored only when accepted (an OTLP push stores a window per resource), and what is
+    // stored decodes and validates.
     let stored = s.store.count().unwrap();
-    assert!(stored <= 1);
-    if stored == 1 {
-        assert_eq!(status, 201);
-        let all = s.store.windows(&Default::default()).unwrap();
-        let body = s.store.body(all[0].id).unwrap().unwrap();
-        let p = phaseprof_model::read_profile(&body[..]).unwrap();
-        p.validate().unwrap();
-        // Its rows sum back into a profile that validates too.
+    assert!(stored <= 1 || which == 7);
+    if stored > 0 {
+        assert_eq!(status, if pushed { 200 } else { 201 });
+        for w in s.store.windows(&Default::default()).unwrap() {
+            let body = s.store.body(w.id).unwrap().unwrap();
+            let p = phaseprof_model::read_profile(&body[..]).unwrap();
+            p.validate().unwrap();
+        }
+        // Their rows sum back into a profile that validates too.
         let m = s.store.merged(&Default::default()).unwrap();
         phaseprof_collector::rows::rebuild(&m.agg, &m.dict).validate().unwrap();
     }
