@@ -75,7 +75,10 @@ fuzz_target!(|data: &[u8]| {
     let name: String = value.bytes().map(|b| format!("%{b:02X}")).collect();
     let (method, uri) = match which {
         0 | 1 => ("POST", "/api/v1/windows".to_string()),
-        2 => ("GET", format!("/api/v1/merged?sel={}", value.escape_default())),
+        2 => (
+            "GET",
+            format!("/api/v1/merged?sel={}", value.escape_default()),
+        ),
         3 => ("GET", "/api/v1/windows".to_string()),
         4 => ("GET", "/metrics".to_string()),
         5 => ("GET", "/api/v1/diff?a=host%3Dh&b=host%3Dh".to_string()),
@@ -123,6 +126,8 @@ fuzz_target!(|data: &[u8]| {
         }
         // Their rows sum back into a profile that validates too.
         let m = s.store.merged(&Default::default()).unwrap();
-        phaseprof_collector::rows::rebuild(&m.agg, &m.dict).validate().unwrap();
+        phaseprof_collector::rows::rebuild(&m.agg, &m.dict)
+            .validate()
+            .unwrap();
     }
 });
