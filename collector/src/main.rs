@@ -18,7 +18,7 @@ use phaseprof_view::web::server::{fit_connections, listen, plain, serve, Limits}
 
 /// Receives phaseprof windows from fleet agents, stores them, and merges them by label.
 #[derive(Parser, Debug)]
-#[command(name = "phaseprof-collector", version)]
+#[command(name = "phaseprof-collector", version = phaseprof_model::VERSION)]
 struct Args {
     #[arg(long, default_value = "127.0.0.1:7071")]
     listen: SocketAddr,

@@ -34,6 +34,14 @@ pub mod weighted;
 pub mod window_limits;
 
 pub use build::{PhaseAt, ProfileBuilder};
+
+/// The version and git revision the binaries were built from (`--version`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("PHASEPROF_GIT_REVISION"),
+    ")"
+);
 pub use format::{
     read_profile, read_profile_limited, write_profile, FormatError, DEFAULT_MAX_INFLATED,
     FORMAT_VERSION,

@@ -204,3 +204,50 @@ fn exec_loop_stacks_from_tables() {
     eprintln!("{whole} of {writes} writes of the 30 cats reach __libc_start_main");
     assert_eq!((writes, whole), (30, 30));
 }
+
+// Checks `--version`: the version and git revision the binary was built from (this checkout's
+// HEAD, where git can tell it), and the running kernel's release with each BPF feature
+// phaseprof probes, and for each missing one what stands in for it.
+#[test]
+#[ignore = "needs root: run as root with --include-ignored"]
+fn version_says_the_revision_and_what_the_kernel_can_do() {
+    require_root!();
+    let out = phaseprof_ok(&["--version"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("");
+    assert!(
+        first.starts_with("phaseprof ") && first.contains(" (git "),
+        "{text}"
+    );
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    if let Some(head) = head {
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+        assert!(
+            first.contains(&head),
+            "{first} is not built from HEAD {head}"
+        );
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let kernel = lines.next().unwrap_or("");
+    assert!(
+        kernel.starts_with(&format!("kernel {}: ", release.trim())),
+        "{text}"
+    );
+    for feature in ["btf yes", "ringbuf yes", "uprobe_multi ", "sched_info "] {
+        assert!(kernel.contains(feature), "{feature}: {text}");
+    }
+    // Each missing feature says what replaces it, on a line of its own.
+    let missing = kernel.matches(" no").count();
+    assert_eq!(
+        lines.filter(|l| l.starts_with("  ")).count(),
+        missing,
+        "{text}"
+    );
+}

@@ -21,12 +21,28 @@ pub use record_args::RecordArgs;
 #[derive(Parser, Debug)]
 #[command(
     name = "phaseprof",
-    version,
+    version = phaseprof_model::VERSION,
     about = "eBPF profiler that attributes every cost to the phase the thread was in"
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The command line; `--version` (not `-V`) also says what this kernel's BPF can do,
+    /// probed then (a few loads of tiny programs).
+    pub fn from_args() -> Cli {
+        use clap::{CommandFactory, FromArgMatches};
+        let mut cmd = Cli::command();
+        if std::env::args_os().any(|a| a == "--version") {
+            let features = crate::engine::features::KernelFeatures::version_text();
+            // Once per run: clap takes a static string here.
+            let text = format!("{}\n{features}", phaseprof_model::VERSION);
+            cmd = cmd.long_version(&*Box::leak(text.into_boxed_str()));
+        }
+        Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit())
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -201,6 +201,34 @@ impl KernelFeatures {
         out
     }
 
+    /// What `--version` says of this kernel: each feature, and what stands in for those it
+    /// lacks (probed: as root only, since the probes load programs).
+    pub fn version_text() -> String {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return "kernel features: not probed (the probes load BPF programs: run as root)"
+                .into();
+        }
+        let k = KernelFeatures::probe();
+        let events = [
+            EventKind::Cpu,
+            EventKind::Offcpu,
+            EventKind::Syscall,
+            EventKind::Alloc,
+            EventKind::Pagefault,
+            EventKind::Signal,
+        ];
+        let summary = k.summary(&events, true);
+        let flags: Vec<String> = (summary.iter())
+            .map(|(name, v)| format!("{name} {}", if v == "yes" { "yes" } else { "no" }))
+            .collect();
+        let mut text = format!("kernel {}: {}", k.release, flags.join(", "));
+        for (name, v) in summary.iter().filter(|(_, v)| v.starts_with("no: ")) {
+            text += &format!("\n  {name}: {}", &v["no: ".len()..]);
+        }
+        text
+    }
+
     /// Every feature with `yes` or what replaced it: the recording's `kernel_features`.
     pub fn summary(&self, events: &[EventKind], phases: bool) -> BTreeMap<String, String> {
         let mut copy = self.clone();
