@@ -38,6 +38,7 @@ checks=(
   "syscalls under a budget within 5% of dd's|syscall_budget::syscalls_under_a_budget_are_estimated_from_slices"
   "a command that exited keeps its CPU time|probe_cost::a_command_that_exited_keeps_its_cpu_time"
   "sampled off-CPU stacks match every stack's|offcpu_stacks::sampled_offcpu_stacks_match_every_stack"
+  "--version names the kernel's features|kernels::version_says_the_revision_and_what_the_kernel_can_do"
 )
 tests=()
 for c in "${checks[@]}"; do tests+=("${c#*|}"); done
