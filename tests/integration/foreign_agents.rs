@@ -124,9 +124,11 @@ fn merged_window(port: u16, sel: &str) -> phaseprof_model::Profile {
 // model and encoder, gzipped protobuf, the strings as dictionary references): one window per
 // resource, labelled by its attributes; node-a's CPU samples, and those in phase `replay` (the
 // samples' `phaseprof.phase` attribute), node-b's allocated bytes and objects, all equal to
-// what the sender's samples hold; the goroutine profile named in the partial success.
+// what the sender's samples hold; the goroutine profile named in the partial success. Then
+// Pyroscope's own Go API client (github.com/grafana/pyroscope/api v1.6.0, what Grafana's data
+// source speaks) reads the same totals back: for a label selection, for a phase, per type.
 #[test]
-fn otlp_profiles_from_the_collectors_encoder_are_merged_per_resource() {
+fn otlp_profiles_are_merged_per_resource_and_read_back_by_pyroscopes_client() {
     if go_binary().is_none() {
         eprintln!("SKIPPED: Go is not installed");
         return;
@@ -168,6 +170,62 @@ fn otlp_profiles_from_the_collectors_encoder_are_merged_per_resource() {
     assert_eq!(
         (leaf.function.as_str(), leaf.module.as_str()),
         ("main.grow", "otlp-push")
+    );
+
+    // Pyroscope's own API client, as Grafana's data source asks: the same totals, for a label
+    // selection and for a phase.
+    let query = |selector: &str, profile_type: &str, label: &str| {
+        let args = [
+            "-selector",
+            selector,
+            "-type",
+            profile_type,
+            "-label",
+            label,
+        ];
+        send("pyroscope-query", port, &args)
+    };
+    let cpu = "cpu:samples:count:cpu:nanoseconds";
+    let replay = query(
+        r#"{service_name="otlp-push", phase="replay"}"#,
+        cpu,
+        "phase",
+    );
+    eprintln!("pyroscope-query: {replay}");
+    assert_eq!(replay["total"], a["samples/count in replay"], "{replay}");
+    assert_eq!(replay["self_sum"], replay["total"], "{replay}");
+    assert_eq!(
+        replay["label_values"],
+        serde_json::json!(["replay"]),
+        "{replay}"
+    );
+    let types = replay["profile_types"].to_string();
+    assert!(
+        types.contains(cpu) && types.contains("alloc:alloc_space:bytes"),
+        "{types}"
+    );
+    let names = replay["label_names"].to_string();
+    assert!(
+        names.contains("service_name") && names.contains("phase"),
+        "{names}"
+    );
+    assert_eq!(
+        replay["series"].as_array().map(Vec::len),
+        Some(2),
+        "{replay}"
+    );
+    let all = query(r#"{service_name="otlp-push", host="node-a"}"#, cpu, "host");
+    assert_eq!(all["total"], a["samples/count"], "{all}");
+    assert_eq!(all["label_values"], serde_json::json!(["node-a"]), "{all}");
+    let alloc = query(
+        r#"{service_name="otlp-push"}"#,
+        "alloc:alloc_space:bytes::",
+        "host",
+    );
+    assert_eq!(alloc["total"], b["alloc_space/bytes"], "{alloc}");
+    assert_eq!(
+        alloc["self_by_name"]["main.grow"], b["alloc_space/bytes"],
+        "{alloc}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,7 +14,8 @@ pub mod speedscope;
 pub mod terminal;
 pub mod web;
 
-#[cfg(test)]
-mod fixture;
+/// A small profile tests share (the collector's too, through the `fixtures` feature).
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixture;
 #[cfg(test)]
 mod golden;

@@ -137,7 +137,7 @@ impl Strings {
 /// Builds the pprof message for one event kind (and optionally one phase).
 /// A stack's (function, module) pairs leaf first, as pprof and OTLP order locations, with the
 /// synthetic leaf (a syscall's name) in module `[phaseprof]`.
-pub(crate) fn frames_leaf_first(profile: &Profile, w: &Weighted) -> Vec<(String, String)> {
+pub fn frames_leaf_first(profile: &Profile, w: &Weighted) -> Vec<(String, String)> {
     let label = w
         .leaf_label
         .iter()

@@ -1,6 +1,7 @@
 //! The collector's HTTP app: `POST /api/v1/windows` (ingest, in `ingest`), `POST /ingest`
 //! (Pyroscope's push API: `pyroscope_push`), `POST /v1development/profiles` (OTLP profiles:
-//! `otlp_push`), queries over what is stored (`queries`), and `/metrics`.
+//! `otlp_push`), queries over what is stored (`queries`; Pyroscope's query API:
+//! `pyroscope_query`), and `/metrics`.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ mod ingest;
 mod multipart;
 mod otlp_push;
 mod pyroscope_push;
+mod pyroscope_query;
 mod queries;
 #[cfg(test)]
 mod tests;
@@ -94,6 +96,10 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1development/profiles",
             post(otlp_push::otlp_push).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/querier.v1.QuerierService/{method}",
+            post(pyroscope_query::pyroscope_query),
         )
         .route("/api/v1/windows/{id}", get(window_download))
         .route("/api/v1/merged", get(merged))

@@ -87,7 +87,7 @@ pub(super) async fn window_download(
 /// Runs a query's store and merge work off the async workers, as many at once as
 /// `AppState::queries` allows (each merge already uses every core; more at once would only
 /// multiply the memory).
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     s: &AppState,
     f: impl FnOnce() -> Result<T, WebError> + Send + 'static,
 ) -> Result<T, WebError> {

@@ -1,0 +1,467 @@
+//! Pyroscope's query API (`POST /querier.v1.QuerierService/{method}`, connect unary with
+//! protobuf bodies, as Grafana's Pyroscope data source and Pyroscope's Go API client call it),
+//! over the same store as the collector's own API: profile types, label names and values,
+//! series, and merged stack traces as a flame graph. Each event kind is a profile type; the
+//! windows' labels are the series' labels (`service` answers as `service_name`, as Pyroscope
+//! names it), and `phase` selects the samples of one phase, which Pyroscope itself cannot.
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use phaseprof_model::{EventKind, Profile, KINDS};
+use prost::Message;
+
+use super::queries::{blocking, check_read};
+use super::AppState;
+use crate::merged::merged_profile;
+use crate::store::Selector;
+
+mod messages;
+use messages::*;
+
+/// A connect error: its code (as connect names it) and message, with the HTTP status connect
+/// maps the code to.
+struct ConnectError(StatusCode, &'static str, String);
+
+impl IntoResponse for ConnectError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"code": self.1, "message": self.2}).to_string();
+        (self.0, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+fn invalid(why: String) -> ConnectError {
+    ConnectError(StatusCode::BAD_REQUEST, "invalid_argument", why)
+}
+
+pub(super) async fn pyroscope_query(
+    State(s): State<AppState>,
+    Path(method): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = check_read(&s, &headers) {
+        return e.into_response();
+    }
+    let proto = (headers.get(header::CONTENT_TYPE))
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/proto"));
+    if !proto {
+        let why = "the collector answers Pyroscope's API in protobuf (Content-Type: \
+                   application/proto), as its connect clients send by default";
+        return ConnectError(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unimplemented",
+            why.into(),
+        )
+        .into_response();
+    }
+    let answer = blocking(&s.clone(), move || Ok(answer(&s, &method, &body))).await;
+    match answer {
+        Ok(Ok(bytes)) => ([(header::CONTENT_TYPE, "application/proto")], bytes).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Method `method`'s answer to `body`, encoded.
+fn answer(s: &AppState, method: &str, body: &[u8]) -> Result<Vec<u8>, ConnectError> {
+    let decode_error = |e: prost::DecodeError| invalid(format!("{method}: {e}"));
+    Ok(match method {
+        "ProfileTypes" => {
+            let q = ProfileTypesRequest::decode(body).map_err(decode_error)?;
+            profile_types(s, q.start, q.end)?.encode_to_vec()
+        }
+        "LabelNames" => {
+            let q = LabelNamesRequest::decode(body).map_err(decode_error)?;
+            let sel = Query::of(&q.matchers, q.start, q.end)?;
+            let mut names: BTreeSet<String> = BTreeSet::new();
+            for labels in sel.label_sets(s)? {
+                names.extend(labels.keys().map(|k| pyroscope_name(k).to_string()));
+            }
+            names.insert("phase".into());
+            LabelNamesResponse {
+                names: names.into_iter().collect(),
+            }
+            .encode_to_vec()
+        }
+        "LabelValues" => {
+            let q = LabelValuesRequest::decode(body).map_err(decode_error)?;
+            let sel = Query::of(&q.matchers, q.start, q.end)?;
+            let names: BTreeSet<String> = if q.name == "phase" {
+                let merged = sel.merged(s)?;
+                (merged.iter().flat_map(|p| p.phases.iter().skip(1)).cloned()).collect()
+            } else {
+                let name = store_name(&q.name);
+                let sets = sel.label_sets(s)?;
+                sets.into_iter()
+                    .filter_map(|mut l| l.remove(name))
+                    .collect()
+            };
+            LabelValuesResponse {
+                names: names.into_iter().collect(),
+            }
+            .encode_to_vec()
+        }
+        "Series" => {
+            let q = SeriesRequest::decode(body).map_err(decode_error)?;
+            let sel = Query::of(&q.matchers, q.start, q.end)?;
+            let mut sets: BTreeSet<Vec<(String, String)>> = BTreeSet::new();
+            for labels in sel.label_sets(s)? {
+                let keep = |k: &String| {
+                    let name = pyroscope_name(k).to_string();
+                    q.label_names.is_empty() || q.label_names.contains(&name)
+                };
+                sets.insert(labels.into_iter().filter(|(k, _)| keep(k)).collect());
+            }
+            SeriesResponse {
+                labels_set: sets.into_iter().map(labels).collect(),
+            }
+            .encode_to_vec()
+        }
+        "SelectMergeStacktraces" => {
+            let q = SelectMergeStacktracesRequest::decode(body).map_err(decode_error)?;
+            if q.format > 1 {
+                return Err(unimplemented("formats other than the flame graph"));
+            }
+            let kind = kind_of(&q.profile_type_id)?;
+            let sel = Query::of(std::slice::from_ref(&q.label_selector), q.start, q.end)?;
+            let flamegraph = match sel.merged(s)? {
+                Some(p) => {
+                    let phase = sel.phase_in(&p)?;
+                    flame_graph(&p, kind, phase, q.max_nodes)
+                }
+                None => FlameGraph::default(),
+            };
+            SelectMergeStacktracesResponse {
+                flamegraph: Some(flamegraph),
+            }
+            .encode_to_vec()
+        }
+        other => return Err(unimplemented(&format!("`{other}`"))),
+    })
+}
+
+fn unimplemented(what: &str) -> ConnectError {
+    ConnectError(
+        StatusCode::NOT_IMPLEMENTED,
+        "unimplemented",
+        format!("{what}: not served by phaseprof-collector (it serves ProfileTypes, LabelNames, LabelValues, Series, SelectMergeStacktraces)"),
+    )
+}
+
+/// Pyroscope's name for a label, and back (`store_name`): `service` is `service_name`.
+fn pyroscope_name(label: &str) -> &str {
+    if label == "service" {
+        "service_name"
+    } else {
+        label
+    }
+}
+
+fn store_name(label: &str) -> &str {
+    if label == "service_name" {
+        "service"
+    } else {
+        label
+    }
+}
+
+fn labels(pairs: Vec<(String, String)>) -> Labels {
+    Labels {
+        labels: (pairs.into_iter())
+            .map(|(name, value)| LabelPair {
+                name: pyroscope_name(&name).to_string(),
+                value,
+            })
+            .collect(),
+    }
+}
+
+/// A profile type ID per event kind that has a flame graph: `name:type:unit:period type:period
+/// unit`, as Pyroscope writes them (`cpu:samples:count:cpu:nanoseconds`).
+fn profile_type(kind: EventKind) -> ProfileType {
+    let spec = kind.samples().spec();
+    let (sample_type, sample_unit) = spec.pprof;
+    let (period_type, period_unit) = match kind {
+        EventKind::Cpu => ("cpu", "nanoseconds"),
+        _ => ("", ""),
+    };
+    ProfileType {
+        id: format!(
+            "{}:{sample_type}:{sample_unit}:{period_type}:{period_unit}",
+            spec.name
+        ),
+        name: spec.name.to_string(),
+        sample_type: sample_type.into(),
+        sample_unit: sample_unit.into(),
+        period_type: period_type.into(),
+        period_unit: period_unit.into(),
+    }
+}
+
+fn kind_of(id: &str) -> Result<EventKind, ConnectError> {
+    let name = id.split(':').next().unwrap_or("");
+    (KINDS.iter())
+        .find(|k| k.flamegraph && k.name == name)
+        .map(|k| k.event)
+        .ok_or_else(|| {
+            invalid(format!(
+                "profile type `{id}`: phaseprof's are those ProfileTypes lists"
+            ))
+        })
+}
+
+/// The kinds with samples in the windows of [start, end] (ms).
+fn profile_types(s: &AppState, start: i64, end: i64) -> Result<ProfileTypesResponse, ConnectError> {
+    let sel = Query::of(&[], start, end)?;
+    let mut types = Vec::new();
+    if let Some(p) = sel.merged(s)? {
+        for k in KINDS.iter().filter(|k| k.flamegraph) {
+            if p.samples.iter().any(|x| x.kind == k.kind) {
+                types.push(profile_type(k.event));
+            }
+        }
+    }
+    Ok(ProfileTypesResponse {
+        profile_types: types,
+    })
+}
+
+/// A query's selection: the store's labels, a phase, the time range.
+struct Query {
+    selector: Selector,
+    phase: Option<String>,
+}
+
+impl Query {
+    /// From Pyroscope's matchers (`{service_name="relay", phase="replay"}`: equality only) and
+    /// a range in ms (0: open).
+    fn of(matchers: &[String], start: i64, end: i64) -> Result<Query, ConnectError> {
+        let mut q = Query {
+            selector: Selector {
+                from_ns: (start.max(0) as u64).saturating_mul(1_000_000),
+                to_ns: (end.max(0) as u64).saturating_mul(1_000_000),
+                ..Selector::default()
+            },
+            phase: None,
+        };
+        for m in matchers {
+            for (k, v) in parse_matcher(m).map_err(invalid)? {
+                match k.as_str() {
+                    // Pyroscope's own: every kind is in every window's series.
+                    "__profile_type__" | "__name__" => {}
+                    "phase" => q.phase = Some(v),
+                    _ => {
+                        q.selector.labels.insert(store_name(&k).to_string(), v);
+                    }
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    fn label_sets(&self, s: &AppState) -> Result<Vec<BTreeMap<String, String>>, ConnectError> {
+        let sets = s.store.label_sets(&self.selector).map_err(store_error)?;
+        Ok(sets.into_iter().map(|l| l.labels).collect())
+    }
+
+    fn merged(&self, s: &AppState) -> Result<Option<Profile>, ConnectError> {
+        merged_profile(s.store.as_ref(), &self.selector).map_err(store_error)
+    }
+
+    /// The selected phase's index in `p` (None: all samples); a phase `p` does not have
+    /// selects nothing.
+    fn phase_in(&self, p: &Profile) -> Result<Option<u32>, ConnectError> {
+        match &self.phase {
+            None => Ok(None),
+            Some(name) => Ok(Some(p.phase_index(name).unwrap_or(u32::MAX))),
+        }
+    }
+}
+
+fn store_error(e: crate::store::StoreError) -> ConnectError {
+    ConnectError(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+}
+
+/// `{k="v", k2="v2"}` as pairs; any operator but `=` is refused.
+fn parse_matcher(m: &str) -> Result<Vec<(String, String)>, String> {
+    let inner = (m.trim().strip_prefix('{').and_then(|r| r.strip_suffix('}')))
+        .ok_or_else(|| format!("label selector `{m}`: expected {{name=\"value\", …}}"))?;
+    let mut out = Vec::new();
+    let mut rest = inner.trim();
+    while !rest.is_empty() {
+        let op = rest
+            .find(['=', '!', '~'])
+            .ok_or_else(|| format!("`{rest}`: no `=`"))?;
+        let name = rest[..op].trim();
+        let after = &rest[op..];
+        if !after.starts_with("=\"") {
+            return Err(format!(
+                "label selector `{m}`: only `name=\"value\"` matchers are served (not `!=`, `=~`, `!~`)"
+            ));
+        }
+        let value_and_rest = &after[2..];
+        let close = (value_and_rest.find('"'))
+            .ok_or_else(|| format!("label selector `{m}`: unclosed quote"))?;
+        out.push((name.to_string(), value_and_rest[..close].to_string()));
+        rest = value_and_rest[close + 1..]
+            .trim_start()
+            .trim_start_matches(',')
+            .trim();
+    }
+    Ok(out)
+}
+
+/// The flame graph of `kind`'s stacks in `p` (in `phase`), as Pyroscope's flame graph: node
+/// names, and per depth each node as (x offset from the end of the node before it on that
+/// level, total, self, name index), root ("total") first. With `max_nodes`, nodes whose total is
+/// under the largest `max_nodes` totals are folded into their parent's self time.
+fn flame_graph(
+    p: &Profile,
+    kind: EventKind,
+    phase: Option<u32>,
+    max_nodes: Option<i64>,
+) -> FlameGraph {
+    #[derive(Default)]
+    struct Node {
+        total: i64,
+        own: i64,
+        children: BTreeMap<String, usize>,
+    }
+    let mut nodes = vec![Node::default()];
+    let mut names = vec!["total".to_string()];
+    let mut name_of = vec![0usize];
+    for w in p.weighted_stacks(kind, phase) {
+        let v = w.value as i64;
+        let mut at = 0;
+        nodes[0].total += v;
+        for (name, _) in phaseprof_view::pprof::frames_leaf_first(p, &w)
+            .into_iter()
+            .rev()
+        {
+            let next = match nodes[at].children.get(&name) {
+                Some(&n) => n,
+                None => {
+                    nodes.push(Node::default());
+                    let n = nodes.len() - 1;
+                    nodes[at].children.insert(name.clone(), n);
+                    names.push(name);
+                    name_of.push(names.len() - 1);
+                    n
+                }
+            };
+            nodes[next].total += v;
+            at = next;
+        }
+        nodes[at].own += v;
+    }
+    // The smallest total kept within max_nodes.
+    let floor = match max_nodes.filter(|&m| m > 0 && (m as usize) < nodes.len()) {
+        Some(m) => {
+            let mut totals: Vec<i64> = nodes.iter().map(|n| n.total).collect();
+            totals.sort_unstable_by(|a, b| b.cmp(a));
+            totals[m as usize - 1]
+        }
+        None => i64::MIN,
+    };
+    let mut levels: Vec<Vec<i64>> = Vec::new();
+    let mut level_end: Vec<i64> = Vec::new();
+    let mut max_self = 0;
+    // Depth first, children by name; each node at its absolute x.
+    let mut stack = vec![(0usize, 0usize, 0i64)];
+    while let Some((n, depth, x)) = stack.pop() {
+        let node = &nodes[n];
+        let kept: Vec<usize> = (node.children.values().copied())
+            .filter(|&c| nodes[c].total >= floor)
+            .collect();
+        let folded: i64 = (node.children.values())
+            .filter(|&&c| nodes[c].total < floor)
+            .map(|&c| nodes[c].total)
+            .sum();
+        let own = node.own + folded;
+        max_self = max_self.max(own);
+        if levels.len() <= depth {
+            levels.push(Vec::new());
+            level_end.push(0);
+        }
+        levels[depth].extend([x - level_end[depth], node.total, own, name_of[n] as i64]);
+        level_end[depth] = x + node.total;
+        let mut child_x = x;
+        let mut children = Vec::with_capacity(kept.len());
+        for c in kept {
+            children.push((c, depth + 1, child_x));
+            child_x += nodes[c].total;
+        }
+        stack.extend(children.into_iter().rev());
+    }
+    FlameGraph {
+        names,
+        levels: levels.into_iter().map(|values| Level { values }).collect(),
+        total: nodes[0].total,
+        max_self,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the matchers: equality pairs, Pyroscope's own names kept for the caller, any other
+    // operator refused with the reason.
+    #[test]
+    fn matchers_are_equality_pairs() {
+        let got = parse_matcher(r#"{service_name="relay", phase="replay"}"#).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                ("service_name".to_string(), "relay".to_string()),
+                ("phase".to_string(), "replay".to_string())
+            ]
+        );
+        assert_eq!(parse_matcher("{}").unwrap(), vec![]);
+        assert!(parse_matcher(r#"{a=~"x"}"#).unwrap_err().contains("only"));
+        assert!(parse_matcher(r#"{a!="x"}"#).unwrap_err().contains("only"));
+        assert!(parse_matcher("a=b").is_err());
+    }
+
+    // Checks the flame graph's encoding on the shared fixture (main → propose → burn: 90 cpu
+    // samples; main → finalize → write: 10): the root's total, every node's self summing to it,
+    // offsets relative to the node before on the same level, and a node folded into its parent
+    // under max_nodes.
+    #[test]
+    fn flame_graph_levels_sum_to_the_total() {
+        let p = phaseprof_view::fixture::two_phases(1);
+        let fg = flame_graph(&p, EventKind::Cpu, None, None);
+        assert_eq!(fg.total, 100);
+        let selfs: i64 = fg
+            .levels
+            .iter()
+            .flat_map(|l| l.values.chunks(4))
+            .map(|q| q[2])
+            .sum();
+        assert_eq!(selfs, 100);
+        assert_eq!(fg.levels[0].values, vec![0, 100, 0, 0]);
+        // main, then propose (90) and finalize (10) under it, by name: finalize first.
+        let names = |l: &Level| -> Vec<&str> {
+            l.values
+                .chunks(4)
+                .map(|q| fg.names[q[3] as usize].as_str())
+                .collect()
+        };
+        assert_eq!(names(&fg.levels[2]), vec!["finalize", "propose"]);
+        assert_eq!(fg.levels[2].values, vec![0, 10, 0, 4, 0, 90, 0, 2]);
+        let small = flame_graph(&p, EventKind::Cpu, None, Some(4));
+        let selfs: i64 = small
+            .levels
+            .iter()
+            .flat_map(|l| l.values.chunks(4))
+            .map(|q| q[2])
+            .sum();
+        assert_eq!(selfs, 100);
+        let phase = p.phase_index("finalize");
+        assert_eq!(flame_graph(&p, EventKind::Cpu, phase, None).total, 10);
+    }
+}
