@@ -195,8 +195,9 @@ fn admit(s: &AppState, headers: &HeaderMap) -> Result<(Agent, Option<String>), W
     Ok((entry, key))
 }
 
-/// `POST /api/v1/windows`: stores one window. In order, each before any further cost: the agent is named by its token
-/// (401, before a byte of the body is read); its rate (429); a declared length over
+/// `POST /api/v1/windows`: stores one window. In order, each before any further cost: the
+/// agent is named by its token (401, before a byte of the body is read); its rate (429); a
+/// declared length over
 /// `--max-body` (413); an upload slot (503 after `UPLOAD_WAIT`); the body within
 /// `body_timeout` (408) and `--max-body` (413); then, on the blocking pool under a decoder slot,
 /// the window must decode within `--max-inflated` (413), validate (400), carry a `host` label,
@@ -238,7 +239,7 @@ pub(super) struct Received {
     pub ids: Vec<i64>,
     pub agent: String,
     pub duplicate: bool,
-    /// Sample types a pprof upload had that nothing stores.
+    /// Sample types another agent's profile had that nothing stores.
     pub ignored: Vec<String>,
 }
 
@@ -434,11 +435,7 @@ fn decode(
                 super::multipart::profile_part(raw, &content_type).map_err(Rejected::Malformed)?;
             vec![window_from_pprof(pprof, max_inflated, *meta).map_err(refused)?]
         }
-        Upload::Otlp => (windows_from_otlp(raw, max_inflated, &Meta::default()))
-            .map_err(refused)?
-            .into_iter()
-            .map(|w| w.window)
-            .collect(),
+        Upload::Otlp => windows_from_otlp(raw, max_inflated, &Meta::default()).map_err(refused)?,
     };
     let mut decoded = Decoded {
         windows: Vec::with_capacity(imported.len()),

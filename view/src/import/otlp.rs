@@ -14,12 +14,6 @@ use prost::Message;
 use super::{inflate, location_frames, measure_of, ImportError, Imported, Samples};
 use crate::otlp::{AnyValue, Dictionary, ProfilesData, ResourceProfiles, Sample};
 
-/// One resource's window, and the labels its attributes gave.
-pub struct ResourceWindow {
-    pub labels: BTreeMap<String, String>,
-    pub window: Imported,
-}
-
 /// Resource attributes taken as labels (OpenTelemetry's names, phaseprof's).
 const LABELS: &[(&str, &str)] = &[
     ("service.name", "service"),
@@ -29,12 +23,12 @@ const LABELS: &[(&str, &str)] = &[
 ];
 
 /// `raw` (inflating to at most `max_inflated` bytes) as one window per resource whose profiles
-/// have a type phaseprof stores; `meta` is each window's start (its labels are added to).
+/// have a type phaseprof stores, labelled by its attributes; `meta` is each window's start.
 pub fn windows_from_otlp(
     raw: &[u8],
     max_inflated: u64,
     meta: &Meta,
-) -> Result<Vec<ResourceWindow>, ImportError> {
+) -> Result<Vec<Imported>, ImportError> {
     let bytes = inflate(raw, max_inflated)?;
     let data =
         ProfilesData::decode(&bytes[..]).map_err(|e| ImportError::Malformed(e.to_string()))?;
@@ -59,7 +53,7 @@ fn resource_window(
     r: &ResourceProfiles,
     dict: Dict<'_>,
     mut meta: Meta,
-) -> Result<Result<ResourceWindow, Vec<String>>, ImportError> {
+) -> Result<Result<Imported, Vec<String>>, ImportError> {
     let mut labels = BTreeMap::new();
     for a in r.resource.iter().flat_map(|r| &r.attributes) {
         let key = match a.key.as_str() {
@@ -114,7 +108,7 @@ fn resource_window(
     if meta.comm.is_empty() {
         meta.comm = labels.get("service").cloned().unwrap_or_default();
     }
-    meta.labels.extend(labels.clone());
+    meta.labels.extend(labels);
 
     let all_samples = || profiles.iter().flat_map(|p| &p.samples);
     let attrs = SampleAttributes::of(dict, all_samples())?;
@@ -137,11 +131,10 @@ fn resource_window(
             samples.add(&mut b, m, value, (pid, tid), at, stack);
         }
     }
-    let window = Imported {
+    Ok(Ok(Imported {
         profile: samples.finish(b),
         ignored,
-    };
-    Ok(Ok(ResourceWindow { labels, window }))
+    }))
 }
 
 /// The request's dictionary, checked at each index.
@@ -305,9 +298,11 @@ mod tests {
         let raw = to_otlp(&original, EventKind::Cpu, None).encode_to_vec();
         let got = windows_from_otlp(&raw, 1 << 20, &Meta::default()).unwrap();
         assert_eq!(got.len(), 1);
-        let w = &got[0];
-        assert_eq!(w.labels.get("host").map(String::as_str), Some("node-7"));
-        let p = &w.window.profile;
+        let p = &got[0].profile;
+        assert_eq!(
+            p.meta.labels.get("host").map(String::as_str),
+            Some("node-7")
+        );
         assert_eq!(p.meta.frequency_hz, 99);
         assert_eq!(p.meta.comm, "validator");
         assert_eq!(
