@@ -210,15 +210,7 @@ impl KernelFeatures {
                 .into();
         }
         let k = KernelFeatures::probe();
-        let events = [
-            EventKind::Cpu,
-            EventKind::Offcpu,
-            EventKind::Syscall,
-            EventKind::Alloc,
-            EventKind::Pagefault,
-            EventKind::Signal,
-        ];
-        let summary = k.summary(&events, true);
+        let summary = k.summary(&EventKind::ALL, true);
         let flags: Vec<String> = (summary.iter())
             .map(|(name, v)| format!("{name} {}", if v == "yes" { "yes" } else { "no" }))
             .collect();

@@ -68,79 +68,90 @@ pub(super) async fn pyroscope_query(
 
 /// Method `method`'s answer to `body`, encoded.
 fn answer(s: &AppState, method: &str, body: &[u8]) -> Result<Vec<u8>, ConnectError> {
-    let decode_error = |e: prost::DecodeError| invalid(format!("{method}: {e}"));
-    Ok(match method {
-        "ProfileTypes" => {
-            let q = ProfileTypesRequest::decode(body).map_err(decode_error)?;
-            profile_types(s, q.start, q.end)?.encode_to_vec()
-        }
-        "LabelNames" => {
-            let q = LabelNamesRequest::decode(body).map_err(decode_error)?;
-            let sel = Query::of(&q.matchers, q.start, q.end)?;
-            let mut names: BTreeSet<String> = BTreeSet::new();
-            for labels in sel.label_sets(s)? {
-                names.extend(labels.keys().map(|k| pyroscope_name(k).to_string()));
-            }
-            names.insert("phase".into());
-            LabelNamesResponse {
-                names: names.into_iter().collect(),
-            }
-            .encode_to_vec()
-        }
-        "LabelValues" => {
-            let q = LabelValuesRequest::decode(body).map_err(decode_error)?;
-            let sel = Query::of(&q.matchers, q.start, q.end)?;
-            let names: BTreeSet<String> = if q.name == "phase" {
-                let merged = sel.merged(s)?;
-                (merged.iter().flat_map(|p| p.phases.iter().skip(1)).cloned()).collect()
-            } else {
-                let name = store_name(&q.name);
-                let sets = sel.label_sets(s)?;
-                sets.into_iter()
-                    .filter_map(|mut l| l.remove(name))
-                    .collect()
-            };
-            LabelValuesResponse {
-                names: names.into_iter().collect(),
-            }
-            .encode_to_vec()
-        }
-        "Series" => {
-            let q = SeriesRequest::decode(body).map_err(decode_error)?;
-            let sel = Query::of(&q.matchers, q.start, q.end)?;
-            let mut sets: BTreeSet<Vec<(String, String)>> = BTreeSet::new();
-            for labels in sel.label_sets(s)? {
-                let keep = |k: &String| {
-                    let name = pyroscope_name(k).to_string();
-                    q.label_names.is_empty() || q.label_names.contains(&name)
-                };
-                sets.insert(labels.into_iter().filter(|(k, _)| keep(k)).collect());
-            }
-            SeriesResponse {
-                labels_set: sets.into_iter().map(labels).collect(),
-            }
-            .encode_to_vec()
-        }
-        "SelectMergeStacktraces" => {
-            let q = SelectMergeStacktracesRequest::decode(body).map_err(decode_error)?;
-            if q.format > 1 {
-                return Err(unimplemented("formats other than the flame graph"));
-            }
-            let kind = kind_of(&q.profile_type_id)?;
-            let sel = Query::of(std::slice::from_ref(&q.label_selector), q.start, q.end)?;
-            let flamegraph = match sel.merged(s)? {
-                Some(p) => {
-                    let phase = sel.phase_in(&p)?;
-                    flame_graph(&p, kind, phase, q.max_nodes)
-                }
-                None => FlameGraph::default(),
-            };
-            SelectMergeStacktracesResponse {
-                flamegraph: Some(flamegraph),
-            }
-            .encode_to_vec()
-        }
-        other => return Err(unimplemented(&format!("`{other}`"))),
+    match method {
+        "ProfileTypes" => call(method, body, |q: ProfileTypesRequest| {
+            profile_types(s, q.start, q.end)
+        }),
+        "LabelNames" => call(method, body, |q| label_names(s, q)),
+        "LabelValues" => call(method, body, |q| label_values(s, q)),
+        "Series" => call(method, body, |q| series(s, q)),
+        "SelectMergeStacktraces" => call(method, body, |q| merge_stacktraces(s, q)),
+        other => Err(unimplemented(&format!("`{other}`"))),
+    }
+}
+
+/// `body` decoded as `method`'s request, answered by `f`, encoded.
+fn call<Q: Message + Default, A: Message>(
+    method: &str,
+    body: &[u8],
+    f: impl FnOnce(Q) -> Result<A, ConnectError>,
+) -> Result<Vec<u8>, ConnectError> {
+    let q = Q::decode(body).map_err(|e| invalid(format!("{method}: {e}")))?;
+    Ok(f(q)?.encode_to_vec())
+}
+
+fn label_names(s: &AppState, q: LabelNamesRequest) -> Result<LabelNamesResponse, ConnectError> {
+    let sel = Query::of(&q.matchers, q.start, q.end)?;
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for labels in sel.label_sets(s)? {
+        names.extend(labels.keys().map(|k| pyroscope_name(k).to_string()));
+    }
+    names.insert("phase".into());
+    Ok(LabelNamesResponse {
+        names: names.into_iter().collect(),
+    })
+}
+
+/// A label's values; `phase`'s are the selected windows' phase names.
+fn label_values(s: &AppState, q: LabelValuesRequest) -> Result<LabelValuesResponse, ConnectError> {
+    let sel = Query::of(&q.matchers, q.start, q.end)?;
+    let names: BTreeSet<String> = if q.name == "phase" {
+        let merged = sel.merged(s)?;
+        (merged.iter().flat_map(|p| p.phases.iter().skip(1)).cloned()).collect()
+    } else {
+        let name = store_name(&q.name);
+        let sets = sel.label_sets(s)?;
+        sets.into_iter()
+            .filter_map(|mut l| l.remove(name))
+            .collect()
+    };
+    Ok(LabelValuesResponse {
+        names: names.into_iter().collect(),
+    })
+}
+
+/// The selected label sets, each cut to `label_names` where the request names some.
+fn series(s: &AppState, q: SeriesRequest) -> Result<SeriesResponse, ConnectError> {
+    let sel = Query::of(&q.matchers, q.start, q.end)?;
+    let keep = |k: &String| {
+        let name = pyroscope_name(k).to_string();
+        q.label_names.is_empty() || q.label_names.contains(&name)
+    };
+    let mut sets: BTreeSet<Vec<(String, String)>> = BTreeSet::new();
+    for labels in sel.label_sets(s)? {
+        sets.insert(labels.into_iter().filter(|(k, _)| keep(k)).collect());
+    }
+    Ok(SeriesResponse {
+        labels_set: sets.into_iter().map(labels).collect(),
+    })
+}
+
+/// The selected windows' stacks of one kind (in one phase), merged, as a flame graph.
+fn merge_stacktraces(
+    s: &AppState,
+    q: SelectMergeStacktracesRequest,
+) -> Result<SelectMergeStacktracesResponse, ConnectError> {
+    if q.format > 1 {
+        return Err(unimplemented("formats other than the flame graph"));
+    }
+    let kind = kind_of(&q.profile_type_id)?;
+    let sel = Query::of(std::slice::from_ref(&q.label_selector), q.start, q.end)?;
+    let flamegraph = match sel.merged(s)? {
+        Some(p) => flame_graph(&p, kind, sel.phase_in(&p)?, q.max_nodes),
+        None => FlameGraph::default(),
+    };
+    Ok(SelectMergeStacktracesResponse {
+        flamegraph: Some(flamegraph),
     })
 }
 
