@@ -24,8 +24,8 @@ fn push(port: u16, token: &str, seconds: u32) -> serde_json::Value {
     )
 }
 
-/// The Go sender `name` run against the collector on `port` with `args`: its truth line.
-fn send(name: &str, port: u16, args: &[&str]) -> serde_json::Value {
+/// The Go program `name` run against the collector on `port` with `args`: its JSON line.
+pub(crate) fn send(name: &str, port: u16, args: &[&str]) -> serde_json::Value {
     let bin = go_workload(name).expect("Go is installed");
     let o = Command::new(bin)
         .args(["-url", &format!("http://127.0.0.1:{port}")])

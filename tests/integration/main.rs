@@ -29,6 +29,7 @@ mod phase_budget;
 mod phases;
 mod phases_exec;
 mod probe_cost;
+mod pyroscope_series;
 mod real_servers;
 mod soak;
 mod store_faults;

@@ -435,6 +435,10 @@ fn sums_equal_merge(name: &str, store: &[String]) {
             eprintln!("{what}: {} windows, equal", picked.len());
         }
     }
+    // Pyroscope's API client asks for an hour of it as Grafana would: time series by minute,
+    // a merged pprof, a diff.
+    let hour = base - 17 * s + 3600 * s;
+    crate::pyroscope_series::series_equal_windows(name, port, &windows, hour, hour + 3600 * s);
     // A diff of two selections from each window's sums equals `model::diff` of the windows.
     let side = |v: &str| -> Vec<Profile> {
         let mut w: Vec<Profile> = (windows.iter())

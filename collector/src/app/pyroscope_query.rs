@@ -1,9 +1,10 @@
 //! Pyroscope's query API (`POST /querier.v1.QuerierService/{method}`, connect unary with
 //! protobuf bodies, as Grafana's Pyroscope data source and Pyroscope's Go API client call it),
 //! over the same store as the collector's own API: profile types, label names and values,
-//! series, and merged stack traces as a flame graph. Each event kind is a profile type; the
-//! windows' labels are the series' labels (`service` answers as `service_name`, as Pyroscope
-//! names it), and `phase` selects the samples of one phase, which Pyroscope itself cannot.
+//! series, merged stack traces as a flame graph and as pprof, time series, and the diff of two
+//! selections. Each event kind is a profile type; the windows' labels are the series' labels
+//! (`service` answers as `service_name`, as Pyroscope names it), and `phase` selects the samples
+//! of one phase, or groups a time series by phase, which Pyroscope itself cannot.
 use std::collections::{BTreeMap, BTreeSet};
 
 use axum::body::Bytes;
@@ -18,7 +19,10 @@ use super::AppState;
 use crate::merged::merged_profile;
 use crate::store::Selector;
 
+mod flame_graph;
 mod messages;
+mod series;
+use flame_graph::{Tree, LEFT, RIGHT};
 use messages::*;
 
 /// A connect error: its code (as connect names it) and message, with the HTTP status connect
@@ -76,6 +80,9 @@ fn answer(s: &AppState, method: &str, body: &[u8]) -> Result<Vec<u8>, ConnectErr
         "LabelValues" => call(method, body, |q| label_values(s, q)),
         "Series" => call(method, body, |q| series(s, q)),
         "SelectMergeStacktraces" => call(method, body, |q| merge_stacktraces(s, q)),
+        "SelectMergeProfile" => call(method, body, |q| merge_profile(s, q)),
+        "SelectSeries" => call(method, body, |q| series::select_series(s, q)),
+        "Diff" => call(method, body, |q| diff(s, q)),
         other => Err(unimplemented(&format!("`{other}`"))),
     }
 }
@@ -144,22 +151,73 @@ fn merge_stacktraces(
     if q.format > 1 {
         return Err(unimplemented("formats other than the flame graph"));
     }
-    let kind = kind_of(&q.profile_type_id)?;
-    let sel = Query::of(std::slice::from_ref(&q.label_selector), q.start, q.end)?;
-    let flamegraph = match sel.merged(s)? {
-        Some(p) => flame_graph(&p, kind, sel.phase_in(&p)?, q.max_nodes),
-        None => FlameGraph::default(),
-    };
+    let mut tree = Tree::new();
+    add_selection(s, &q, &mut tree, LEFT)?;
     Ok(SelectMergeStacktracesResponse {
-        flamegraph: Some(flamegraph),
+        flamegraph: Some(tree.flame_graph(q.max_nodes)),
     })
 }
+
+/// `q`'s selection of one kind (in one phase) added to `tree` on `side`.
+fn add_selection(
+    s: &AppState,
+    q: &SelectMergeStacktracesRequest,
+    tree: &mut Tree,
+    side: usize,
+) -> Result<(), ConnectError> {
+    let kind = kind_of(&q.profile_type_id)?;
+    let sel = Query::of(std::slice::from_ref(&q.label_selector), q.start, q.end)?;
+    if let Some(p) = sel.merged(s)? {
+        tree.add(&p, kind, sel.phase_in(&p)?, side);
+    }
+    Ok(())
+}
+
+/// Two selections' flame graphs side by side (left: before, right: after), as Grafana's
+/// comparison view asks; each side may select its own time range, labels and phase.
+fn diff(s: &AppState, q: DiffRequest) -> Result<DiffResponse, ConnectError> {
+    let (Some(left), Some(right)) = (q.left, q.right) else {
+        return Err(invalid(
+            "Diff: needs both a left and a right selection".into(),
+        ));
+    };
+    if kind_of(&left.profile_type_id)? != kind_of(&right.profile_type_id)? {
+        return Err(invalid(
+            "Diff: both sides must be of one profile type".into(),
+        ));
+    }
+    let mut tree = Tree::new();
+    add_selection(s, &left, &mut tree, LEFT)?;
+    add_selection(s, &right, &mut tree, RIGHT)?;
+    let max_nodes = left.max_nodes.or(right.max_nodes);
+    Ok(DiffResponse {
+        flamegraph: Some(tree.diff(max_nodes)),
+    })
+}
+
+/// The selected windows' stacks of one kind (in one phase), merged, as a pprof profile of that
+/// one type (uncompressed: connect carries the message itself).
+fn merge_profile(
+    s: &AppState,
+    q: SelectMergeProfileRequest,
+) -> Result<phaseprof_view::pprof::PprofProfile, ConnectError> {
+    let kind = kind_of(&q.profile_type_id)?;
+    let sel = Query::of(std::slice::from_ref(&q.label_selector), q.start, q.end)?;
+    Ok(match sel.merged(s)? {
+        Some(p) => phaseprof_view::pprof::to_pprof(&p, kind, sel.phase_in(&p)?),
+        None => phaseprof_view::pprof::PprofProfile::default(),
+    })
+}
+
+/// The methods served, as a refusal of any other names them.
+const SERVED: &str = "ProfileTypes, LabelNames, LabelValues, Series, SelectMergeStacktraces, \
+                      SelectMergeProfile, SelectSeries, Diff";
 
 fn unimplemented(what: &str) -> ConnectError {
     ConnectError(
         StatusCode::NOT_IMPLEMENTED,
         "unimplemented",
-        format!("{what}: not served by phaseprof-collector (it serves ProfileTypes, LabelNames, LabelValues, Series, SelectMergeStacktraces)"),
+        format!("{what}: not served by phaseprof-collector (it serves {SERVED})"),
     )
 }
 
@@ -326,96 +384,6 @@ fn parse_matcher(m: &str) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
-/// The flame graph of `kind`'s stacks in `p` (in `phase`), as Pyroscope's flame graph: node
-/// names, and per depth each node as (x offset from the end of the node before it on that
-/// level, total, self, name index), root ("total") first. With `max_nodes`, nodes whose total is
-/// under the largest `max_nodes` totals are folded into their parent's self time.
-fn flame_graph(
-    p: &Profile,
-    kind: EventKind,
-    phase: Option<u32>,
-    max_nodes: Option<i64>,
-) -> FlameGraph {
-    #[derive(Default)]
-    struct Node {
-        total: i64,
-        own: i64,
-        children: BTreeMap<String, usize>,
-    }
-    let mut nodes = vec![Node::default()];
-    let mut names = vec!["total".to_string()];
-    let mut name_of = vec![0usize];
-    for w in p.weighted_stacks(kind, phase) {
-        let v = w.value as i64;
-        let mut at = 0;
-        nodes[0].total += v;
-        for (name, _) in phaseprof_view::pprof::frames_leaf_first(p, &w)
-            .into_iter()
-            .rev()
-        {
-            let next = match nodes[at].children.get(&name) {
-                Some(&n) => n,
-                None => {
-                    nodes.push(Node::default());
-                    let n = nodes.len() - 1;
-                    nodes[at].children.insert(name.clone(), n);
-                    names.push(name);
-                    name_of.push(names.len() - 1);
-                    n
-                }
-            };
-            nodes[next].total += v;
-            at = next;
-        }
-        nodes[at].own += v;
-    }
-    // The smallest total kept within max_nodes.
-    let floor = match max_nodes.filter(|&m| m > 0 && (m as usize) < nodes.len()) {
-        Some(m) => {
-            let mut totals: Vec<i64> = nodes.iter().map(|n| n.total).collect();
-            totals.sort_unstable_by(|a, b| b.cmp(a));
-            totals[m as usize - 1]
-        }
-        None => i64::MIN,
-    };
-    let mut levels: Vec<Vec<i64>> = Vec::new();
-    let mut level_end: Vec<i64> = Vec::new();
-    let mut max_self = 0;
-    // Depth first, children by name; each node at its absolute x.
-    let mut stack = vec![(0usize, 0usize, 0i64)];
-    while let Some((n, depth, x)) = stack.pop() {
-        let node = &nodes[n];
-        let kept: Vec<usize> = (node.children.values().copied())
-            .filter(|&c| nodes[c].total >= floor)
-            .collect();
-        let folded: i64 = (node.children.values())
-            .filter(|&&c| nodes[c].total < floor)
-            .map(|&c| nodes[c].total)
-            .sum();
-        let own = node.own + folded;
-        max_self = max_self.max(own);
-        if levels.len() <= depth {
-            levels.push(Vec::new());
-            level_end.push(0);
-        }
-        levels[depth].extend([x - level_end[depth], node.total, own, name_of[n] as i64]);
-        level_end[depth] = x + node.total;
-        let mut child_x = x;
-        let mut children = Vec::with_capacity(kept.len());
-        for c in kept {
-            children.push((c, depth + 1, child_x));
-            child_x += nodes[c].total;
-        }
-        stack.extend(children.into_iter().rev());
-    }
-    FlameGraph {
-        names,
-        levels: levels.into_iter().map(|values| Level { values }).collect(),
-        total: nodes[0].total,
-        max_self,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,43 +404,5 @@ mod tests {
         assert!(parse_matcher(r#"{a=~"x"}"#).unwrap_err().contains("only"));
         assert!(parse_matcher(r#"{a!="x"}"#).unwrap_err().contains("only"));
         assert!(parse_matcher("a=b").is_err());
-    }
-
-    // Checks the flame graph's encoding on the shared fixture (main → propose → burn: 90 cpu
-    // samples; main → finalize → write: 10): the root's total, every node's self summing to it,
-    // offsets relative to the node before on the same level, and a node folded into its parent
-    // under max_nodes.
-    #[test]
-    fn flame_graph_levels_sum_to_the_total() {
-        let p = phaseprof_view::fixture::two_phases(1);
-        let fg = flame_graph(&p, EventKind::Cpu, None, None);
-        assert_eq!(fg.total, 100);
-        let selfs: i64 = fg
-            .levels
-            .iter()
-            .flat_map(|l| l.values.chunks(4))
-            .map(|q| q[2])
-            .sum();
-        assert_eq!(selfs, 100);
-        assert_eq!(fg.levels[0].values, vec![0, 100, 0, 0]);
-        // main, then propose (90) and finalize (10) under it, by name: finalize first.
-        let names = |l: &Level| -> Vec<&str> {
-            l.values
-                .chunks(4)
-                .map(|q| fg.names[q[3] as usize].as_str())
-                .collect()
-        };
-        assert_eq!(names(&fg.levels[2]), vec!["finalize", "propose"]);
-        assert_eq!(fg.levels[2].values, vec![0, 10, 0, 4, 0, 90, 0, 2]);
-        let small = flame_graph(&p, EventKind::Cpu, None, Some(4));
-        let selfs: i64 = small
-            .levels
-            .iter()
-            .flat_map(|l| l.values.chunks(4))
-            .map(|q| q[2])
-            .sum();
-        assert_eq!(selfs, 100);
-        let phase = p.phase_index("finalize");
-        assert_eq!(flame_graph(&p, EventKind::Cpu, phase, None).total, 10);
     }
 }

@@ -140,3 +140,90 @@ pub struct Level {
     #[prost(int64, repeated, tag = "1")]
     pub values: Vec<i64>,
 }
+
+#[derive(Clone, PartialEq, Message)]
+pub struct SelectMergeProfileRequest {
+    #[prost(string, tag = "1")]
+    pub profile_type_id: String,
+    #[prost(string, tag = "2")]
+    pub label_selector: String,
+    #[prost(int64, tag = "3")]
+    pub start: i64,
+    #[prost(int64, tag = "4")]
+    pub end: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct DiffRequest {
+    #[prost(message, optional, tag = "1")]
+    pub left: Option<SelectMergeStacktracesRequest>,
+    #[prost(message, optional, tag = "2")]
+    pub right: Option<SelectMergeStacktracesRequest>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct DiffResponse {
+    #[prost(message, optional, tag = "1")]
+    pub flamegraph: Option<FlameGraphDiff>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct FlameGraphDiff {
+    #[prost(string, repeated, tag = "1")]
+    pub names: Vec<String>,
+    #[prost(message, repeated, tag = "2")]
+    pub levels: Vec<Level>,
+    #[prost(int64, tag = "3")]
+    pub total: i64,
+    #[prost(int64, tag = "4")]
+    pub max_self: i64,
+    #[prost(int64, tag = "5")]
+    pub left_ticks: i64,
+    #[prost(int64, tag = "6")]
+    pub right_ticks: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct SelectSeriesRequest {
+    #[prost(string, tag = "1")]
+    pub profile_type_id: String,
+    #[prost(string, tag = "2")]
+    pub label_selector: String,
+    #[prost(int64, tag = "3")]
+    pub start: i64,
+    #[prost(int64, tag = "4")]
+    pub end: i64,
+    #[prost(string, repeated, tag = "5")]
+    pub group_by: Vec<String>,
+    /// Seconds.
+    #[prost(double, tag = "6")]
+    pub step: f64,
+    /// 0: sum, 1: average (types.v1.TimeSeriesAggregationType).
+    #[prost(int32, optional, tag = "7")]
+    pub aggregation: Option<i32>,
+    #[prost(int64, optional, tag = "9")]
+    pub limit: Option<i64>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct SelectSeriesResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub series: Vec<Series>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Series {
+    #[prost(message, repeated, tag = "1")]
+    pub labels: Vec<LabelPair>,
+    #[prost(message, repeated, tag = "2")]
+    pub points: Vec<Point>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Point {
+    #[prost(double, tag = "1")]
+    pub value: f64,
+    /// ms since the epoch.
+    #[prost(int64, tag = "2")]
+    pub timestamp: i64,
+}
