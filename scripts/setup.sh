@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(clang clang-format llvm libelf-dev zlib1g-dev pkg-config bpftool linux-perf strace bpftrace gzip util-linux time
           chromium                                        # the web UI's browser test
           clickhouse-server clickhouse-client             # the collector's ClickHouse store test
-          redis-server redis-tools)                       # bench --only redis: a real C server
+          redis-server redis-tools                        # bench --only redis: a real C server
+          podman buildah runc dpkg-dev)                   # scripts/package.sh: the image, the .deb
 command -v go >/dev/null 2>&1 || packages+=(golang-go)   # `go tool pprof` reads our exports
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm) # playwright-core drives chromium
 command -v objcopy >/dev/null 2>&1 || packages+=(binutils) # tests split debug files off
@@ -59,6 +60,12 @@ if command -v rustup >/dev/null 2>&1; then
   for c in clippy rustfmt; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" >/dev/null
   done
+fi
+
+# cargo-deb builds the Debian package (scripts/package.sh).
+if ! cargo deb --version 2>/dev/null | grep -q "3.6.0"; then
+  echo "setup: installing cargo-deb 3.6.0 (crates.io)"
+  cargo install --quiet --locked cargo-deb --version 3.6.0
 fi
 
 # chDB (the current ClickHouse release embedded, from PyPI) backs the ClickHouse store tests a

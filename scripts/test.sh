@@ -40,6 +40,8 @@ if [ "$(id -u)" = 0 ]; then
   # The kernel matrix: the exactness checks again inside Debian's stock kernels booted under
   # qemu (root only, as the BPF tests).
   MATRIX_HOST=0 KERNELS=${KERNELS:-bullseye bookworm} step bash scripts/kernels/matrix.sh
+  # The .deb installed and purged, the OCI image recording a host process under podman.
+  step bash scripts/check-packages.sh
 fi
 step bash scripts/check-deploy.sh
 step bash scripts/fuzz.sh 15

@@ -95,6 +95,12 @@ struct Args {
 }
 
 fn main() {
+    // The package's build writes the man page with this (its only use, so not in --help).
+    if std::env::args().nth(1).as_deref() == Some("--man") {
+        use clap::CommandFactory;
+        let page = clap_mangen::Man::new(Args::command()).render(&mut std::io::stdout().lock());
+        std::process::exit(i32::from(page.is_err()));
+    }
     if let Err(e) = run(Args::parse()) {
         eprintln!("phaseprof-collector: error: {e:#}");
         std::process::exit(1);

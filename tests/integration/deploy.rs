@@ -59,8 +59,8 @@ fn manifests_keep_their_limits() {
 }
 
 // Checks the systemd units: the collector's memory, open files and tasks are bounded, it
-// serves https and filters system calls; the agent's memory is bounded and it cannot gain
-// privileges.
+// filters system calls, reads the tokens as a credential and by default (the package's
+// options) serves this host only; the agent's memory is bounded and it cannot gain privileges.
 #[test]
 fn systemd_units_keep_their_limits() {
     let c = read("deploy/systemd/phaseprof-collector.service");
@@ -71,7 +71,8 @@ fn systemd_units_keep_their_limits() {
         "NoNewPrivileges=yes",
         "SystemCallFilter=@system-service",
         "CapabilityBoundingSet=\n",
-        "--tls-cert",
+        "LoadCredential=agent-tokens:",
+        "ExecStart=/usr/bin/phaseprof-collector",
     ] {
         assert!(
             c.contains(field),
@@ -79,6 +80,11 @@ fn systemd_units_keep_their_limits() {
             field.trim()
         );
     }
+    let env = read("deploy/etc/collector.env");
+    assert!(
+        env.contains("\nPHASEPROF_COLLECTOR_ARGS=\"--listen 127.0.0.1:"),
+        "{env}"
+    );
     let a = read("deploy/systemd/phaseprof-agent.service");
     for field in [
         "MemoryMax=",

@@ -118,6 +118,11 @@ impl KernelFeatures {
         Ok(self)
     }
 
+    /// Why this process may not use BPF at all (its privileges, not the kernel), if so.
+    pub fn refused() -> Option<String> {
+        probe::refused()
+    }
+
     /// Why nothing can be recorded on this kernel, if so.
     pub fn core_missing(&self) -> Option<String> {
         let mut missing = Vec::new();
@@ -209,6 +214,9 @@ impl KernelFeatures {
             return "kernel features: not probed (the probes load BPF programs: run as root)"
                 .into();
         }
+        if let Some(why) = KernelFeatures::refused() {
+            return format!("kernel features: not probed: {why}");
+        }
         let k = KernelFeatures::probe();
         let summary = k.summary(&EventKind::ALL, true);
         let flags: Vec<String> = (summary.iter())
@@ -255,6 +263,34 @@ impl Needs {
 /// The probes themselves: each creates or loads one tiny thing and closes it.
 mod probe {
     use std::os::fd::{FromRawFd, OwnedFd};
+
+    /// Why this process may not use bpf() at all, if so: an array map, which every kernel
+    /// with BPF creates, refused with EPERM (no CAP_BPF, or a seccomp filter: a container's).
+    pub fn refused() -> Option<String> {
+        // SAFETY: a NULL name and opts are allowed; the descriptor is closed below.
+        let fd = unsafe {
+            libbpf_sys::bpf_map_create(
+                libbpf_sys::BPF_MAP_TYPE_ARRAY,
+                std::ptr::null(),
+                4,
+                4,
+                1,
+                std::ptr::null(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: a descriptor bpf_map_create just returned is ours.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            return None;
+        }
+        (-fd == libc::EPERM).then(|| {
+            "bpf() was refused (EPERM): phaseprof needs root, or CAP_BPF, CAP_PERFMON, \
+             CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH; in a container also a seccomp profile that \
+             allows bpf() and perf_event_open() to them (Podman before 4.4 allows them to \
+             CAP_SYS_ADMIN only: see deploy/README.md)"
+                .to_string()
+        })
+    }
 
     /// Whether this kernel creates maps of `ty`.
     pub fn map_type(ty: libbpf_sys::bpf_map_type) -> bool {

@@ -291,6 +291,9 @@ fn probe_features_for(cfg: &EngineConfig) -> Result<KernelFeatures> {
         }
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, print)));
     }
+    if let Some(why) = KernelFeatures::refused() {
+        bail!("{why}");
+    }
     let mut features = KernelFeatures::probe();
     if let Ok(names) = std::env::var("PHASEPROF_KERNEL_WITHOUT") {
         features = features.without(&names).map_err(anyhow::Error::msg)?;
