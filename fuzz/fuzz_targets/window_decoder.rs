@@ -3,8 +3,9 @@
 //! must never panic, whatever arrives.
 //!
 //! The first byte picks the input's shape: raw bytes (the magic, version and gzip framing), or
-//! the rest of the input gzip-compressed behind a valid header, so that the fuzzer reaches the
-//! JSON and the validation instead of stopping at the gzip checksum.
+//! the rest of the input gzip-compressed behind a valid header of version 1, 2 or 3 (its next
+//! bits), so that the fuzzer reaches the JSON, the MessagePack of the agents' wire format and
+//! the validation instead of stopping at the gzip checksum.
 #![no_main]
 
 use std::io::Write;
@@ -20,7 +21,8 @@ fuzz_target!(|data: &[u8]| {
         rest.to_vec()
     } else {
         let mut b = b"PHASEPROF\n".to_vec();
-        b.extend_from_slice(&1u32.to_le_bytes());
+        let version = 1 + u32::from(mode >> 1) % 3;
+        b.extend_from_slice(&version.to_le_bytes());
         let mut gz = flate2::write::GzEncoder::new(b, flate2::Compression::fast());
         gz.write_all(rest).unwrap();
         gz.finish().unwrap()

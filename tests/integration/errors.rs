@@ -200,7 +200,7 @@ fn future_file_version() {
         &["report", f.to_str().unwrap()],
         &format!(
             "format version 99, but this phaseprof reads versions up to {}",
-            phaseprof_model::FORMAT_VERSION
+            phaseprof_model::WIRE_VERSION
         ),
     );
 }

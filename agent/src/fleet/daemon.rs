@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
-use phaseprof_model::{write_profile, Profile};
+use phaseprof_model::{write_profile_binary, Profile};
 
 use super::config::AgentConfig;
 use super::delivery::Delivery;
@@ -99,7 +99,7 @@ pub fn run(cfg: &AgentConfig, stop: Arc<AtomicBool>) -> Result<()> {
         metrics::count_window(&agent_metrics, p, cpu_ns);
         label(p, cfg);
         let mut body = Vec::new();
-        write_profile(p, &mut body)?;
+        write_profile_binary(p, &mut body)?;
         agent_metrics
             .windows_recorded
             .fetch_add(1, Ordering::Relaxed);

@@ -203,7 +203,7 @@ impl Sender {
         self.metrics.windows_split.fetch_add(1, Ordering::Relaxed);
         for (i, half) in [a, b].iter().enumerate() {
             let mut bytes = Vec::new();
-            if let Err(e) = phaseprof_model::write_profile(half, &mut bytes) {
+            if let Err(e) = phaseprof_model::write_profile_binary(half, &mut bytes) {
                 return Outcome::Refused(format!("cutting a window too large: {e}"));
             }
             let key = key.map(|k| format!("{k}.{}", i + 1));

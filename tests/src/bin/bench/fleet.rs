@@ -41,47 +41,97 @@ fn template() -> Profile {
     p
 }
 
-/// Window bodies from the template, serialized once: each is its JSON with the start, end and
-/// host filled in, gzipped at `level` (encoding each window from scratch took ~30 ms).
+/// Window bodies from the template, serialized once: each is its encoding with the start, end
+/// and host filled in, gzipped at `level` (encoding each window from scratch took ~30 ms).
+/// JSON (format 2) as text; the binary wire format (3, MessagePack) byte for byte: times
+/// over 2^32 are always 9 bytes there, and a host's string replaces the placeholder's whole.
 struct Bodies {
-    json: String,
+    encoded: Vec<u8>,
+    binary: bool,
     level: flate2::Compression,
 }
 
-const START: &str = "1111111111111111111";
-const END: &str = "2222222222222222222";
+const START: u64 = 1_111_111_111_111_111_111;
+const END: u64 = 2_222_222_222_222_222_222;
 const HOST: &str = "host-placeholder";
 
 impl Bodies {
-    fn new(level: flate2::Compression) -> Self {
+    fn new(binary: bool, level: flate2::Compression) -> Self {
         let mut t = template();
-        t.meta.start_unix_ns = START.parse().unwrap();
-        t.meta.end_unix_ns = END.parse().unwrap();
+        t.meta.start_unix_ns = START;
+        t.meta.end_unix_ns = END;
         t.meta.labels.insert("host".into(), HOST.into());
         t.meta.labels.insert("version".into(), "1.5".into());
+        let encoded = if binary {
+            rmp_serde::to_vec_named(&t).unwrap()
+        } else {
+            serde_json::to_vec(&t).unwrap()
+        };
         Bodies {
-            json: serde_json::to_string(&t).unwrap(),
+            encoded,
+            binary,
             level,
+        }
+    }
+
+    /// How `v` is written in the encoding.
+    fn token<T: serde::Serialize>(&self, v: &T) -> Vec<u8> {
+        if self.binary {
+            rmp_serde::to_vec(v).unwrap()
+        } else {
+            serde_json::to_vec(v).unwrap()
         }
     }
 
     fn body(&self, host: &str, start: u64, len: u64) -> Vec<u8> {
         use std::io::Write;
-        let json = (self.json.replace(START, &start.to_string()))
-            .replace(END, &(start + len).to_string())
-            .replace(HOST, host);
+        let mut encoded = self.encoded.clone();
+        for (from, to) in [
+            (self.token(&START), self.token(&start)),
+            (self.token(&END), self.token(&(start + len))),
+            (self.token(&HOST), self.token(&host)),
+        ] {
+            encoded = replace(&encoded, &from, &to);
+        }
+        let version = if self.binary {
+            phaseprof_model::format::WIRE_VERSION
+        } else {
+            phaseprof_model::format::FORMAT_VERSION
+        };
         let mut out = phaseprof_model::format::MAGIC.to_vec();
-        out.extend_from_slice(&phaseprof_model::format::FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         let mut gz = flate2::write::GzEncoder::new(out, self.level);
-        gz.write_all(json.as_bytes()).unwrap();
+        gz.write_all(&encoded).unwrap();
         gz.finish().unwrap()
     }
 }
 
+/// `haystack` with every `from` replaced by `to`.
+fn replace(haystack: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut i = 0;
+    while i < haystack.len() {
+        if haystack[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(haystack[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
 /// `n` bodies, window `k` of host `k % hosts` starting at `from_ns + (k / hosts) * len_ns`,
 /// encoded on every core.
-fn bodies(n: usize, hosts: usize, from_ns: u64, len_ns: u64) -> Vec<Vec<u8>> {
-    let b = Bodies::new(flate2::Compression::default());
+fn bodies(n: usize, hosts: usize, from_ns: u64, len_ns: u64, binary: bool) -> Vec<Vec<u8>> {
+    // As the agents send them: the binary format at gzip's fast level, JSON at the default.
+    let level = if binary {
+        flate2::Compression::fast()
+    } else {
+        flate2::Compression::default()
+    };
+    let b = Bodies::new(binary, level);
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let mut out: Vec<Vec<u8>> = vec![Vec::new(); n];
     std::thread::scope(|s| {
@@ -106,11 +156,12 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-/// An hour of 10 hosts' 1 s windows, ending now.
+/// An hour of 10 hosts' 1 s windows, ending now, in the binary wire format and as gzip JSON.
 pub struct FleetHour {
     from_ns: u64,
     to_ns: u64,
     bodies: Vec<Vec<u8>>,
+    json: Vec<Vec<u8>>,
 }
 
 impl FleetHour {
@@ -125,7 +176,8 @@ impl FleetHour {
         FleetHour {
             from_ns,
             to_ns,
-            bodies: bodies(n, 10, from_ns, s),
+            bodies: bodies(n, 10, from_ns, s, true),
+            json: bodies(n, 10, from_ns, s, false),
         }
     }
 }
@@ -259,6 +311,26 @@ fn print_footprint(name: &str, c: &Collector) {
     );
 }
 
+fn mean_len(bodies: &[Vec<u8>]) -> f64 {
+    bodies.iter().map(Vec::len).sum::<usize>() as f64 / bodies.len().max(1) as f64
+}
+
+/// `store`'s arguments for a second, empty store beside it: SQLite in a directory of its own,
+/// ClickHouse in tables of their own.
+fn scratch_store(store: &[String], dir: &std::path::Path, name: &str) -> Vec<String> {
+    match store.first().map(String::as_str) {
+        Some("--data") => vec![
+            "--data".into(),
+            dir.join(format!("data-{name}")).display().to_string(),
+        ],
+        _ => [
+            store,
+            &["--clickhouse-table".into(), format!("bench_{name}")],
+        ]
+        .concat(),
+    }
+}
+
 /// Ingest rate and merged-view latency over an hour of 10 hosts at 1 s windows.
 pub fn fleet_bench(
     name: &str,
@@ -267,14 +339,22 @@ pub fn fleet_bench(
     hour: &FleetHour,
     rounds: usize,
 ) {
+    // Gzip JSON (what agents sent before the binary format) into a store of its own first.
+    let (json_rate, json_size) = {
+        let json_store = scratch_store(store, dir, "json");
+        let c = collector(&json_store, dir);
+        let json = &hour.json;
+        (ingest(&c, json.len(), &|k| json[k].clone()), mean_len(json))
+    };
     let c = collector(store, dir);
     let bodies = &hour.bodies;
-    let size = bodies.iter().map(Vec::len).sum::<usize>() / bodies.len();
     let rate = ingest(&c, bodies.len(), &|k| bodies[k].clone());
+    let goal = if name == "SQLite" { 2000 } else { 1000 };
     println!(
-        "collector ({name}) ingest: {} windows of {:.1} KiB from {AGENTS} agents = {rate:.0} windows/s",
+        "collector ({name}) ingest: {} windows from {AGENTS} agents: binary (format 3, {:.1} KiB) {rate:.0} windows/s (goal ≥ {goal}); gzip JSON (format 2, {:.1} KiB) {json_rate:.0} windows/s",
         bodies.len(),
-        size as f64 / 1024.0,
+        mean_len(bodies) / 1024.0,
+        json_size / 1024.0,
     );
     // The same selection spelled differently each round: never served from the page cache.
     // The pages show the last N hours: two cover the hour, however long encoding it took.
@@ -309,7 +389,7 @@ pub fn fleet_day_bench(store: &[String], dir: &std::path::Path, rounds: usize) {
     let to = now_ns();
     let from = to - (n / hosts) as u64 * len;
     // Gzip's fast level: the loading agents encode the day's bodies on the same cores.
-    let b = Bodies::new(flate2::Compression::fast());
+    let b = Bodies::new(true, flate2::Compression::fast());
     let rate = ingest(&c, n, &|k| {
         b.body(
             &format!("host-{}", k % hosts),
@@ -318,7 +398,7 @@ pub fn fleet_day_bench(store: &[String], dir: &std::path::Path, rounds: usize) {
         )
     });
     println!(
-        "collector (ClickHouse) loaded a day of {hosts} hosts at 10 s windows: {n} windows at {rate:.0} windows/s (bodies gzipped at the fast level by the loading agents on the same cores)"
+        "collector (ClickHouse) loaded a day of {hosts} hosts at 10 s windows: {n} windows at {rate:.0} windows/s (binary bodies gzipped by the loading agents on the same cores)"
     );
     let merged: Vec<f64> = (0..rounds.clamp(1, 5))
         .map(|_| merged_seconds(&c, from, to + 1))
