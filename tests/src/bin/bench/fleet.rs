@@ -344,7 +344,11 @@ pub fn fleet_bench(
         let json_store = scratch_store(store, dir, "json");
         let c = collector(&json_store, dir);
         let json = &hour.json;
-        (ingest(&c, json.len(), &|k| json[k].clone()), mean_len(json))
+        let measured = (ingest(&c, json.len(), &|k| json[k].clone()), mean_len(json));
+        drop(c);
+        // Its disk back before the next store fills its own (an hour is GBs in SQLite).
+        let _ = std::fs::remove_dir_all(dir.join("data-json"));
+        measured
     };
     let c = collector(store, dir);
     let bodies = &hour.bodies;
