@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/package.sh
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+version=$(awk -F'"' '/^version = /{print $2; exit}' Cargo.toml)
 deb="target/debian/phaseprof_${version}-1_amd64.deb"
 work=$(mktemp -d /tmp/phaseprof-packages.XXXXXX)
 pids=()
@@ -29,8 +29,11 @@ fail() {
 # The package.
 dpkg --purge phaseprof >/dev/null 2>&1 || true
 dpkg -i "$deb" >/dev/null
-/usr/bin/phaseprof --version | grep -q "^phaseprof $version (git " || fail "phaseprof --version"
-/usr/bin/phaseprof-collector --version | grep -q "$version" || fail "phaseprof-collector --version"
+# (Outputs taken whole before matching: a grep -q quitting early would break the pipe.)
+out=$(/usr/bin/phaseprof --version)
+grep -q "^phaseprof $version (git " <<<"$out" || fail "phaseprof --version: $out"
+out=$(/usr/bin/phaseprof-collector --version)
+grep -q "$version" <<<"$out" || fail "phaseprof-collector --version: $out"
 for f in /usr/share/man/man1/phaseprof.1 /usr/share/man/man1/phaseprof-record.1 \
   /usr/share/man/man1/phaseprof-collector.1 /usr/share/bash-completion/completions/phaseprof \
   /etc/phaseprof/agent.toml /etc/phaseprof/collector.env /etc/phaseprof/agent-tokens; do
@@ -82,9 +85,9 @@ podman --runtime runc run --rm --network=none --pid=host --read-only \
   --syscall-budget exact -o /out/image.phaseprof 2>"$work/podman.log" ||
   fail "podman run: $(cat "$work/podman.log")"
 # Without the capabilities, it says why instead of blaming the kernel.
-podman --runtime runc run --rm --network=none --ulimit "nofile=1024:$(ulimit -Hn)" \
-  --ulimit nproc=4096:4096 --cap-drop=all "localhost/phaseprof:$version" --version |
-  grep -q "bpf() was refused (EPERM)" || fail "the image without capabilities: no EPERM reason"
+out=$(podman --runtime runc run --rm --network=none --ulimit "nofile=1024:$(ulimit -Hn)" \
+  --ulimit nproc=4096:4096 --cap-drop=all "localhost/phaseprof:$version" --version)
+grep -q "bpf() was refused (EPERM)" <<<"$out" || fail "the image without capabilities: $out"
 target/release/phaseprof report --json "$work/image.phaseprof" >"$work/image.json"
 python3 - "$work/image.json" <<'EOF'
 import json, sys

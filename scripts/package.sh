@@ -10,7 +10,7 @@
 #   or `podman load`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+version=$(awk -F'"' '/^version = /{print $2; exit}' Cargo.toml)
 bin=target/release
 out=$bin/package
 rm -rf "$out"
@@ -43,7 +43,7 @@ printf 'root:x:0:0:root:/root:/usr/sbin/nologin\nphaseprof:x:10001:10001:phasepr
 printf 'root:x:0:\nphaseprof:x:10001:\n' >"$root/etc/group"
 install -m 644 deploy/etc/agent.toml "$root/etc/phaseprof/agent.toml"
 buildah umount "$ctr" >/dev/null
-revision=$("$bin/phaseprof" --version | head -1)
+revision=$("$bin/phaseprof" --version | sed -n 1p)
 buildah config --entrypoint '["/usr/bin/phaseprof"]' --cmd '["--help"]' \
   --label "org.opencontainers.image.title=phaseprof" \
   --label "org.opencontainers.image.version=$version" \
