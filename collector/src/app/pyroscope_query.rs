@@ -165,12 +165,30 @@ fn add_selection(
     tree: &mut Tree,
     side: usize,
 ) -> Result<(), ConnectError> {
-    let kind = kind_of(&q.profile_type_id)?;
-    let sel = Query::of(std::slice::from_ref(&q.label_selector), q.start, q.end)?;
-    if let Some(p) = sel.merged(s)? {
-        tree.add(&p, kind, sel.phase_in(&p)?, side);
+    let picked = selection(s, &q.profile_type_id, &q.label_selector, q.start, q.end)?;
+    if let Some((p, kind, phase)) = picked {
+        tree.add(&p, kind, phase, side);
     }
     Ok(())
+}
+
+/// A request's selection: its windows merged (None: none), its kind, and its phase's index.
+fn selection(
+    s: &AppState,
+    profile_type_id: &str,
+    selector: &str,
+    start: i64,
+    end: i64,
+) -> Result<Option<(Profile, EventKind, Option<u32>)>, ConnectError> {
+    let kind = kind_of(profile_type_id)?;
+    let sel = Query::of(&[selector.to_string()], start, end)?;
+    match sel.merged(s)? {
+        Some(p) => {
+            let phase = sel.phase_in(&p)?;
+            Ok(Some((p, kind, phase)))
+        }
+        None => Ok(None),
+    }
 }
 
 /// Two selections' flame graphs side by side (left: before, right: after), as Grafana's
@@ -201,10 +219,9 @@ fn merge_profile(
     s: &AppState,
     q: SelectMergeProfileRequest,
 ) -> Result<phaseprof_view::pprof::PprofProfile, ConnectError> {
-    let kind = kind_of(&q.profile_type_id)?;
-    let sel = Query::of(std::slice::from_ref(&q.label_selector), q.start, q.end)?;
-    Ok(match sel.merged(s)? {
-        Some(p) => phaseprof_view::pprof::to_pprof(&p, kind, sel.phase_in(&p)?),
+    let picked = selection(s, &q.profile_type_id, &q.label_selector, q.start, q.end)?;
+    Ok(match picked {
+        Some((p, kind, phase)) => phaseprof_view::pprof::to_pprof(&p, kind, phase),
         None => phaseprof_view::pprof::PprofProfile::default(),
     })
 }
