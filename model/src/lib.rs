@@ -43,8 +43,8 @@ pub const VERSION: &str = concat!(
     ")"
 );
 pub use format::{
-    read_profile, read_profile_limited, write_profile, write_profile_binary, FormatError,
-    DEFAULT_MAX_INFLATED, FORMAT_VERSION, WIRE_VERSION,
+    read_profile, read_profile_limited, read_window_limited, write_profile, write_profile_binary,
+    FormatError, DEFAULT_MAX_INFLATED, FORMAT_VERSION, WIRE_GZIP_LEVEL, WIRE_VERSION,
 };
 pub use frames::{display_name, folded_frame_name, is_allocator_frame, is_go_sampling_hook};
 pub use kinds::*;

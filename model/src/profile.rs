@@ -37,6 +37,58 @@ pub struct Frame {
     pub inlined: bool,
 }
 
+/// A frame as a window being ingested reads it: its names borrowed from the decoded bytes where
+/// the encoding allows (MessagePack always does; JSON without escapes), since the collector
+/// stores most names once and only hashes them afterwards (copying each was a tenth of ingest).
+#[derive(Deserialize, Debug)]
+pub struct BorrowedFrame<'a> {
+    #[serde(borrow)]
+    pub function: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    pub module: std::borrow::Cow<'a, str>,
+    pub kind: FrameKind,
+    #[serde(default)]
+    pub inlined: bool,
+}
+
+/// A frame's names and kind, however it was decoded.
+pub trait FrameFields {
+    fn function(&self) -> &str;
+    fn module(&self) -> &str;
+    fn kind(&self) -> FrameKind;
+    fn inlined(&self) -> bool;
+}
+
+impl FrameFields for Frame {
+    fn function(&self) -> &str {
+        &self.function
+    }
+    fn module(&self) -> &str {
+        &self.module
+    }
+    fn kind(&self) -> FrameKind {
+        self.kind
+    }
+    fn inlined(&self) -> bool {
+        self.inlined
+    }
+}
+
+impl FrameFields for BorrowedFrame<'_> {
+    fn function(&self) -> &str {
+        &self.function
+    }
+    fn module(&self) -> &str {
+        &self.module
+    }
+    fn kind(&self) -> FrameKind {
+        self.kind
+    }
+    fn inlined(&self) -> bool {
+        self.inlined
+    }
+}
+
 /// A call stack as frame indices, leaf first (as pprof orders them).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Stack {
@@ -342,12 +394,14 @@ impl Sample {
     }
 }
 
-/// A recorded profile. See the crate docs and `FORMAT.md`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct Profile {
+/// A recorded profile. See the crate docs and `FORMAT.md`. Its frames are `Frame`s but for a
+/// window the collector ingests (`BorrowedFrame`, see `read_window_limited`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(bound(deserialize = "F: Deserialize<'de>"))]
+pub struct Profile<F = Frame> {
     pub meta: Meta,
     #[serde(deserialize_with = "crate::window_limits::items")]
-    pub frames: Vec<Frame>,
+    pub frames: Vec<F>,
     #[serde(deserialize_with = "crate::window_limits::items")]
     pub stacks: Vec<Stack>,
     /// Phase names by index; index 0 is always `(none)`.
@@ -368,19 +422,22 @@ pub struct Profile {
 /// The most phases one recording can have, `(none)` included: phase masks are 64 bits wide.
 pub const MAX_WINDOW_PHASES: usize = 64;
 
-impl Profile {
-    /// Whether the phase numbers are complete, and if not by how much and why (see
-    /// [`Lost::describe_phases`]). A recording that attached to running processes adds what
-    /// no counter can show: a native call already running when the probes went in has no
-    /// return probe (a uretprobe is armed at the entry), so it is neither counted nor charged.
-    pub fn describe_phases(&self) -> String {
-        let mut text = self.lost.describe_phases();
-        if self.meta.command.is_empty() {
-            text += "; native calls already running when phaseprof attached are not seen";
+impl<F> Default for Profile<F> {
+    fn default() -> Self {
+        Profile {
+            meta: Meta::default(),
+            frames: Vec::new(),
+            stacks: Vec::new(),
+            phases: Vec::new(),
+            samples: Vec::new(),
+            phase_stats: Vec::new(),
+            costs: BTreeMap::new(),
+            lost: Lost::default(),
         }
-        text
     }
+}
 
+impl<F> Profile<F> {
     /// Checks that every index points where it must (stacks at frames, samples at stacks and
     /// phases) and that the time range is ordered: a profile from the network is checked before
     /// anything else reads it, since a bad index would otherwise panic later.
@@ -436,6 +493,20 @@ impl Profile {
             return Err("the recording ends before it starts".into());
         }
         Ok(())
+    }
+}
+
+impl Profile {
+    /// Whether the phase numbers are complete, and if not by how much and why (see
+    /// [`Lost::describe_phases`]). A recording that attached to running processes adds what
+    /// no counter can show: a native call already running when the probes went in has no
+    /// return probe (a uretprobe is armed at the entry), so it is neither counted nor charged.
+    pub fn describe_phases(&self) -> String {
+        let mut text = self.lost.describe_phases();
+        if self.meta.command.is_empty() {
+            text += "; native calls already running when phaseprof attached are not seen";
+        }
+        text
     }
 
     pub fn duration_ns(&self) -> u64 {
@@ -513,7 +584,7 @@ mod tests {
     // made every merge quadratic) is refused; 64 are fine.
     #[test]
     fn windows_have_at_most_64_phases() {
-        let mut p = Profile {
+        let mut p: Profile = Profile {
             phases: (0..100_000).map(|i| format!("p{i}")).collect(),
             ..Profile::default()
         };

@@ -8,6 +8,7 @@
 #
 #   bash scripts/kernels/matrix.sh              # every kernel
 #   KERNELS="bookworm" bash scripts/kernels/matrix.sh
+#   CHECKS=offcpu_equals_sleep KERNELS=trixie ...  # the checks whose test name contains it
 #   MATRIX_HOST=0 ...                           # guests only, after the root suite has run
 #                                               # these checks here (and built the workloads
 #                                               # the guests run: their tree is read-only)
@@ -40,6 +41,14 @@ checks=(
   "sampled off-CPU stacks match every stack's|offcpu_stacks::sampled_offcpu_stacks_match_every_stack"
   "--version names the kernel's features|kernels::version_says_the_revision_and_what_the_kernel_can_do"
 )
+# CHECKS=PATTERN keeps the checks whose test name contains it (to boot a kernel again and again
+# for one check).
+if [ -n "${CHECKS:-}" ]; then
+  kept=()
+  for c in "${checks[@]}"; do [[ ${c#*|} == *"$CHECKS"* ]] && kept+=("$c"); done
+  ((${#kept[@]})) || { echo "matrix: no check's test name contains \`$CHECKS\`" >&2; exit 2; }
+  checks=("${kept[@]}")
+fi
 tests=()
 for c in "${checks[@]}"; do tests+=("${c#*|}"); done
 
@@ -107,16 +116,19 @@ for suite in $kernels; do
   # A TSC clocksource, as on real machines: the emulated HPET would make every clock read a
   # syscall (the vDSO falls back), which the workloads' truth does not count on. The console is
   # verbose: the guest kernel's own messages (a soft lockup, an RCU stall, the OOM killer) are
-  # in it. Two things that software emulation on a busy machine has done in CI runs get one
-  # more guest each, and both are shown: a guest that did not boot as far as its first test is
+  # in it. Three things that software emulation on a busy machine has done in CI runs get one
+  # more guest each, and all are shown: a guest that did not boot as far as its first test is
   # booted again, with its console; a guest that froze (emulated CPUs stuck in the kernel's
-  # entry code for minutes, seen once on 5.10 and once on 6.1, never in a run by hand) is booted
-  # again for the check it froze in and those after it, which is then marked so in the matrix.
-  # A check that freezes its guest twice fails; each other check a guest froze in gets one more
-  # guest (a CI run once saw a 6.1 guest freeze in one check, then its second guest in the next).
+  # entry code for minutes, seen once on 5.10 and once on 6.1, never in a run by hand) or whose
+  # kernel crashed (a panic seen once on 6.12, 17 s after boot, in its first check) is booted
+  # again for the check it stopped in and those after it, which is then marked so in the
+  # matrix; a crash's trace is printed. A check that stops its guest twice fails; each other
+  # check a guest stopped in gets one more guest (a CI run once saw a 6.1 guest freeze in one
+  # check, then its second guest in the next). Each boot keeps its console ($suite.N.console).
   pending=("${tests[@]}")
   boots=0
   froze_in=()
+  rm -f "$logs/$suite".*.console
   while ((${#pending[@]})); do
     boots=$((boots + 1))
     {
@@ -128,22 +140,35 @@ for suite in $kernels; do
       echo "CHECK_LIMIT=${CHECK_LIMIT:-300} bash $root/scripts/kernels/run-checks.sh $exe ${pending[*]}"
     } >"$guest_script"
     rm -f "$logs/$suite.part" "$alive"
+    console=$logs/$suite.$boots.console
     setsid timeout "${GUEST_LIMIT:-45m}" vng --verbose --run "$vmlinuz" --disable-kvm --force-9p \
       --cpus 2 --memory 3G --append "clocksource=tsc tsc=reliable" \
-      --rwdir="$logs" --exec "bash $guest_script >$logs/$suite.part 2>&1" >"$logs/$suite.console" 2>&1 &
+      --rwdir="$logs" --exec "bash $guest_script >$logs/$suite.part 2>&1" >"$console" 2>&1 &
     guest=$!
-    watch_guest "$guest" "$alive" "$logs/$suite.part" "$logs/$suite.console" "$release"
+    watch_guest "$guest" "$alive" "$logs/$suite.part" "$console" "$release"
     wait "$guest" || true
     touch "$logs/$suite.part"
+    # A kernel that crashed (a panic, a BUG, an oops) ends its guest wherever it was: its trace,
+    # from the console, goes in the log after the check it stopped (the matrix's evidence) and
+    # to stderr.
+    if panic=$(grep -a -m1 -n "Kernel panic\|BUG: \|Oops: \|general protection fault" "$console"); then
+      from=$((${panic%%:*} > 30 ? ${panic%%:*} - 30 : 1))
+      {
+        printf "\nmatrix: the guest's kernel crashed (%s); its console from there:\n" "$(echo "${panic#*:}" | tr -d '\r' | cut -c1-120)"
+        tail -n "+$from" "$console" | tr -d '\r' | grep -av "^\s*$" | head -n 80 | sed 's/^/  /' || true
+      } >>"$logs/$suite.part"
+      echo "matrix: the $release guest's kernel crashed (guest $boots, console $console):" >&2
+      grep -a -A 40 "^matrix: the guest's kernel crashed" "$logs/$suite.part" >&2 || true
+    fi
     cat "$logs/$suite.part" >>"$log"
     if ! grep -q "^running " "$logs/$suite.part"; then
       echo "matrix: $release did not boot to the tests (guest $boots); its console and log end:" >&2
-      tail -n 25 "$logs/$suite.console" "$logs/$suite.part" >&2 || true
+      tail -n 25 "$console" "$logs/$suite.part" >&2 || true
       ((boots < 2)) && continue
       break
     fi
-    grep -q "^matrix: the guest froze" "$logs/$suite.part" || break
-    # What is left: the check the guest froze in (it has no result line) and those after it.
+    how=$(grep -o "^matrix: the guest\('s kernel\)\? \(froze\|crashed\)" "$logs/$suite.part" | head -1) || break
+    # What is left: the check the guest stopped in (it has no result line) and those after it.
     left=()
     for t in "${pending[@]}"; do
       grep -q "^test $t \.\.\. [A-Za-z]" "$log" || left+=("$t")
@@ -152,7 +177,7 @@ for suite in $kernels; do
     stuck=${pending[0]:-}
     [[ -n $stuck && " ${froze_in[*]} " != *" $stuck "* ]] || break
     froze_in+=("$stuck")
-    echo "matrix: booting $release again for the ${#pending[@]} checks from the one it froze in"
+    echo "matrix: booting $release again for the ${#pending[@]} checks from the one it ${how##* } in"
   done
 done
 
@@ -175,8 +200,8 @@ for col, log in zip(columns, logs):
             failed = True
         elif m and m.group(1) == "ok":
             # Passed in a second guest, after the first froze in it: shown, not hidden.
-            froze = re.search(r"^test %s \.\.\. *\n+matrix: the guest froze" % re.escape(test), text, re.M)
-            cell = "ok (2nd guest: 1st froze)" if froze else "ok"
+            stopped = re.search(r"^test %s \.\.\. *\n+matrix: the guest(?:'s kernel)? (froze|crashed)" % re.escape(test), text, re.M)
+            cell = "ok (2nd guest: 1st %s)" % stopped.group(1) if stopped else "ok"
         else:
             # The test's own output: a refusal names what this kernel lacks, in one line.
             parts = text.split("---- %s stdout ----" % test, 1)
@@ -192,6 +217,8 @@ for col, log in zip(columns, logs):
                     lines = ["(never started: the guest's time limit, GUEST_LIMIT, ran out first)"]
                 elif not lines and "matrix: the guest froze" in text.split("test %s ..." % test, 1)[1]:
                     lines = ["(the guest froze while it ran: its kernel's last messages are above)"]
+                elif not lines and "matrix: the guest's kernel crashed" in text.split("test %s ..." % test, 1)[1]:
+                    lines = ["(the guest's kernel crashed while it ran: its trace is above)"]
                 elif not lines and not text.split("test %s ..." % test, 1)[1].strip():
                     lines = ["(still running when the guest's time limit, GUEST_LIMIT, ran out)"]
                 evidence.append("%s on %s:\n  %s" % (test, col, "\n  ".join(lines[:60] or ["(no output)"])))

@@ -12,7 +12,7 @@ use axum::Json;
 use phaseprof_view::web::WebError;
 use tokio::sync::Semaphore;
 
-use phaseprof_model::{Meta, Profile};
+use phaseprof_model::{FrameFields, Meta, Profile};
 
 use super::{bearer, AppState};
 use crate::tokens::Agent;
@@ -313,12 +313,8 @@ pub(super) async fn receive(
         .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let (raw, max_inflated, store) = (body.clone(), l.max_inflated, s.store.clone());
     let checked = tokio::task::spawn_blocking(move || {
-        let d = decode(&raw, max_inflated, upload, &entry)?;
-        let mut windows = Vec::with_capacity(d.windows.len());
-        for (profile, stored) in d.windows {
-            windows.push((check_window(&profile, &entry, store.stored())?, stored));
-        }
-        Ok((windows, d.ignored))
+        let d = decode(&raw, max_inflated, upload, &entry, store.stored())?;
+        Ok((d.windows, d.ignored))
     })
     .await
     .map_err(|e| WebError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
@@ -391,23 +387,25 @@ async fn store_windows(
     Ok(received)
 }
 
-/// An upload's body as windows.
+/// An upload's body as windows' rows.
 struct Decoded {
-    /// Each window, and what to store of it: None for the body as sent (a phaseprof window),
-    /// else the window another agent's profile made.
-    windows: Vec<(Profile, Option<Vec<u8>>)>,
+    /// Each window's rows, and what to store of it: None for the body as sent (a phaseprof
+    /// window), else the window another agent's profile made.
+    windows: Vec<(crate::rows::WindowRows, Option<Vec<u8>>)>,
     /// The sample types another agent's profile had that nothing stores.
     ignored: Vec<String>,
 }
 
-/// An upload's body as windows, within `max_inflated`: a phaseprof window as sent, or those
-/// another agent's profile made (one for pprof, one per resource for OTLP), each without a
+/// An upload's body as windows, within `max_inflated`, each checked (`check_window`) and split
+/// into rows: a phaseprof window as sent (its names never copied but those not `stored` yet), or
+/// those another agent's profile made (one for pprof, one per resource for OTLP), each without a
 /// `host` label given the token's pinned host, else its name.
 fn decode(
     raw: &[u8],
     max_inflated: u64,
     upload: Upload,
     agent: &Agent,
+    stored: &crate::rows::Stored,
 ) -> Result<Decoded, Rejected> {
     use phaseprof_view::import::{otlp::windows_from_otlp, pprof::window_from_pprof, ImportError};
     let refused = |e: ImportError| match e {
@@ -416,19 +414,22 @@ fn decode(
     };
     let imported = match upload {
         Upload::Window => {
-            return match phaseprof_model::read_profile_limited(raw, max_inflated) {
-                Ok(profile) => Ok(Decoded {
-                    windows: vec![(profile, None)],
-                    ignored: Vec::new(),
-                }),
+            let rows = match phaseprof_model::read_window_limited(raw, max_inflated, |p| {
+                check_window(&p, agent, stored)
+            }) {
+                Ok(rows) => rows?,
                 Err(e @ phaseprof_model::FormatError::TooLarge { .. }) => {
-                    Err(Rejected::TooLarge(format!("{e} (--max-inflated)")))
+                    return Err(Rejected::TooLarge(format!("{e} (--max-inflated)")))
                 }
                 Err(e @ phaseprof_model::FormatError::OverLimit(_)) => {
-                    Err(Rejected::Malformed(e.to_string()))
+                    return Err(Rejected::Malformed(e.to_string()))
                 }
-                Err(e) => Err(Rejected::Malformed(format!("not a phaseprof window: {e}"))),
+                Err(e) => return Err(Rejected::Malformed(format!("not a phaseprof window: {e}"))),
             };
+            return Ok(Decoded {
+                windows: vec![(rows, None)],
+                ignored: Vec::new(),
+            });
         }
         Upload::Pprof { meta, content_type } => {
             let pprof =
@@ -447,10 +448,11 @@ fn decode(
             let host = agent.pins.get("host").unwrap_or(&agent.name);
             labels.insert("host".into(), host.clone());
         }
-        let mut stored = Vec::new();
-        phaseprof_model::write_profile(&w.profile, &mut stored)
+        let mut body = Vec::new();
+        phaseprof_model::write_profile(&w.profile, &mut body)
             .map_err(|e| Rejected::Malformed(format!("the profile could not be stored: {e}")))?;
-        decoded.windows.push((w.profile, Some(stored)));
+        let rows = check_window(&w.profile, agent, stored)?;
+        decoded.windows.push((rows, Some(body)));
         decoded.ignored.extend(w.ignored);
     }
     Ok(decoded)
@@ -459,8 +461,8 @@ fn decode(
 /// Whether a window is one this agent may store: it validates, has a `host` label, carries
 /// the labels the agent's token pins, and does not end in the future. Its rows (split here, on
 /// the decoding worker), or why not.
-fn check_window(
-    profile: &Profile,
+fn check_window<F: FrameFields>(
+    profile: &Profile<F>,
     agent: &Agent,
     stored: &crate::rows::Stored,
 ) -> Result<crate::rows::WindowRows, Rejected> {

@@ -65,6 +65,11 @@ impl Aggregate {
         for (p, s) in &o.phase_stats {
             self.add_phase_stats(*p, s);
         }
+        if self.samples.is_empty() {
+            // Sized once (a rollup's first window): growing row by row was a tenth of the
+            // SQLite writer's time.
+            self.samples.reserve(o.samples.len());
+        }
         for (k, v) in &o.samples {
             self.add_sample(*k, v);
         }

@@ -3,7 +3,7 @@
 //! probes' cost and how a phase budget counted. `add` reads them from a window as it is split into rows; `restore` writes the
 //! sums back into the profile rebuilt from them. A counter added to the profile is added to
 //! the table below, and nowhere else in the collector.
-use phaseprof_model::{BudgetInfo, Meta, PhaseProbeCost, Profile, UnwindInfo};
+use phaseprof_model::{BudgetInfo, Lost, Meta, PhaseProbeCost, Profile, UnwindInfo};
 
 use super::Aggregate;
 
@@ -31,11 +31,17 @@ struct Group {
 
 struct Counter {
     name: &'static str,
-    get: fn(&Profile) -> Option<u64>,
+    get: fn(&Counted) -> Option<u64>,
     set: fn(&mut Profile, u64),
 }
 
-fn unwind(p: &Profile) -> Option<&UnwindInfo> {
+/// What a window's counters are read from (whatever form its frames were decoded in).
+struct Counted<'a> {
+    meta: &'a Meta,
+    lost: &'a Lost,
+}
+
+fn unwind<'a>(p: &Counted<'a>) -> Option<&'a UnwindInfo> {
     p.meta.unwind.as_ref()
 }
 
@@ -251,11 +257,15 @@ const LOST_REASON: &str = "lost.reason.";
 const COST: &str = "cost.";
 
 /// The counters of window `p` into `agg`.
-pub fn add(agg: &mut Aggregate, p: &Profile) {
+pub fn add<F>(agg: &mut Aggregate, p: &Profile<F>) {
+    let counted = Counted {
+        meta: &p.meta,
+        lost: &p.lost,
+    };
     for g in GROUPS {
         let mut had = false;
         for c in g.counters {
-            if let Some(v) = (c.get)(p) {
+            if let Some(v) = (c.get)(&counted) {
                 agg.add_counter(c.name, v);
                 had = true;
             }

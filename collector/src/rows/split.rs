@@ -1,5 +1,5 @@
 //! A decoded window split into rows (at ingest, on the decoding worker).
-use phaseprof_model::{EventKind, FrameKind, Profile};
+use phaseprof_model::{EventKind, FrameFields, FrameKind, Profile};
 
 use super::{
     id_of, id_of_words, phase_id, Aggregate, Dictionary, Head, IdMap, SampleKey, SampleVals,
@@ -24,7 +24,7 @@ pub fn events_mask(events: &[EventKind]) -> u8 {
 }
 
 /// `p` (validated) as rows; dictionary rows `stored` has are left out.
-pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
+pub fn split<F: FrameFields>(p: &Profile<F>, stored: &Stored) -> WindowRows {
     let stored = stored.read();
     let mut dict = Dictionary::default();
     let stack_ids = stack_ids(p, &stored, &mut dict);
@@ -58,22 +58,26 @@ pub fn split(p: &Profile, stored: &Stored) -> WindowRows {
 }
 
 /// The id of each of `p`'s stacks (by index), with the names and stacks not stored yet.
-fn stack_ids(p: &Profile, stored: &StoredView, dict: &mut Dictionary) -> Vec<u64> {
+fn stack_ids<F: FrameFields>(
+    p: &Profile<F>,
+    stored: &StoredView,
+    dict: &mut Dictionary,
+) -> Vec<u64> {
     // Each frame's (function, mapping, flags) ids, hashed once however many stacks hold it.
     let frame_ids: Vec<(u64, u64, u8)> = (p.frames.iter())
         .map(|f| {
-            let (func, module) = (id_of(f.function.as_bytes()), id_of(f.module.as_bytes()));
+            let (func, module) = (id_of(f.function().as_bytes()), id_of(f.module().as_bytes()));
             if !stored.has(Table::Functions, func) {
                 dict.functions
                     .entry(func)
-                    .or_insert_with(|| f.function.clone());
+                    .or_insert_with(|| f.function().to_string());
             }
             if !stored.has(Table::Mappings, module) {
                 dict.mappings
                     .entry(module)
-                    .or_insert_with(|| f.module.clone());
+                    .or_insert_with(|| f.module().to_string());
             }
-            (func, module, frame_flags(f.kind, f.inlined))
+            (func, module, frame_flags(f.kind(), f.inlined()))
         })
         .collect();
     (p.stacks.iter())
@@ -97,8 +101,8 @@ fn stack_ids(p: &Profile, stored: &StoredView, dict: &mut Dictionary) -> Vec<u64
 }
 
 /// Every sample of `p` as a sample row of `agg`.
-fn add_samples(
-    p: &Profile,
+fn add_samples<F>(
+    p: &Profile<F>,
     stack_ids: &[u64],
     phase_ids: &[u64],
     stored: &StoredView,

@@ -125,9 +125,9 @@ fn replace(haystack: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 /// `n` bodies, window `k` of host `k % hosts` starting at `from_ns + (k / hosts) * len_ns`,
 /// encoded on every core.
 fn bodies(n: usize, hosts: usize, from_ns: u64, len_ns: u64, binary: bool) -> Vec<Vec<u8>> {
-    // As the agents send them: the binary format at gzip's fast level, JSON at the default.
+    // As the agents send them: the binary format at its level, JSON at the default.
     let level = if binary {
-        flate2::Compression::fast()
+        flate2::Compression::new(phaseprof_model::WIRE_GZIP_LEVEL)
     } else {
         flate2::Compression::default()
     };
@@ -392,8 +392,11 @@ pub fn fleet_day_bench(store: &[String], dir: &std::path::Path, rounds: usize) {
     let len = 10_000_000_000u64;
     let to = now_ns();
     let from = to - (n / hosts) as u64 * len;
-    // Gzip's fast level: the loading agents encode the day's bodies on the same cores.
-    let b = Bodies::new(true, flate2::Compression::fast());
+    // As agents gzip them: the loading agents encode the day's bodies on the same cores.
+    let b = Bodies::new(
+        true,
+        flate2::Compression::new(phaseprof_model::WIRE_GZIP_LEVEL),
+    );
     let rate = ingest(&c, n, &|k| {
         b.body(
             &format!("host-{}", k % hosts),
