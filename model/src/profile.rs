@@ -32,8 +32,9 @@ pub struct Frame {
     /// File name of the ELF object (`libc.so.6`, `validator-sim`), or `[kernel]`.
     pub module: String,
     pub kind: FrameKind,
-    /// True for a function inlined into the frame below it (same machine address).
-    #[serde(default)]
+    /// True for a function inlined into the frame below it (same machine address). Written
+    /// only when true: most frames are not, and a window has thousands.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inlined: bool,
 }
 

@@ -82,18 +82,17 @@ fn stack_ids<F: FrameFields>(
         .collect();
     (p.stacks.iter())
         .map(|s| {
-            let frames: Vec<(u64, u64, u8)> = (s.frames.iter())
-                .filter_map(|&f| frame_ids.get(f as usize).copied())
-                .collect();
-            let words = frames.iter().flat_map(|&(f, m, fl)| [f, m, u64::from(fl)]);
-            let id = id_of_words(words);
+            // Hashed from the frames' ids as they are; collected only for a stack not stored
+            // yet (most are: a vector per stack was a fifth of a split).
+            let frames = (s.frames.iter()).filter_map(|&f| frame_ids.get(f as usize).copied());
+            let id = id_of_words(frames.clone().flat_map(|(f, m, fl)| [f, m, u64::from(fl)]));
             if stored.has(Table::Stacks, id) {
                 return id;
             }
             dict.stacks.entry(id).or_insert_with(|| StackRow {
-                functions: frames.iter().map(|f| f.0).collect(),
-                mappings: frames.iter().map(|f| f.1).collect(),
-                flags: frames.iter().map(|f| f.2).collect(),
+                functions: frames.clone().map(|f| f.0).collect(),
+                mappings: frames.clone().map(|f| f.1).collect(),
+                flags: frames.map(|f| f.2).collect(),
             });
             id
         })
