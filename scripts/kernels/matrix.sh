@@ -199,7 +199,7 @@ for col, log in zip(columns, logs):
             cell = "no boot"
             failed = True
         elif m and m.group(1) == "ok":
-            # Passed in a second guest, after the first froze in it: shown, not hidden.
+            # Passed in a second guest, after the first froze or crashed in it: shown, not hidden.
             stopped = re.search(r"^test %s \.\.\. *\n+matrix: the guest(?:'s kernel)? (froze|crashed)" % re.escape(test), text, re.M)
             cell = "ok (2nd guest: 1st %s)" % stopped.group(1) if stopped else "ok"
         else:

@@ -100,8 +100,8 @@ impl Stored {
 /// `id_of_words`. 64 bits: a collision among a million names has odds of about 1 in 40
 /// million.
 pub fn id_of(bytes: &[u8]) -> u64 {
-    // Whole words, then the rest zero-padded (as one word, if any): a copy of unknown length
-    // per word was a call to memcpy each.
+    // Whole words read as they lie; only the rest (if any) is copied into a zero-padded word.
+    // The ids are the byte-wise definition's (the test below holds them to it).
     let whole = bytes.chunks_exact(8);
     let rest = whole.remainder();
     let tail = (!rest.is_empty()).then(|| {
