@@ -61,35 +61,27 @@ pub trait FrameFields {
     fn inlined(&self) -> bool;
 }
 
-impl FrameFields for Frame {
-    fn function(&self) -> &str {
-        &self.function
-    }
-    fn module(&self) -> &str {
-        &self.module
-    }
-    fn kind(&self) -> FrameKind {
-        self.kind
-    }
-    fn inlined(&self) -> bool {
-        self.inlined
-    }
+// The same fields by the same names in both frame types: one body for the two.
+macro_rules! frame_fields {
+    ($($t:ty),+) => {$(
+        impl FrameFields for $t {
+            fn function(&self) -> &str {
+                &self.function
+            }
+            fn module(&self) -> &str {
+                &self.module
+            }
+            fn kind(&self) -> FrameKind {
+                self.kind
+            }
+            fn inlined(&self) -> bool {
+                self.inlined
+            }
+        }
+    )+};
 }
 
-impl FrameFields for BorrowedFrame<'_> {
-    fn function(&self) -> &str {
-        &self.function
-    }
-    fn module(&self) -> &str {
-        &self.module
-    }
-    fn kind(&self) -> FrameKind {
-        self.kind
-    }
-    fn inlined(&self) -> bool {
-        self.inlined
-    }
-}
+frame_fields!(Frame, BorrowedFrame<'_>);
 
 /// A call stack as frame indices, leaf first (as pprof orders them).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
